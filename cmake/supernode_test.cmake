@@ -1,0 +1,20 @@
+# supernode_add_test(NAME SOURCES a.cpp ... LIBS lib ... LABEL unit|kernel|model|integration
+#                    [FIXTURE fixture])
+# One gtest executable per call; each TEST becomes a ctest entry carrying the label, so
+# `./supernode test -L unit` is the quick loop on two cores. Paths the tests need are compiled
+# in, not passed through the environment, so a test binary also runs by hand.
+function(supernode_add_test name)
+  cmake_parse_arguments(T "" "LABEL;FIXTURE" "SOURCES;LIBS" ${ARGN})
+  add_executable(${name} ${T_SOURCES})
+  target_link_libraries(${name} PRIVATE supernode_internal ${T_LIBS} GTest::gtest_main)
+  target_compile_definitions(${name} PRIVATE
+    SUPERNODE_TEST_MODEL_DIR="${CMAKE_BINARY_DIR}/test-models"
+    SUPERNODE_TOKENIZER_DIR="${SUPERNODE_TOKENIZER_DIR}"
+    SUPERNODE_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
+    SUPERNODE_BINARY_DIR="${CMAKE_BINARY_DIR}")
+  set(props LABELS ${T_LABEL})
+  if(T_FIXTURE)
+    list(APPEND props FIXTURES_REQUIRED ${T_FIXTURE})
+  endif()
+  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES ${props})
+endfunction()

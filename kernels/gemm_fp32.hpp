@@ -1,0 +1,49 @@
+#pragma once
+// FP32 GEMM y[m][n] = sum_k x[m][k] * W[n][k], W in PyTorch Linear layout. The order in which
+// each output sums over k is fixed by the kernel and identical for every M and every row
+// position (no M-dependent blocking of k), so results are batch-invariant bit for bit.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kernels/thread_pool.hpp"
+
+namespace supernode::kernels {
+
+class fp32_weight {
+public:
+  fp32_weight() = default;
+  static fp32_weight pack(const float* w, int64_t n, int64_t k);
+
+  int64_t n() const { return n_; }
+  int64_t k() const { return k_; }
+  float at(int64_t row, int64_t col) const;
+  size_t bytes() const { return packed_.size() * sizeof(float); }
+  const float* packed() const { return packed_.data(); }
+
+private:
+  int64_t n_ = 0, k_ = 0;
+  std::vector<float> packed_;
+};
+
+// x has row stride ldx (>= k), y row stride ldy (>= n).
+void gemm_fp32(const float* x, int64_t m, int64_t ldx, const fp32_weight& w, float* y,
+               int64_t ldy, thread_pool& pool = thread_pool::shared());
+
+void gemm_fp32_reference(const float* x, int64_t m, int64_t ldx, const fp32_weight& w, float* y,
+                         int64_t ldy);
+
+struct gemm_fp32_problem {
+  const float* x;
+  int64_t m;
+  int64_t ldx;
+  const fp32_weight* w;
+  float* y;
+  int64_t ldy;
+};
+void gemm_fp32_grouped(std::span<const gemm_fp32_problem> problems,
+                       thread_pool& pool = thread_pool::shared());
+
+} // namespace supernode::kernels

@@ -1,0 +1,62 @@
+#pragma once
+// INT8 GEMM: y[m][n] = (sum_k xq[m][k] * wq[n][k]) * x_scale[m] * w_scale[n].
+// Weights use the PyTorch Linear layout W[n][k] (y = x W^T), quantized per output channel at
+// load time; activations per token at run time (quantize.hpp). Accumulation is exact int32, and
+// the float epilogue is the same two multiplies for every element, so a row's result is
+// bit-identical whatever M is and whatever the other rows hold (batch invariance).
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kernels/quantize.hpp"
+#include "kernels/thread_pool.hpp"
+
+namespace supernode::kernels {
+
+class int8_weight {
+public:
+  int8_weight() = default;
+
+  // Symmetric per-output-channel quantization of W[n][k] (row r at w + r * k) into [-127, 127].
+  static int8_weight quantize(const float* w, int64_t n, int64_t k);
+
+  int64_t n() const { return n_; }
+  int64_t k() const { return k_; }
+  float scale(int64_t row) const { return scale_[row]; }
+  const std::vector<float>& scales() const { return scale_; }
+  // The quantized value of W[row][col], read back from the packed layout.
+  int8_t at(int64_t row, int64_t col) const;
+  // Bytes the kernel streams per full pass over the weight (packed values + scales).
+  size_t bytes() const { return packed_.size() + scale_.size() * sizeof(float); }
+
+  // Packed layout, owned by the kernel implementation.
+  const int8_t* packed() const { return packed_.data(); }
+  int64_t k_padded() const { return k_padded_; }
+
+private:
+  int64_t n_ = 0, k_ = 0, k_padded_ = 0;
+  std::vector<int8_t> packed_;
+  std::vector<float> scale_;
+};
+
+// y has row stride ldy (>= w.n()). x.cols must equal w.k().
+void gemm_int8(const quantized_rows& x, const int8_weight& w, float* y, int64_t ldy,
+               thread_pool& pool = thread_pool::shared());
+
+// Straightforward scalar loops over the same quantized inputs: the truth the tests compare to.
+void gemm_int8_reference(const quantized_rows& x, const int8_weight& w, float* y, int64_t ldy);
+
+// Grouped GEMM for MoE experts: independent problems (one per expert with tokens) scheduled
+// together over the pool, so small per-expert batches still keep every core busy.
+struct gemm_int8_problem {
+  const quantized_rows* x;
+  const int8_weight* w;
+  float* y;
+  int64_t ldy;
+};
+void gemm_int8_grouped(std::span<const gemm_int8_problem> problems,
+                       thread_pool& pool = thread_pool::shared());
+
+} // namespace supernode::kernels

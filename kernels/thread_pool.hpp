@@ -1,0 +1,53 @@
+#pragma once
+// A small compute pool shared by the process. Kernels split work into tasks whose results
+// never depend on which thread runs them, so every kernel stays batch-invariant whatever the
+// pool size.
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace supernode::kernels {
+
+class thread_pool {
+public:
+  // `threads` counts the calling thread too: a pool of 1 runs everything inline.
+  explicit thread_pool(int threads);
+  ~thread_pool();
+  thread_pool(const thread_pool&) = delete;
+  thread_pool& operator=(const thread_pool&) = delete;
+
+  int size() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Runs fn(i) for every i in [0, n) and returns when all have finished. The caller takes part.
+  // Called from inside a task, or while another thread owns the pool, it runs inline: nesting
+  // and concurrent callers never deadlock.
+  void parallel_for(int64_t n, const std::function<void(int64_t)>& fn);
+
+  // The process-wide pool: SUPERNODE_THREADS if set, else the hardware concurrency.
+  static thread_pool& shared();
+  // Resizes the shared pool; call before the first kernel runs (the CLI's --threads).
+  static void configure_shared(int threads);
+
+private:
+  void worker_loop();
+  void run_tasks();
+
+  std::vector<std::thread> workers_;
+  std::mutex submit_mutex_;  // one parallel_for at a time owns the workers
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::condition_variable done_;
+  const std::function<void(int64_t)>* fn_ = nullptr;
+  int64_t n_ = 0;
+  std::atomic<int64_t> next_{0};
+  int active_ = 0;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+};
+
+} // namespace supernode::kernels
