@@ -1,2 +1,59 @@
+// supernode: the one binary. Subcommands live in cmd_*.cpp; this file only dispatches.
+
 #include <cstdio>
-int main() { std::puts("supernode"); return 0; }
+#include <exception>
+#include <string>
+
+#include "apps/commands.hpp"
+#include "kernels/thread_pool.hpp"
+
+namespace {
+
+constexpr const char* usage = R"(usage: supernode <command> [options]
+
+commands:
+  generate    --model DIR (--prompt TEXT | --prompt-ids 1,2,3) --max-tokens N
+              [--temperature T --top-p P --top-k K --seed S] [--precision int8|fp32] [--json]
+  tokenize    --model DIR (--text TEXT | --chat FILE.json) [--no-bos] [--json]
+  detokenize  --model DIR --ids 1,2,3 [--json]
+  model make  --preset tiny|small [--seed N] --out DIR [--dtype fp8|bf16]
+  bench kernels [--threads N] [--quick]     INT8/FP32 GEMM against oneDNN and OpenBLAS
+  bench model   [--model DIR] [--quick]     decode step and prefill throughput
+
+global options: --threads N (compute threads; default all cores)
+Without --model, commands use the demo model (models/demo), made on first use.
+)";
+
+} // namespace
+
+int main(int argc, char** argv) {
+  using namespace supernode::apps;
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "help") {
+    std::fputs(usage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string command = argv[1];
+  try {
+    cli_args args(argc, argv, 2);
+    if (auto threads = args.take_int("--threads", 0, 0, 1024); threads > 0)
+      supernode::kernels::thread_pool::configure_shared(static_cast<int>(threads));
+    if (command == "generate")
+      return cmd_generate(args);
+    if (command == "tokenize")
+      return cmd_tokenize(args);
+    if (command == "detokenize")
+      return cmd_detokenize(args);
+    if (command == "model")
+      return cmd_model(args);
+    if (command == "bench")
+      return cmd_bench(args);
+    std::fprintf(stderr, "supernode: unknown command '%s'\n\n%s", command.c_str(), usage);
+    return 2;
+  } catch (const usage_error& e) {
+    std::fprintf(stderr, "supernode %s: %s\n", command.c_str(), e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "supernode %s: error: %s\n", command.c_str(), e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,150 @@
+#include "apps/bench/model_bench.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include "apps/bench/memory_bandwidth.hpp"
+#include "apps/cli_args.hpp"
+#include "kernels/thread_pool.hpp"
+#include "model/checkpoint_maker.hpp"
+#include "model/engine.hpp"
+
+namespace supernode::apps {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::filesystem::path small_model_dir(const std::optional<std::string>& arg) {
+  if (arg)
+    return *arg;
+  const char* home = std::getenv("SUPERNODE_HOME");
+  auto dir = std::filesystem::path(home ? home : ".") / "models" / "small";
+  if (!std::filesystem::exists(dir / "model.safetensors")) {
+    std::fprintf(stderr, "bench model: making the small preset in %s\n", dir.c_str());
+    model::make_options o;
+    o.preset = "small";
+    o.seed = 1;
+    o.out = dir;
+    model::make_checkpoint(o);
+  }
+  return dir;
+}
+
+std::vector<int32_t> synthetic_prompt(int64_t n, int64_t vocab, int64_t salt) {
+  std::vector<int32_t> p(n);
+  for (int64_t i = 0; i < n; ++i)
+    p[i] = static_cast<int32_t>((i * 7919 + salt * 104729 + 13) % (vocab - 2) + 2);
+  return p;
+}
+
+} // namespace
+
+int run_model_bench(cli_args& args) {
+  const auto dir = small_model_dir(args.take("--model"));
+  const bool quick = args.take_flag("--quick");
+  const auto prec = model::parse_precision(args.take_or("--precision", "int8"));
+  args.expect_consumed("bench model");
+  const int threads = kernels::thread_pool::shared().size();
+
+  model::load_options lo;
+  lo.prec = prec;
+  lo.load_mtp = false;
+  lo.progress = true;
+  auto weights = model::model_weights::load(dir, lo);
+  const auto& c = weights->config;
+
+  nlohmann::json out;
+  out["model"] = dir.string();
+  out["precision"] = model::precision_name(prec);
+  out["threads"] = threads;
+  out["parameters"] = c.parameter_count();
+  const double bw_one = measure_read_bandwidth_gbs(1);
+  const double bw_all = measure_read_bandwidth_gbs(threads);
+  out["read_bandwidth_gbs"] = {{"one_thread", bw_one}, {"all_threads", bw_all}};
+
+  // Decode: B sequences with a short prompt, then timed single-token steps.
+  const int64_t prompt_len = 32, steps = quick ? 4 : 12;
+  model::engine_options eo;
+  eo.block_size = 16;
+  eo.max_context = 4096;
+  eo.kv_blocks = 32 * ((prompt_len + steps + 2 + 15) / 16) + 8;
+  for (int64_t batch : {1, 8, 32}) {
+    model::reference_engine engine(weights, eo);
+    auto& m = engine.model();
+    std::vector<model::kv_block_table> tables(batch);
+    std::vector<model::sequence_step> st;
+    std::vector<int32_t> tokens;
+    for (int64_t b = 0; b < batch; ++b) {
+      tables[b].reserve(engine.pool(), prompt_len + steps + 1);
+      st.push_back({&tables[b], 0, prompt_len, model::attention_mode::prefill});
+      auto p = synthetic_prompt(prompt_len, c.vocab_size, b);
+      tokens.insert(tokens.end(), p.begin(), p.end());
+    }
+    std::vector<float> hidden, logits;
+    m.forward(tokens, st, engine.pool(), hidden);
+    std::vector<double> times;
+    uint64_t bytes = 0;
+    for (int64_t s = 0; s < steps; ++s) {
+      tokens.assign(batch, 0);
+      st.clear();
+      for (int64_t b = 0; b < batch; ++b) {
+        tokens[b] = static_cast<int32_t>((s * 31 + b * 17 + 5) % (c.vocab_size - 2) + 2);
+        st.push_back({&tables[b], prompt_len + s, 1, model::attention_mode::decode});
+      }
+      m.reset_counters();
+      auto t0 = clock_type::now();
+      m.forward(tokens, st, engine.pool(), hidden);
+      m.logits(hidden.data(), batch, logits);
+      times.push_back(std::chrono::duration<double>(clock_type::now() - t0).count());
+      bytes = m.streamed_weight_bytes();
+    }
+    for (auto& t : tables)
+      t.release(engine.pool());
+    const double step = median(times);
+    out["decode"].push_back({{"batch", batch},
+                             {"step_ms", step * 1e3},
+                             {"tokens_per_s", batch / step},
+                             {"weight_bytes_per_step", bytes},
+                             {"effective_weight_gbs", bytes / step / 1e9},
+                             {"fraction_of_read_bandwidth", bytes / step / 1e9 / bw_all}});
+  }
+
+  // Prefill: one prompt of N tokens, timed end to end (matmuls, attention, lm_head of the last).
+  std::vector<int64_t> lengths = quick ? std::vector<int64_t>{512} : std::vector<int64_t>{512, 2048};
+  for (int64_t n : lengths) {
+    model::engine_options pe;
+    pe.block_size = 16;
+    pe.max_context = n + 16;
+    model::reference_engine engine(weights, pe);
+    auto& m = engine.model();
+    model::kv_block_table table;
+    table.reserve(engine.pool(), n);
+    std::vector<model::sequence_step> st{{&table, 0, n, model::attention_mode::prefill}};
+    auto prompt = synthetic_prompt(n, c.vocab_size, 7);
+    std::vector<float> hidden, logits;
+    m.reset_counters();
+    auto t0 = clock_type::now();
+    m.forward(prompt, st, engine.pool(), hidden);
+    m.logits(hidden.data() + (n - 1) * c.hidden_size, 1, logits);
+    const double secs = std::chrono::duration<double>(clock_type::now() - t0).count();
+    table.release(engine.pool());
+    const double gops = 2.0 * static_cast<double>(m.matmul_macs()) / secs / 1e9;
+    out["prefill"].push_back({{"prompt_tokens", n},
+                              {"seconds", secs},
+                              {"tokens_per_s", n / secs},
+                              {"matmul_gops", gops}});
+  }
+  std::printf("%s\n", out.dump(2).c_str());
+  return 0;
+}
+
+} // namespace supernode::apps

@@ -1,0 +1,49 @@
+#include "kernels/elementwise.hpp"
+
+#include <cmath>
+
+namespace supernode::kernels {
+
+void rms_norm(const float* x, int64_t rows, int64_t dim, int64_t ldx, const float* weight,
+              float eps, float* y, int64_t ldy) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * ldx;
+    float* yr = y + r * ldy;
+    double ss = 0.0; // double accumulation: exact enough that dim order hardly matters, and fixed
+    for (int64_t i = 0; i < dim; ++i)
+      ss += static_cast<double>(xr[i]) * xr[i];
+    const float inv = static_cast<float>(1.0 / std::sqrt(ss / dim + eps));
+    for (int64_t i = 0; i < dim; ++i)
+      yr[i] = xr[i] * inv * weight[i];
+  }
+}
+
+void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void softmax(float* x, int64_t n) {
+  if (n <= 0)
+    return;
+  float mx = x[0];
+  for (int64_t i = 1; i < n; ++i)
+    mx = std::max(mx, x[i]);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - mx);
+    sum += x[i];
+  }
+  const float inv = 1.0f / sum;
+  for (int64_t i = 0; i < n; ++i)
+    x[i] *= inv;
+}
+
+void axpy(float alpha, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    y[i] += alpha * x[i];
+}
+
+} // namespace supernode::kernels

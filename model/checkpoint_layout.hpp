@@ -1,0 +1,36 @@
+#pragma once
+// Every tensor of a DeepSeek-V3 checkpoint, with its Hugging Face name and shape, derived from
+// the config. The checkpoint maker writes exactly this list and the loader reads from it, so the
+// two can never disagree about a name.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.hpp"
+
+namespace supernode::model {
+
+enum class tensor_role : uint8_t {
+  embedding,   // [vocab, hidden]
+  head,        // lm_head / shared_head.head
+  linear,      // a matmul weight [out, in]; FP8 with weight_scale_inv in DeepSeek's release
+  output_proj, // a linear writing into the residual stream (o_proj, down_proj): smaller init
+  norm,        // RMSNorm weight
+  gate,        // router weight [experts, hidden]
+  gate_bias,   // e_score_correction_bias [experts], F32
+  mtp_proj,    // eh_proj [hidden, 2 hidden]
+};
+
+struct tensor_spec {
+  std::string name;
+  std::vector<int64_t> shape;
+  tensor_role role;
+  int64_t fan_in() const { return shape.size() > 1 ? shape[1] : shape[0]; }
+};
+
+std::string layer_prefix(int64_t layer); // "model.layers.N."
+
+std::vector<tensor_spec> checkpoint_layout(const model_config& c);
+
+} // namespace supernode::model

@@ -1,0 +1,356 @@
+#include "model/transformer.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/attention.hpp"
+#include "kernels/elementwise.hpp"
+#include "kernels/gemm_fp32.hpp"
+#include "kernels/gemm_int8.hpp"
+#include "kernels/moe_gate.hpp"
+#include "kernels/thread_pool.hpp"
+
+namespace supernode::model {
+
+namespace {
+
+kernels::rope_params rope_params_of(const model_config& c) {
+  kernels::rope_params p;
+  p.dim = c.qk_rope_head_dim;
+  p.theta = c.rope_theta;
+  p.yarn = c.rope_scaling.type == "yarn";
+  p.factor = c.rope_scaling.factor;
+  p.original_max_position = c.rope_scaling.original_max_position_embeddings;
+  p.beta_fast = c.rope_scaling.beta_fast;
+  p.beta_slow = c.rope_scaling.beta_slow;
+  p.mscale = c.rope_scaling.mscale;
+  p.mscale_all_dim = c.rope_scaling.mscale_all_dim;
+  return p;
+}
+
+} // namespace
+
+transformer::transformer(std::shared_ptr<const model_weights> weights)
+    : w_(std::move(weights)), rope_(rope_params_of(w_->config)),
+      softmax_scale_(static_cast<float>(w_->config.softmax_scale())) {}
+
+kv_block_layout transformer::kv_layout(int64_t block_size, bool with_mtp) const {
+  const auto& c = config();
+  return {c.num_hidden_layers + (with_mtp ? static_cast<int64_t>(w_->mtp.size()) : 0), block_size,
+          c.kv_lora_rank, c.qk_rope_head_dim};
+}
+
+void transformer::embed(const std::vector<float>& table, std::span<const int32_t> tokens,
+                        float* x) {
+  const int64_t h = config().hidden_size, v = config().vocab_size;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= v)
+      throw std::out_of_range("token id " + std::to_string(tokens[i]) +
+                              " is outside the vocabulary [0, " + std::to_string(v) + ")");
+    std::copy_n(table.data() + static_cast<int64_t>(tokens[i]) * h, h, x + i * h);
+  }
+}
+
+void transformer::positions_of(std::span<const sequence_step> steps, int64_t total,
+                               const kv_block_pool& pool) {
+  pos_.clear();
+  for (auto& s : steps) {
+    const int64_t capacity =
+        static_cast<int64_t>(s.table ? s.table->blocks().size() : 0) * pool.layout().block_size;
+    if (s.first_pos < 0 || s.n_tokens < 0 || s.first_pos + s.n_tokens > capacity)
+      throw std::invalid_argument("forward: sequence step at position " +
+                                  std::to_string(s.first_pos) + " with " +
+                                  std::to_string(s.n_tokens) +
+                                  " tokens has no KV room reserved (capacity " +
+                                  std::to_string(capacity) + ")");
+    for (int64_t i = 0; i < s.n_tokens; ++i)
+      pos_.push_back(s.first_pos + i);
+  }
+  if (static_cast<int64_t>(pos_.size()) != total)
+    throw std::invalid_argument("forward: " + std::to_string(total) +
+                                " tokens given for steps holding " + std::to_string(pos_.size()));
+}
+
+void transformer::forward(std::span<const int32_t> tokens, std::span<const sequence_step> steps,
+                          kv_block_pool& pool, std::vector<float>& hidden) {
+  const auto& c = config();
+  const int64_t rows = static_cast<int64_t>(tokens.size()), h = c.hidden_size;
+  positions_of(steps, rows, pool);
+  hidden.resize(rows * h);
+  embed(*w_->embedding, tokens, hidden.data());
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    layer_forward(w_->layers[l], l, hidden.data(), rows, steps, pool);
+  kernels::rms_norm(hidden.data(), rows, h, h, w_->final_norm.data(),
+                    static_cast<float>(c.rms_norm_eps), hidden.data(), h);
+}
+
+void transformer::logits(const float* hidden, int64_t rows, std::vector<float>& out) {
+  out.resize(rows * config().vocab_size);
+  matmul(*w_->lm_head, hidden, rows, config().hidden_size, out.data(), config().vocab_size);
+}
+
+void transformer::mtp_forward(size_t k, std::span<const int32_t> next_tokens,
+                              const float* main_hidden, std::span<const sequence_step> steps,
+                              kv_block_pool& pool, std::vector<float>& mtp_hidden) {
+  if (k >= w_->mtp.size())
+    throw std::out_of_range("MTP module " + std::to_string(k) + " is not loaded");
+  const auto& m = w_->mtp[k];
+  const auto& c = config();
+  const int64_t rows = static_cast<int64_t>(next_tokens.size()), h = c.hidden_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  positions_of(steps, rows, pool);
+  std::vector<float> cat(rows * 2 * h);
+  std::vector<float> e(rows * h);
+  embed(*m.embedding, next_tokens, e.data());
+  kernels::rms_norm(e.data(), rows, h, h, m.enorm.data(), eps, cat.data(), 2 * h);
+  kernels::rms_norm(main_hidden, rows, h, h, m.hnorm.data(), eps, cat.data() + h, 2 * h);
+  mtp_hidden.resize(rows * h);
+  matmul(m.eh_proj, cat.data(), rows, 2 * h, mtp_hidden.data(), h);
+  layer_forward(m.block, c.num_hidden_layers + static_cast<int64_t>(k), mtp_hidden.data(), rows,
+                steps, pool);
+  kernels::rms_norm(mtp_hidden.data(), rows, h, h, m.head_norm.data(), eps, mtp_hidden.data(), h);
+}
+
+void transformer::mtp_logits(size_t k, const float* mtp_hidden, int64_t rows,
+                             std::vector<float>& out) {
+  out.resize(rows * config().vocab_size);
+  matmul(*w_->mtp.at(k).head, mtp_hidden, rows, config().hidden_size, out.data(),
+         config().vocab_size);
+}
+
+void transformer::count(const linear& l, int64_t rows) {
+  streamed_bytes_ += l.bytes();
+  macs_ += static_cast<uint64_t>(rows) * l.n() * l.k();
+}
+
+void transformer::matmul(const linear& l, const float* x, int64_t rows, int64_t ldx, float* y,
+                         int64_t ldy) {
+  count(l, rows);
+  l.forward(x, rows, ldx, y, ldy, xq_);
+}
+
+void transformer::layer_forward(const layer_weights& w, int64_t kv_layer, float* x, int64_t rows,
+                                std::span<const sequence_step> steps, kv_block_pool& pool) {
+  const auto& c = config();
+  const int64_t h = c.hidden_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  h_.resize(rows * h);
+  proj_.resize(rows * h);
+  kernels::rms_norm(x, rows, h, h, w.input_norm.data(), eps, h_.data(), h);
+  attention(w.attn, kv_layer, h_.data(), rows, steps, pool, proj_.data());
+  for (int64_t i = 0; i < rows * h; ++i)
+    x[i] += proj_[i];
+  kernels::rms_norm(x, rows, h, h, w.post_attention_norm.data(), eps, h_.data(), h);
+  if (w.is_moe)
+    moe(w.moe, h_.data(), rows, proj_.data());
+  else
+    mlp(w.dense, h_.data(), rows, proj_.data());
+  for (int64_t i = 0; i < rows * h; ++i)
+    x[i] += proj_[i];
+}
+
+void transformer::attention(const attention_weights& w, int64_t kv_layer, const float* hn,
+                            int64_t rows, std::span<const sequence_step> steps,
+                            kv_block_pool& pool, float* out) {
+  const auto& c = config();
+  const int64_t h = c.hidden_size, nh = c.num_attention_heads, nope = c.qk_nope_head_dim,
+                rope = c.qk_rope_head_dim, vd = c.v_head_dim, lora = c.kv_lora_rank,
+                qk = c.qk_head_dim(), kvw = nope + vd;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+
+  q_.resize(rows * nh * qk);
+  if (c.q_lora_rank > 0) {
+    qa_.resize(rows * c.q_lora_rank);
+    matmul(w.q_a, hn, rows, h, qa_.data(), c.q_lora_rank);
+    kernels::rms_norm(qa_.data(), rows, c.q_lora_rank, c.q_lora_rank, w.q_a_norm.data(), eps,
+                      qa_.data(), c.q_lora_rank);
+    matmul(w.q_b, qa_.data(), rows, c.q_lora_rank, q_.data(), nh * qk);
+  } else {
+    matmul(w.q_b, hn, rows, h, q_.data(), nh * qk);
+  }
+  kva_.resize(rows * (lora + rope));
+  matmul(w.kv_a, hn, rows, h, kva_.data(), lora + rope);
+
+  // The new tokens' latent KV goes into the cache before attention reads it.
+  int64_t row = 0;
+  for (auto& s : steps) {
+    for (int64_t i = 0; i < s.n_tokens; ++i, ++row) {
+      const int64_t pos = s.first_pos + i;
+      float* slot = s.table->token_slot(pool, kv_layer, pos);
+      const float* src = kva_.data() + row * (lora + rope);
+      kernels::rms_norm(src, 1, lora, lora, w.kv_a_norm.data(), eps, slot, lora);
+      std::copy_n(src + lora, rope, slot + lora);
+      rope_.apply(slot + lora, 1, rope, pos);
+      rope_.apply(q_.data() + row * nh * qk + nope, nh, qk, pos);
+    }
+  }
+
+  attn_out_.resize(rows * nh * vd);
+  row = 0;
+  std::vector<const float*> pointers;
+  for (auto& s : steps) {
+    const int64_t keys = s.first_pos + s.n_tokens;
+    auto view = s.table->view(pool, kv_layer, keys, pointers);
+    if (s.mode == attention_mode::prefill) {
+      // Expand every cached latent (prefix and new tokens alike) to per-head keys and values,
+      // so a prefix served from a cache gives the same numbers as one computed here.
+      std::vector<float> latent(keys * lora), kv(keys * nh * kvw);
+      for (int64_t t = 0; t < keys; ++t)
+        std::copy_n(view.token(t), lora, latent.data() + t * lora);
+      kernels::gemm_fp32(latent.data(), keys, lora, w.kv_b_gemm, kv.data(), nh * kvw);
+      streamed_bytes_ += w.kv_b_gemm.bytes();
+      macs_ += static_cast<uint64_t>(keys) * w.kv_b_gemm.n() * w.kv_b_gemm.k();
+      kernels::mla_prefill({q_.data() + row * nh * qk, kv.data(), view, s.n_tokens, s.first_pos,
+                            nh, nope, rope, vd, softmax_scale_,
+                            attn_out_.data() + row * nh * vd});
+    } else {
+      // Weight absorption: q_nope·W_uk gives a query in the latent space, and the latent
+      // output is mapped back through W_uv, so the cache is never expanded.
+      kernels::thread_pool::shared().parallel_for(s.n_tokens * nh, [&](int64_t task) {
+        const int64_t i = task / nh, head = task % nh, r = row + i;
+        const float* qn = q_.data() + r * nh * qk + head * qk;
+        std::vector<float> q_lat(lora, 0.0f), o_lat(lora);
+        for (int64_t d = 0; d < nope; ++d)
+          kernels::axpy(qn[d], w.kv_b.data() + (head * kvw + d) * lora, q_lat.data(), lora);
+        kernels::mla_decode({q_lat.data(), qn + nope, view, s.first_pos + i, 1, softmax_scale_,
+                             o_lat.data()});
+        float* o = attn_out_.data() + r * nh * vd + head * vd;
+        for (int64_t j = 0; j < vd; ++j) {
+          const float* wv = w.kv_b.data() + (head * kvw + nope + j) * lora;
+          float acc = 0.0f;
+          for (int64_t cc = 0; cc < lora; ++cc)
+            acc += o_lat[cc] * wv[cc];
+          o[j] = acc;
+        }
+      });
+    }
+    row += s.n_tokens;
+  }
+  matmul(w.o, attn_out_.data(), rows, nh * vd, out, h);
+}
+
+void transformer::mlp(const mlp_weights& w, const float* x, int64_t rows, float* out) {
+  const int64_t h = config().hidden_size, inter = w.intermediate;
+  gu_.resize(rows * 2 * inter);
+  act_.resize(rows * inter);
+  matmul(w.gate_up, x, rows, h, gu_.data(), 2 * inter);
+  for (int64_t r = 0; r < rows; ++r)
+    kernels::silu_mul(gu_.data() + r * 2 * inter, gu_.data() + r * 2 * inter + inter,
+                      act_.data() + r * inter, inter);
+  matmul(w.down, act_.data(), rows, inter, out, h);
+}
+
+void transformer::moe(const moe_weights& w, const float* x, int64_t rows, float* out) {
+  const auto& c = config();
+  const int64_t h = c.hidden_size, n_exp = c.n_routed_experts, k = c.num_experts_per_tok,
+                inter = c.moe_intermediate_size;
+  std::vector<float> router_logits(rows * n_exp);
+  kernels::gemm_fp32(x, rows, h, w.router, router_logits.data(), n_exp);
+  streamed_bytes_ += w.router.bytes();
+  macs_ += static_cast<uint64_t>(rows) * w.router.n() * w.router.k();
+  kernels::moe_gate_params gp{n_exp, k, c.n_group, c.topk_group, c.scoring_func == "sigmoid",
+                              c.norm_topk_prob, static_cast<float>(c.routed_scaling_factor)};
+  std::vector<int32_t> route_expert(rows * k);
+  std::vector<float> route_weight(rows * k);
+  for (int64_t r = 0; r < rows; ++r)
+    kernels::moe_gate(router_logits.data() + r * n_exp, w.correction_bias, gp,
+                      route_expert.data() + r * k, route_weight.data() + r * k);
+
+  // Bucket routes by expert; route_row[r * k + j] is that route's row in its expert's batch.
+  std::vector<std::vector<int64_t>> expert_rows(n_exp);
+  std::vector<int64_t> route_row(rows * k);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < k; ++j) {
+      auto& list = expert_rows[route_expert[r * k + j]];
+      route_row[r * k + j] = static_cast<int64_t>(list.size());
+      list.push_back(r);
+    }
+  std::vector<int64_t> active;
+  for (int64_t e = 0; e < n_exp; ++e)
+    if (!expert_rows[e].empty())
+      active.push_back(e);
+
+  std::vector<std::vector<float>> up(n_exp), act(n_exp), down(n_exp);
+  for (auto e : active) {
+    const int64_t n = static_cast<int64_t>(expert_rows[e].size());
+    count(w.experts[e].gate_up, n);
+    count(w.experts[e].down, n);
+    up[e].resize(n * 2 * inter);
+    act[e].resize(n * inter);
+    down[e].resize(n * h);
+  }
+  auto swiglu = [&] {
+    kernels::thread_pool::shared().parallel_for(static_cast<int64_t>(active.size()), [&](int64_t i) {
+      const int64_t e = active[i], n = static_cast<int64_t>(expert_rows[e].size());
+      for (int64_t r = 0; r < n; ++r)
+        kernels::silu_mul(up[e].data() + r * 2 * inter, up[e].data() + r * 2 * inter + inter,
+                          act[e].data() + r * inter, inter);
+    });
+  };
+  if (w_->prec == precision::int8) {
+    // Quantize each token once; experts receive copies of its INT8 row and scale, as the
+    // fused dispatch ships them.
+    kernels::quantize_rows(x, rows, h, h, xq_);
+    std::vector<kernels::quantized_rows> in(n_exp), mid(n_exp);
+    std::vector<kernels::gemm_int8_problem> problems;
+    for (auto e : active) {
+      auto& q = in[e];
+      q.rows = static_cast<int64_t>(expert_rows[e].size());
+      q.cols = h;
+      q.stride = xq_.stride;
+      q.q.resize(q.rows * q.stride);
+      q.scale.resize(q.rows);
+      for (int64_t i = 0; i < q.rows; ++i) {
+        const int64_t src = expert_rows[e][i];
+        std::copy_n(xq_.row(src), xq_.stride, q.q.data() + i * q.stride);
+        q.scale[i] = xq_.scale[src];
+      }
+      problems.push_back({&q, &w.experts[e].gate_up.int8(), up[e].data(), 2 * inter});
+    }
+    kernels::gemm_int8_grouped(problems);
+    swiglu();
+    problems.clear();
+    for (auto e : active) {
+      kernels::quantize_rows(act[e].data(), static_cast<int64_t>(expert_rows[e].size()), inter,
+                             inter, mid[e]);
+      problems.push_back({&mid[e], &w.experts[e].down.int8(), down[e].data(), h});
+    }
+    kernels::gemm_int8_grouped(problems);
+  } else {
+    std::vector<std::vector<float>> in(n_exp);
+    std::vector<kernels::gemm_fp32_problem> problems;
+    for (auto e : active) {
+      const int64_t n = static_cast<int64_t>(expert_rows[e].size());
+      in[e].resize(n * h);
+      for (int64_t i = 0; i < n; ++i)
+        std::copy_n(x + expert_rows[e][i] * h, h, in[e].data() + i * h);
+      problems.push_back({in[e].data(), n, h, &w.experts[e].gate_up.fp32(), up[e].data(), 2 * inter});
+    }
+    kernels::gemm_fp32_grouped(problems);
+    swiglu();
+    problems.clear();
+    for (auto e : active)
+      problems.push_back({act[e].data(), static_cast<int64_t>(expert_rows[e].size()), inter,
+                          &w.experts[e].down.fp32(), down[e].data(), h});
+    kernels::gemm_fp32_grouped(problems);
+  }
+
+  // Combine in route-slot order: the fixed reduction order that keeps results batch-invariant
+  // (and, later, identical when experts live on other ranks).
+  std::fill(out, out + rows * h, 0.0f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t e = route_expert[r * k + j];
+      kernels::axpy(route_weight[r * k + j], down[e].data() + route_row[r * k + j] * h,
+                    out + r * h, h);
+    }
+  if (w.has_shared) {
+    moe_out_.resize(rows * h);
+    mlp(w.shared, x, rows, moe_out_.data());
+    for (int64_t i = 0; i < rows * h; ++i)
+      out[i] += moe_out_[i];
+  }
+}
+
+} // namespace supernode::model

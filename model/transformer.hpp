@@ -1,0 +1,86 @@
+#pragma once
+// The DeepSeek-V3 forward pass on our kernels, over any mix of sequences in one step: prefill
+// chunks (non-absorbed MLA over the latent cache) and decode tokens (weight-absorbed MLA).
+// Every per-token computation is independent of the other tokens in the step, so a sequence's
+// results are bit-identical whatever it is batched with.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "kernels/quantize.hpp"
+#include "kernels/rope.hpp"
+#include "model/kv_cache.hpp"
+#include "model/weights.hpp"
+
+namespace supernode::model {
+
+enum class attention_mode : uint8_t { prefill, decode };
+
+// One sequence's tokens within a forward step. Its table must already have room for
+// first_pos + n_tokens tokens (kv_block_table::reserve).
+struct sequence_step {
+  kv_block_table* table = nullptr;
+  int64_t first_pos = 0;
+  int64_t n_tokens = 0;
+  attention_mode mode = attention_mode::prefill;
+};
+
+// Not thread-safe: one transformer per engine thread (weights are shared, scratch is not).
+class transformer {
+public:
+  explicit transformer(std::shared_ptr<const model_weights> weights);
+
+  const model_config& config() const { return w_->config; }
+  const model_weights& weights() const { return *w_; }
+  // Layers of KV the cache needs: the main layers, plus the MTP modules when `with_mtp`.
+  kv_block_layout kv_layout(int64_t block_size, bool with_mtp) const;
+
+  // Runs `tokens` (the steps' tokens, concatenated in step order) through the main model,
+  // writing their latent KV, and returns their final-normed hidden states [tokens][hidden].
+  void forward(std::span<const int32_t> tokens, std::span<const sequence_step> steps,
+               kv_block_pool& pool, std::vector<float>& hidden);
+
+  // lm_head over `rows` hidden states: out [rows][vocab].
+  void logits(const float* hidden, int64_t rows, std::vector<float>& out);
+
+  // MTP module `k`: row i combines the main model's hidden state at a position with the
+  // embedding of the token that follows it; the module's own attention uses KV layer
+  // num_hidden_layers + k. Returns the module's normed hidden states; mtp_logits maps them.
+  void mtp_forward(size_t k, std::span<const int32_t> next_tokens, const float* main_hidden,
+                   std::span<const sequence_step> steps, kv_block_pool& pool,
+                   std::vector<float>& mtp_hidden);
+  void mtp_logits(size_t k, const float* mtp_hidden, int64_t rows, std::vector<float>& out);
+
+  // Matmul weight bytes the forwards since the last reset had to read: every dense weight
+  // once per forward, only the experts some token was routed to. For bandwidth figures.
+  uint64_t streamed_weight_bytes() const { return streamed_bytes_; }
+  // Multiply-accumulates of all matmuls since the last reset (routed experts by their rows).
+  uint64_t matmul_macs() const { return macs_; }
+  void reset_counters() { streamed_bytes_ = macs_ = 0; }
+
+private:
+  void embed(const std::vector<float>& table, std::span<const int32_t> tokens, float* x);
+  void positions_of(std::span<const sequence_step> steps, int64_t total,
+                    const kv_block_pool& pool);
+  void count(const linear& l, int64_t rows);
+  void matmul(const linear& l, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy);
+  void layer_forward(const layer_weights& w, int64_t kv_layer, float* x, int64_t rows,
+                     std::span<const sequence_step> steps, kv_block_pool& pool);
+  void attention(const attention_weights& w, int64_t kv_layer, const float* h, int64_t rows,
+                 std::span<const sequence_step> steps, kv_block_pool& pool, float* out);
+  void mlp(const mlp_weights& w, const float* x, int64_t rows, float* out);
+  void moe(const moe_weights& w, const float* x, int64_t rows, float* out);
+
+  std::shared_ptr<const model_weights> w_;
+  kernels::rope_table rope_;
+  float softmax_scale_;
+  uint64_t streamed_bytes_ = 0, macs_ = 0;
+  std::vector<int64_t> pos_; // position of each row of the step
+  // Scratch reused across calls (one transformer per thread).
+  kernels::quantized_rows xq_;
+  std::vector<float> h_, qa_, q_, kva_, attn_out_, proj_, gu_, act_, moe_out_;
+};
+
+} // namespace supernode::model
