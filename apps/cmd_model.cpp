@@ -11,18 +11,8 @@ std::filesystem::path resolve_model_dir(const std::optional<std::string>& model_
   if (model_arg)
     return *model_arg;
   const char* home = std::getenv("SUPERNODE_HOME");
-  const std::filesystem::path dir = std::filesystem::path(home ? home : ".") / "models" / "demo";
-  if (!std::filesystem::exists(dir / "model.safetensors") ||
-      !std::filesystem::exists(dir / "config.json")) {
-    std::fprintf(stderr, "supernode: making the demo model (tiny preset, seed 1) in %s\n",
-                 dir.c_str());
-    model::make_options o;
-    o.preset = "tiny";
-    o.seed = 1;
-    o.out = dir;
-    model::make_checkpoint(o);
-  }
-  return dir;
+  return model::ensure_checkpoint(std::filesystem::path(home ? home : ".") / "models" / "demo",
+                                  "tiny", 1);
 }
 
 int cmd_model(cli_args& args) {

@@ -1,6 +1,7 @@
 #include "model/checkpoint_maker.hpp"
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -248,6 +249,21 @@ void make_checkpoint(const make_options& o) {
     throw std::runtime_error("cannot write " + (o.out / "config.json").string());
   copy_file_checked(tok_dir / "tokenizer.json", o.out / "tokenizer.json");
   copy_file_checked(tok_dir / "tokenizer_config.json", o.out / "tokenizer_config.json");
+}
+
+std::filesystem::path ensure_checkpoint(const std::filesystem::path& dir, const std::string& preset,
+                                        uint64_t seed) {
+  if (std::filesystem::exists(dir / "model.safetensors") &&
+      std::filesystem::exists(dir / "config.json"))
+    return dir;
+  std::fprintf(stderr, "supernode: making the %s model (seed %llu) in %s\n", preset.c_str(),
+               static_cast<unsigned long long>(seed), dir.c_str());
+  make_options o;
+  o.preset = preset;
+  o.seed = seed;
+  o.out = dir;
+  make_checkpoint(o);
+  return dir;
 }
 
 } // namespace supernode::model

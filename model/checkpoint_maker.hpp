@@ -26,6 +26,11 @@ model_config preset_config(const std::string& preset);
 
 void make_checkpoint(const make_options& options);
 
+// `dir` if it already holds a checkpoint, else makes one there from `preset` and `seed`
+// (the demo and benchmark models are made on first use).
+std::filesystem::path ensure_checkpoint(const std::filesystem::path& dir, const std::string& preset,
+                                        uint64_t seed);
+
 // The tokenizer folder from $SUPERNODE_TOKENIZER_DIR, else $SUPERNODE_HOME/.deps/npm/...;
 // throws with instructions when neither holds tokenizer.json.
 std::filesystem::path default_tokenizer_dir();

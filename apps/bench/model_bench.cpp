@@ -27,16 +27,8 @@ std::filesystem::path small_model_dir(const std::optional<std::string>& arg) {
   if (arg)
     return *arg;
   const char* home = std::getenv("SUPERNODE_HOME");
-  auto dir = std::filesystem::path(home ? home : ".") / "models" / "small";
-  if (!std::filesystem::exists(dir / "model.safetensors")) {
-    std::fprintf(stderr, "bench model: making the small preset in %s\n", dir.c_str());
-    model::make_options o;
-    o.preset = "small";
-    o.seed = 1;
-    o.out = dir;
-    model::make_checkpoint(o);
-  }
-  return dir;
+  return model::ensure_checkpoint(std::filesystem::path(home ? home : ".") / "models" / "small",
+                                  "small", 1);
 }
 
 std::vector<int32_t> synthetic_prompt(int64_t n, int64_t vocab, int64_t salt) {
