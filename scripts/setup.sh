@@ -7,11 +7,14 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # Why each package: compiler and build (g++, cmake, ninja, pkg-config); tests and benchmarks
 # (gtest, google benchmark); safetensors headers (nlohmann-json); the tokenizer's Unicode
 # pre-tokenizer regexes (pcre2); the kernel benchmark's baselines (oneDNN, OpenBLAS);
-# the npm client that fetches the tokenizer and runs its JavaScript reference (nodejs, npm).
+# the npm client that fetches the tokenizer and runs its JavaScript reference (nodejs, npm);
+# actors and planes: CAF 0.17, ZeroMQ with cppzmq, MessagePack, toml++ for cluster configs,
+# Boost (msgpack-cxx needs it; Beast serves HTTP).
 PACKAGES=(g++ cmake ninja-build pkg-config git
           libgtest-dev libgmock-dev libbenchmark-dev
           nlohmann-json3-dev libpcre2-dev libdnnl-dev libopenblas-dev
-          nodejs)
+          nodejs
+          libcaf-dev libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libtomlplusplus-dev libboost-dev)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -1,0 +1,58 @@
+#pragma once
+// A plane moves messages between named peers (role instances such as "prefill-0"). Planes
+// stand in for the supernode's networks: inproc (same process), shm (UB), zmq (RDMA and VPC).
+// Which plane carries which flow is chosen in the cluster config, never in the code that sends.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "transport/frame.hpp"
+#include "transport/message.hpp"
+
+namespace supernode::transport {
+
+using peer_id = std::string;
+
+enum class send_status : uint8_t {
+  ok = 0,
+  queue_full,   // the peer's bounded queue is full: back off and retry, or fail the request
+  unknown_peer, // no endpoint for this peer (never joined, or left)
+  peer_down,    // the peer is known to be dead
+  too_large,    // the encoded message exceeds its type's max_bytes
+  closed,       // the plane is shutting down
+};
+const char* to_string(send_status s);
+
+struct plane_counters {
+  std::atomic<uint64_t> messages_sent{0}, messages_received{0};
+  std::atomic<uint64_t> bytes_sent{0}, bytes_received{0};
+  std::atomic<uint64_t> queue_full{0};
+  frame_error_counters bad_frames;
+};
+
+// Called on the plane's receiving thread; must not block for long.
+using message_handler = std::function<void(const peer_id& from, envelope message)>;
+
+class plane {
+public:
+  virtual ~plane() = default;
+  // "inproc", "shm" or "zmq".
+  virtual std::string_view kind() const = 0;
+  // Hands one message to the plane for `to`. Never blocks: a full queue answers queue_full.
+  virtual send_status send(const peer_id& to, const envelope& message) = 0;
+  // Installs the receiver before start(); messages that arrive earlier wait in the plane.
+  virtual void set_handler(message_handler handler) = 0;
+  virtual void start() = 0;
+  // Stops the receiving thread and releases OS resources (sockets, segments). Idempotent.
+  virtual void stop() = 0;
+
+  const plane_counters& counters() const { return counters_; }
+
+protected:
+  plane_counters counters_;
+};
+
+} // namespace supernode::transport
