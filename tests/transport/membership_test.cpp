@@ -1,0 +1,87 @@
+#include "transport/membership.hpp"
+#include "transport/pending_requests.hpp"
+
+#include <gtest/gtest.h>
+
+using namespace supernode::transport;
+using namespace std::chrono_literals;
+
+namespace {
+steady_time t0 = steady_time{} + 1h;
+member_join join(const std::string& peer, uint64_t inc) {
+  return {peer, "decode", inc, {{"vpc", "ipc:///tmp/" + peer}}};
+}
+} // namespace
+
+TEST(membership, silent_peer_is_down_within_the_bound) {
+  membership m({100ms, 5});
+  EXPECT_EQ(m.on_join(join("d0", 1), t0).size(), 1u);
+  EXPECT_TRUE(m.on_heartbeat({"d0", 1, 1}, t0 + 100ms).empty());
+  EXPECT_TRUE(m.tick(t0 + 600ms).empty()); // 500 ms since the last heartbeat: not yet
+  auto ev = m.tick(t0 + 601ms);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].what, membership_event::kind::down);
+  EXPECT_NE(ev[0].reason.find("no heartbeat for 501 ms"), std::string::npos) << ev[0].reason;
+  EXPECT_FALSE(m.is_alive("d0"));
+  EXPECT_TRUE(m.tick(t0 + 2s).empty()); // reported once
+  // Heartbeats resuming bring it back.
+  ev = m.on_heartbeat({"d0", 1, 9}, t0 + 3s);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].what, membership_event::kind::joined);
+}
+
+TEST(membership, disconnect_is_immediate_and_restart_is_a_new_member) {
+  membership m;
+  m.on_join(join("p0", 1), t0);
+  auto ev = m.on_disconnect("p0", "connection dropped", t0 + 1ms);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].what, membership_event::kind::down);
+  EXPECT_TRUE(m.on_disconnect("p0", "again", t0 + 2ms).empty());
+  // The restarted process joins with a new incarnation; old-incarnation heartbeats are ignored.
+  ev = m.on_join(join("p0", 2), t0 + 10ms);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_TRUE(m.on_heartbeat({"p0", 1, 5}, t0 + 11ms).empty());
+  EXPECT_EQ(m.find("p0")->incarnation, 2u);
+  // A live member seen with a new incarnation: the old one went down, the new one joined.
+  ev = m.on_heartbeat({"p0", 3, 1}, t0 + 20ms);
+  ASSERT_EQ(ev.size(), 2u);
+  EXPECT_EQ(ev[0].what, membership_event::kind::down);
+  EXPECT_EQ(ev[1].what, membership_event::kind::joined);
+}
+
+TEST(membership, leave_and_roles) {
+  membership m;
+  m.on_join(join("d0", 1), t0);
+  m.on_join(join("d1", 1), t0);
+  m.on_join({"p0", "prefill", 1, {}}, t0);
+  EXPECT_EQ(m.alive_with_role("decode").size(), 2u);
+  auto ev = m.on_leave({"d1", "drained"}, t0);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].what, membership_event::kind::left);
+  EXPECT_EQ(m.alive_with_role("decode").size(), 1u);
+  EXPECT_TRUE(m.on_heartbeat({"ghost", 1, 1}, t0).empty()); // heartbeats make no members
+  EXPECT_EQ(m.size(), 3u);
+}
+
+TEST(pending_requests, replies_timeouts_and_dead_peers) {
+  pending_requests p(3);
+  std::vector<std::string> outcomes;
+  auto record = [&](std::optional<envelope> reply, const std::string& error) {
+    outcomes.push_back(reply ? "reply" : error);
+  };
+  auto a = p.add("d0", t0 + 100ms, record);
+  auto b = p.add("d1", t0 + 50ms, record);
+  auto c = p.add("d1", t0 + 500ms, record);
+  ASSERT_TRUE(a && b && c);
+  EXPECT_FALSE(p.add("d2", t0, record)); // bounded
+  EXPECT_EQ(*p.next_deadline(), t0 + 50ms);
+  EXPECT_TRUE(p.complete(*a, make_envelope(pong{})));
+  EXPECT_FALSE(p.complete(*a, make_envelope(pong{}))); // late duplicate dropped
+  EXPECT_EQ(p.expire(t0 + 60ms), 1u);                 // b
+  EXPECT_EQ(p.fail_peer("d1", "no heartbeat"), 1u);   // c
+  ASSERT_EQ(outcomes.size(), 3u);
+  EXPECT_EQ(outcomes[0], "reply");
+  EXPECT_EQ(outcomes[1], "request to d1 timed out");
+  EXPECT_EQ(outcomes[2], "peer d1 is down: no heartbeat");
+  EXPECT_EQ(p.size(), 0u);
+}

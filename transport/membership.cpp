@@ -1,0 +1,106 @@
+#include "transport/membership.hpp"
+
+namespace supernode::transport {
+
+const char* to_string(member_state s) {
+  switch (s) {
+  case member_state::alive: return "alive";
+  case member_state::down: return "down";
+  case member_state::left: return "left";
+  }
+  return "unknown";
+}
+
+std::vector<membership_event> membership::on_join(const member_join& m, steady_time now) {
+  std::vector<membership_event> events;
+  auto it = members_.find(m.peer);
+  if (it != members_.end() && it->second.state == member_state::alive) {
+    if (it->second.incarnation == m.incarnation) { // a repeated join: refresh endpoints only
+      it->second.endpoints = m.endpoints;
+      it->second.last_heard = now;
+      return events;
+    }
+    events.push_back({membership_event::kind::down, m.peer, "restarted with a new incarnation"});
+  }
+  members_[m.peer] = member{m.peer, m.role, m.incarnation, m.endpoints, member_state::alive, now};
+  events.push_back({membership_event::kind::joined, m.peer, "joined as " + m.role});
+  return events;
+}
+
+std::vector<membership_event> membership::on_leave(const member_leave& m, steady_time) {
+  auto it = members_.find(m.peer);
+  if (it == members_.end() || it->second.state != member_state::alive)
+    return {};
+  it->second.state = member_state::left;
+  return {{membership_event::kind::left, m.peer, m.reason}};
+}
+
+std::vector<membership_event> membership::on_heartbeat(const heartbeat& h, steady_time now) {
+  auto it = members_.find(h.sender);
+  if (it == members_.end())
+    return {}; // heartbeats do not make members; joins (or the config) do
+  auto& m = it->second;
+  if (h.incarnation != m.incarnation) {
+    if (h.incarnation < m.incarnation)
+      return {}; // a late heartbeat of a process we already replaced
+    std::vector<membership_event> events;
+    if (m.state == member_state::alive)
+      events.push_back({membership_event::kind::down, m.id, "restarted with a new incarnation"});
+    m.incarnation = h.incarnation;
+    m.state = member_state::alive;
+    m.last_heard = now;
+    events.push_back({membership_event::kind::joined, m.id, "rejoined after a restart"});
+    return events;
+  }
+  m.last_heard = now;
+  if (m.state == member_state::down) {
+    m.state = member_state::alive;
+    return {{membership_event::kind::joined, m.id, "heartbeats resumed"}};
+  }
+  return {};
+}
+
+std::vector<membership_event> membership::on_disconnect(const std::string& peer,
+                                                        const std::string& reason, steady_time) {
+  auto it = members_.find(peer);
+  if (it == members_.end() || it->second.state != member_state::alive)
+    return {};
+  it->second.state = member_state::down;
+  return {{membership_event::kind::down, peer, reason}};
+}
+
+std::vector<membership_event> membership::tick(steady_time now) {
+  std::vector<membership_event> events;
+  const auto limit = options_.heartbeat_interval * options_.missed_heartbeats;
+  for (auto& [id, m] : members_)
+    if (m.state == member_state::alive && now - m.last_heard > limit) {
+      m.state = member_state::down;
+      events.push_back({membership_event::kind::down, id,
+                        "no heartbeat for " +
+                            std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                               now - m.last_heard)
+                                               .count()) +
+                            " ms"});
+    }
+  return events;
+}
+
+const member* membership::find(const std::string& id) const {
+  auto it = members_.find(id);
+  return it == members_.end() ? nullptr : &it->second;
+}
+
+bool membership::is_alive(const std::string& id) const {
+  auto m = find(id);
+  return m && m->state == member_state::alive;
+}
+
+std::vector<const member*> membership::alive_with_role(const std::string& role) const {
+  std::vector<const member*> out;
+  for (auto& [id, m] : members_)
+    if (m.state == member_state::alive && m.role == role)
+      out.push_back(&m);
+  return out;
+}
+
+} // namespace supernode::transport

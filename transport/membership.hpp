@@ -1,0 +1,70 @@
+#pragma once
+// Who is in the cluster and who is alive. Members come from the config (static) and from
+// join/leave messages at run time; liveness comes from heartbeats on the VPC plane and from
+// the planes' own disconnect signals. Pure logic over an explicit clock, so the timing rules
+// are tested without sleeping:
+//   - a member whose heartbeats stop is declared down after heartbeat_interval × missed
+//     (checked on every tick; callers tick at least every heartbeat_interval, so a silent peer
+//     is reported within interval × (missed + 1));
+//   - a plane that sees the peer's connection drop (its process died) reports it at once;
+//   - a heartbeat with a new incarnation is a restarted process: the old one is down, the new
+//     one joins.
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "transport/control_messages.hpp"
+
+namespace supernode::transport {
+
+using steady_time = std::chrono::steady_clock::time_point;
+
+enum class member_state : uint8_t { alive, down, left };
+const char* to_string(member_state s);
+
+struct member {
+  std::string id;
+  std::string role;
+  uint64_t incarnation = 0;
+  std::map<std::string, std::string> endpoints; // plane name -> address
+  member_state state = member_state::alive;
+  steady_time last_heard{};
+};
+
+struct membership_event {
+  enum class kind : uint8_t { joined, left, down } what;
+  std::string peer;
+  std::string reason;
+};
+
+struct liveness_options {
+  std::chrono::milliseconds heartbeat_interval{100};
+  int missed_heartbeats = 5;
+};
+
+class membership {
+public:
+  explicit membership(liveness_options options = {}) : options_(options) {}
+
+  const liveness_options& options() const { return options_; }
+  std::vector<membership_event> on_join(const member_join& m, steady_time now);
+  std::vector<membership_event> on_leave(const member_leave& m, steady_time now);
+  std::vector<membership_event> on_heartbeat(const heartbeat& h, steady_time now);
+  std::vector<membership_event> on_disconnect(const std::string& peer, const std::string& reason,
+                                              steady_time now);
+  std::vector<membership_event> tick(steady_time now);
+
+  const member* find(const std::string& id) const;
+  bool is_alive(const std::string& id) const;
+  std::vector<const member*> alive_with_role(const std::string& role) const;
+  size_t size() const { return members_.size(); }
+
+private:
+  liveness_options options_;
+  std::map<std::string, member> members_;
+};
+
+} // namespace supernode::transport

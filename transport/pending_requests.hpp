@@ -1,0 +1,50 @@
+#pragma once
+// Requests waiting for a reply from a peer. Nothing waits forever: each request has a deadline
+// and fails with a named error when the deadline passes or when its peer is declared down
+// (ZeroMQ and CAF alike leave in-flight requests to a dead peer hanging otherwise).
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "transport/membership.hpp"
+#include "transport/message.hpp"
+
+namespace supernode::transport {
+
+class pending_requests {
+public:
+  // Called exactly once: with the reply, or with an empty reply and the reason.
+  using completion = std::function<void(std::optional<envelope> reply, const std::string& error)>;
+
+  explicit pending_requests(size_t limit = 65536) : limit_(limit) {}
+
+  // Returns the request id, or nothing when `limit` requests are already waiting (the caller
+  // reports the overload instead of queueing without bound).
+  std::optional<uint64_t> add(const std::string& peer, steady_time deadline, completion done);
+  // False when the id is unknown (already completed, failed or expired): late replies are dropped.
+  bool complete(uint64_t id, envelope reply);
+  size_t fail_peer(const std::string& peer, const std::string& reason);
+  size_t expire(steady_time now);
+  size_t size() const;
+  std::optional<steady_time> next_deadline() const;
+
+private:
+  struct entry {
+    std::string peer;
+    steady_time deadline;
+    completion done;
+  };
+  template <class Pred>
+  size_t fail_where(Pred pred, const std::function<std::string(const entry&)>& why);
+
+  mutable std::mutex mutex_;
+  size_t limit_;
+  uint64_t next_id_ = 1;
+  std::map<uint64_t, entry> entries_;
+};
+
+} // namespace supernode::transport
