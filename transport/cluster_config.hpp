@@ -1,0 +1,78 @@
+#pragma once
+// A deployment shape: which processes run which role instances, which planes exist and which
+// plane carries which flow. One TOML file per shape (configs/); the same file serves every
+// process of the cluster, and every endpoint address is derived from it, so processes find
+// each other without a discovery service. Instances added at run time announce themselves with
+// member_join instead.
+//
+//   [cluster]   name = "demo"   run_dir = "/tmp/supernode-demo"
+//               heartbeat_ms = 100   missed_heartbeats = 5
+//   [planes.vpc]  kind = "zmq"  transport = "ipc"            # or "tcp" with host, base_port
+//   [planes.ub]   kind = "shm"  ring_bytes = 67108864
+//   [flows]       control = "vpc"   bulk = "rdma"   dispatch = "ub"
+//   [process.decode]  roles = ["decode", "expert_shard"]   count = 2
+//
+// Process "decode" #1 hosts instances "decode-1" and "expert_shard-1".
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace supernode::transport {
+
+struct plane_config {
+  std::string name;
+  std::string kind;              // inproc | shm | zmq
+  std::string transport = "ipc"; // zmq: ipc | tcp
+  std::string host = "127.0.0.1";
+  int base_port = 0;
+  size_t queue_limit = 4096;
+  size_t ring_bytes = size_t{1} << 26;
+};
+
+struct process_config {
+  std::string name;
+  std::vector<std::string> roles;
+  int count = 1;
+};
+
+struct instance_config {
+  std::string name; // "<role>-<index>"
+  std::string role;
+  std::string process;
+  int index = 0;
+  int ordinal = 0; // position among all instances, for port numbering
+};
+
+struct cluster_config {
+  std::string name = "supernode";
+  std::filesystem::path run_dir;
+  std::chrono::milliseconds heartbeat_interval{100};
+  int missed_heartbeats = 5;
+  std::map<std::string, plane_config> planes;
+  std::map<std::string, std::string> flows; // flow -> plane name
+  std::vector<process_config> processes;
+
+  // Every role instance of every process, in config order.
+  std::vector<instance_config> instances() const;
+  // The instances process `process` #index hosts; throws naming the process when unknown.
+  std::vector<instance_config> instances_of(const std::string& process, int index) const;
+  const instance_config& instance(const std::string& name) const;
+  const plane_config& plane_for_flow(const std::string& flow) const;
+  // Address of an instance's endpoint on a plane: channel "control" or "bulk".
+  std::string address(const instance_config& instance, const plane_config& plane,
+                      const std::string& channel) const;
+
+  // Throws std::runtime_error naming the source and the key for any malformed entry.
+  static cluster_config parse(std::string_view toml_text, const std::string& source);
+  static cluster_config load(const std::filesystem::path& file);
+
+private:
+  std::vector<instance_config> instances_;
+};
+
+} // namespace supernode::transport
