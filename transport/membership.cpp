@@ -40,6 +40,10 @@ std::vector<membership_event> membership::on_heartbeat(const heartbeat& h, stead
   if (it == members_.end())
     return {}; // heartbeats do not make members; joins (or the config) do
   auto& m = it->second;
+  if (m.incarnation == 0 && h.incarnation != 0) {
+    // A member known from the config: its first heartbeat tells us which process it is.
+    m.incarnation = h.incarnation;
+  }
   if (h.incarnation != m.incarnation) {
     if (h.incarnation < m.incarnation)
       return {}; // a late heartbeat of a process we already replaced

@@ -8,7 +8,8 @@
 //     is reported within interval × (missed + 1));
 //   - a plane that sees the peer's connection drop (its process died) reports it at once;
 //   - a heartbeat with a new incarnation is a restarted process: the old one is down, the new
-//     one joins.
+//     one joins. Members from the config start with incarnation 0 ("not yet heard from") and
+//     take the incarnation of their first heartbeat.
 
 #include <chrono>
 #include <map>

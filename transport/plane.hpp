@@ -48,11 +48,23 @@ public:
   virtual void start() = 0;
   // Stops the receiving thread and releases OS resources (sockets, segments). Idempotent.
   virtual void stop() = 0;
+  // Makes `peer` reachable at the addresses it announced (member_join); planes that find peers
+  // by name alone (inproc, shm) ignore it.
+  virtual void add_peer(const peer_id& peer, const std::string& control_address,
+                        const std::string& bulk_address) {
+    (void)peer, (void)control_address, (void)bulk_address;
+  }
+  // Called when the plane itself sees a peer go away (its connection dropped, its process
+  // died): the fast path of liveness, ahead of missed heartbeats.
+  void set_disconnect_handler(std::function<void(const peer_id&, const std::string& reason)> h) {
+    on_disconnect_ = std::move(h);
+  }
 
   const plane_counters& counters() const { return counters_; }
 
 protected:
   plane_counters counters_;
+  std::function<void(const peer_id&, const std::string& reason)> on_disconnect_;
 };
 
 } // namespace supernode::transport

@@ -1,0 +1,98 @@
+#include "transport/endpoint.hpp"
+
+#include <condition_variable>
+#include <gtest/gtest.h>
+#include <mutex>
+
+#include "transport/control_messages.hpp"
+#include "transport/plane_factory.hpp"
+
+using namespace supernode::transport;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr const char* two_instances = R"(
+[cluster]
+name = "endpoint-test"
+heartbeat_ms = 20
+missed_heartbeats = 3
+[planes.local]
+kind = "inproc"
+[flows]
+default = "local"
+[process.a]
+roles = ["alpha"]
+[process.b]
+roles = ["beta"]
+)";
+
+// Collects what an endpoint's handlers deliver, for waiting with a timeout.
+struct inbox {
+  std::mutex m;
+  std::condition_variable cv;
+  std::vector<std::pair<peer_id, envelope>> messages;
+  std::vector<membership_event> events;
+
+  template <class Pred>
+  bool wait_for(Pred pred, std::chrono::milliseconds timeout = 5s) {
+    std::unique_lock lock(m);
+    return cv.wait_for(lock, timeout, [&] { return pred(); });
+  }
+  void attach(endpoint& e) {
+    e.set_message_handler([this](const peer_id& from, envelope msg) {
+      std::lock_guard lock(m);
+      messages.emplace_back(from, std::move(msg));
+      cv.notify_all();
+    });
+    e.set_event_handler([this](const membership_event& ev) {
+      std::lock_guard lock(m);
+      events.push_back(ev);
+      cv.notify_all();
+    });
+  }
+};
+
+} // namespace
+
+TEST(endpoint, messages_heartbeats_and_down_peers) {
+  auto cluster = cluster_config::parse(two_instances, "two.toml");
+  auto a = std::make_unique<endpoint>(cluster, "alpha-0", make_plane, 11);
+  auto b = std::make_unique<endpoint>(cluster, "beta-0", make_plane, 22);
+  inbox ia, ib;
+  ia.attach(*a);
+  ib.attach(*b);
+  a->start();
+  b->start();
+
+  ASSERT_EQ(a->send("control", "beta-0", make_envelope(ping{1, 0, {}})), send_status::ok);
+  ASSERT_TRUE(ib.wait_for([&] { return ib.messages.size() == 1; }));
+  EXPECT_EQ(ib.messages[0].first, "alpha-0");
+  EXPECT_EQ(a->send("control", "gamma-0", make_envelope(ping{})), send_status::unknown_peer);
+
+  // Heartbeats keep both alive; they are consumed by the endpoint, not delivered.
+  auto t = std::chrono::steady_clock::now();
+  for (int i = 0; i < 3; ++i) {
+    a->tick(t);
+    b->tick(t);
+  }
+  ASSERT_TRUE(a->is_alive("beta-0"));
+  std::unique_lock lock(ib.m);
+  EXPECT_EQ(ib.messages.size(), 1u);
+  lock.unlock();
+
+  // A request to beta fails as soon as beta is declared down (it stops ticking).
+  std::string outcome;
+  auto id = a->pending().add("beta-0", t + 10s, [&](std::optional<envelope>, const std::string& e) {
+    outcome = e;
+  });
+  ASSERT_TRUE(id);
+  b->stop();
+  // Heartbeats are stamped on arrival, so "61 ms from now" is past the 3 × 20 ms limit.
+  a->tick(std::chrono::steady_clock::now() + 61ms);
+  ASSERT_TRUE(ia.wait_for([&] { return !ia.events.empty(); }));
+  EXPECT_EQ(ia.events[0].what, membership_event::kind::down);
+  EXPECT_EQ(ia.events[0].peer, "beta-0");
+  EXPECT_NE(outcome.find("peer beta-0 is down"), std::string::npos) << outcome;
+  EXPECT_EQ(a->send("control", "beta-0", make_envelope(ping{})), send_status::peer_down);
+}

@@ -1,0 +1,144 @@
+#include "transport/endpoint.hpp"
+
+#include <chrono>
+
+#include "transport/control_messages.hpp"
+
+namespace supernode::transport {
+
+endpoint::endpoint(cluster_config cluster, const std::string& self, plane_factory factory,
+                   uint64_t incarnation)
+    : cluster_(std::move(cluster)), self_(cluster_.instance(self)), incarnation_(incarnation),
+      membership_({cluster_.heartbeat_interval, cluster_.missed_heartbeats}) {
+  register_control_messages();
+  for (auto& [name, pc] : cluster_.planes) {
+    auto p = factory(cluster_, pc, self_);
+    p->set_handler([this](const peer_id& from, envelope m) { on_message(from, std::move(m)); });
+    p->set_disconnect_handler([this](const peer_id& peer, const std::string& reason) {
+      std::vector<membership_event> events;
+      {
+        std::lock_guard lock(mutex_);
+        events = membership_.on_disconnect(peer, reason, std::chrono::steady_clock::now());
+      }
+      emit(events);
+    });
+    planes_[name] = std::move(p);
+  }
+  // Every instance of the config is a member from the start: the config is the directory.
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& inst : cluster_.instances()) {
+    if (inst.name == self_.name)
+      continue;
+    member_join j{inst.name, inst.role, 0, {}};
+    for (auto& [name, pc] : cluster_.planes)
+      j.endpoints[name] = cluster_.address(inst, pc, "control");
+    membership_.on_join(j, now);
+  }
+}
+
+endpoint::~endpoint() { stop(); }
+
+void endpoint::set_message_handler(message_handler h) { on_message_ = std::move(h); }
+void endpoint::set_event_handler(event_handler h) { on_event_ = std::move(h); }
+
+void endpoint::start() {
+  for (auto& [name, p] : planes_)
+    p->start();
+}
+
+void endpoint::stop() {
+  for (auto& [name, p] : planes_)
+    p->stop();
+}
+
+bool endpoint::is_alive(const peer_id& peer) const {
+  std::lock_guard lock(mutex_);
+  return membership_.is_alive(peer);
+}
+
+const plane* endpoint::plane_named(const std::string& name) const {
+  auto it = planes_.find(name);
+  return it == planes_.end() ? nullptr : it->second.get();
+}
+
+send_status endpoint::send(const std::string& flow, const peer_id& to, const envelope& message) {
+  {
+    std::lock_guard lock(mutex_);
+    const member* m = membership_.find(to);
+    if (!m)
+      return send_status::unknown_peer;
+    if (m->state != member_state::alive)
+      return send_status::peer_down;
+  }
+  return planes_.at(cluster_.plane_for_flow(flow).name)->send(to, message);
+}
+
+void endpoint::on_message(const peer_id& from, envelope message) {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<membership_event> events;
+  if (auto* h = message.get<heartbeat>()) {
+    std::lock_guard lock(mutex_);
+    events = membership_.on_heartbeat(*h, now);
+  } else if (auto* j = message.get<member_join>()) {
+    for (auto& [name, p] : planes_) {
+      auto control = j->endpoints.find(name), bulk = j->endpoints.find(name + ".bulk");
+      if (control != j->endpoints.end())
+        p->add_peer(j->peer, control->second,
+                    bulk != j->endpoints.end() ? bulk->second : control->second);
+    }
+    std::lock_guard lock(mutex_);
+    events = membership_.on_join(*j, now);
+  } else if (auto* l = message.get<member_leave>()) {
+    std::lock_guard lock(mutex_);
+    events = membership_.on_leave(*l, now);
+  } else {
+    if (on_message_)
+      on_message_(from, std::move(message));
+    return;
+  }
+  emit(events);
+}
+
+void endpoint::emit(const std::vector<membership_event>& events) {
+  for (auto& e : events) {
+    if (e.what != membership_event::kind::joined)
+      pending_.fail_peer(e.peer, e.reason);
+    if (on_event_)
+      on_event_(e);
+  }
+}
+
+void endpoint::tick(steady_time now) {
+  std::vector<std::string> targets;
+  std::vector<membership_event> events;
+  {
+    std::lock_guard lock(mutex_);
+    events = membership_.tick(now);
+    for (auto& inst : cluster_.instances())
+      if (inst.name != self_.name && membership_.is_alive(inst.name))
+        targets.push_back(inst.name);
+  }
+  emit(events);
+  pending_.expire(now);
+  auto hb = make_envelope(heartbeat{self_.name, incarnation_, ++heartbeat_seq_});
+  for (auto& t : targets)
+    send("control", t, hb); // a full queue drops a heartbeat; the next one follows soon
+}
+
+void endpoint::announce_join(const peer_id& peer) {
+  member_join j{self_.name, self_.role, incarnation_, {}};
+  for (auto& [name, pc] : cluster_.planes) {
+    j.endpoints[name] = cluster_.address(self_, pc, "control");
+    j.endpoints[name + ".bulk"] = cluster_.address(self_, pc, "bulk");
+  }
+  planes_.at(cluster_.plane_for_flow("control").name)->send(peer, make_envelope(j));
+}
+
+void endpoint::announce_leave(const std::string& reason) {
+  auto msg = make_envelope(member_leave{self_.name, reason});
+  for (auto& inst : cluster_.instances())
+    if (inst.name != self_.name)
+      send("control", inst.name, msg);
+}
+
+} // namespace supernode::transport

@@ -1,0 +1,69 @@
+#pragma once
+// Everything one role instance needs to talk to the cluster: a plane for each plane of the
+// config, membership seeded from the config and updated by join/leave, heartbeats on the
+// control flow, and pending requests that fail when their peer goes down. The actor that owns
+// an endpoint only relays: messages and membership events arrive through the two handlers (on
+// plane threads), and the actor calls tick() every heartbeat interval.
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "transport/cluster_config.hpp"
+#include "transport/membership.hpp"
+#include "transport/pending_requests.hpp"
+#include "transport/plane.hpp"
+
+namespace supernode::transport {
+
+class endpoint {
+public:
+  using plane_factory = std::function<std::unique_ptr<plane>(
+      const cluster_config&, const plane_config&, const instance_config& self)>;
+  using event_handler = std::function<void(const membership_event&)>;
+
+  endpoint(cluster_config cluster, const std::string& self, plane_factory factory,
+           uint64_t incarnation);
+  ~endpoint();
+
+  const std::string& self() const { return self_.name; }
+  const cluster_config& cluster() const { return cluster_; }
+  // Application messages (heartbeats and membership messages are consumed here).
+  void set_message_handler(message_handler h);
+  void set_event_handler(event_handler h);
+  void start();
+  void stop();
+
+  // Sends on the plane the config assigns to `flow`. A peer known to be down answers peer_down
+  // at once instead of queueing toward nobody.
+  send_status send(const std::string& flow, const peer_id& to, const envelope& message);
+  // Sends a heartbeat to every live member over the control flow and declares silent members
+  // down. Call every cluster().heartbeat_interval.
+  void tick(steady_time now);
+  // Announces this instance to `peer` (instances added at run time), and departure to all.
+  void announce_join(const peer_id& peer);
+  void announce_leave(const std::string& reason);
+
+  pending_requests& pending() { return pending_; }
+  bool is_alive(const peer_id& peer) const;
+  const plane* plane_named(const std::string& name) const;
+
+private:
+  void on_message(const peer_id& from, envelope message);
+  void emit(const std::vector<membership_event>& events);
+
+  cluster_config cluster_;
+  instance_config self_;
+  uint64_t incarnation_;
+  uint64_t heartbeat_seq_ = 0;
+  std::map<std::string, std::unique_ptr<plane>> planes_; // by plane name
+  mutable std::mutex mutex_;                              // guards membership_
+  membership membership_;
+  pending_requests pending_;
+  message_handler on_message_;
+  event_handler on_event_;
+};
+
+} // namespace supernode::transport
