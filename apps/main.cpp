@@ -17,6 +17,8 @@ commands:
   tokenize    --model DIR (--text TEXT | --chat FILE.json) [--no-bos] [--json]
   detokenize  --model DIR --ids 1,2,3 [--json]
   model make  --preset tiny|small [--seed N] --out DIR [--dtype fp8|bf16]
+  role NAME   --config FILE --id ID        one process of a cluster: the role instances that
+                                           FILE's [process.NAME] lists, instance ID
   bench kernels [--threads N] [--quick]     INT8/FP32 GEMM against oneDNN and OpenBLAS
   bench model   [--model DIR] [--quick]     decode step and prefill throughput
 
@@ -47,6 +49,8 @@ int main(int argc, char** argv) {
       return cmd_model(args);
     if (command == "bench")
       return cmd_bench(args);
+    if (command == "role")
+      return cmd_role(args);
     std::fprintf(stderr, "supernode: unknown command '%s'\n\n%s", command.c_str(), usage);
     return 2;
   } catch (const usage_error& e) {

@@ -1,14 +1,14 @@
 #include "transport/endpoint.hpp"
 
-#include <condition_variable>
 #include <gtest/gtest.h>
-#include <mutex>
 
 #include "transport/control_messages.hpp"
 #include "transport/plane_factory.hpp"
+#include "inbox.hpp"
 
 using namespace supernode::transport;
 using namespace std::chrono_literals;
+using supernode::testing::inbox;
 
 namespace {
 
@@ -26,32 +26,6 @@ roles = ["alpha"]
 [process.b]
 roles = ["beta"]
 )";
-
-// Collects what an endpoint's handlers deliver, for waiting with a timeout.
-struct inbox {
-  std::mutex m;
-  std::condition_variable cv;
-  std::vector<std::pair<peer_id, envelope>> messages;
-  std::vector<membership_event> events;
-
-  template <class Pred>
-  bool wait_for(Pred pred, std::chrono::milliseconds timeout = 5s) {
-    std::unique_lock lock(m);
-    return cv.wait_for(lock, timeout, [&] { return pred(); });
-  }
-  void attach(endpoint& e) {
-    e.set_message_handler([this](const peer_id& from, envelope msg) {
-      std::lock_guard lock(m);
-      messages.emplace_back(from, std::move(msg));
-      cv.notify_all();
-    });
-    e.set_event_handler([this](const membership_event& ev) {
-      std::lock_guard lock(m);
-      events.push_back(ev);
-      cv.notify_all();
-    });
-  }
-};
 
 } // namespace
 

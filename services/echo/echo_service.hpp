@@ -1,0 +1,31 @@
+#pragma once
+// The echo role: answers every ping with a pong carrying the same payload, and reassembles bulk
+// transfers, acknowledging each complete one with its byte count and FNV-1a checksum. It is the
+// peer the plane tests and benchmarks talk to.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "services/role_logic.hpp"
+
+namespace supernode::services {
+
+uint64_t fnv1a(const char* data, size_t size, uint64_t seed = 0xcbf29ce484222325ull);
+
+class echo_service : public role_logic {
+public:
+  void on_message(const transport::peer_id& from, const transport::envelope& message,
+                  transport::endpoint& out) override;
+  size_t transfers_in_progress() const { return transfers_.size(); }
+
+private:
+  struct transfer {
+    std::vector<char> bytes;
+    uint64_t received = 0;
+  };
+  std::map<std::pair<transport::peer_id, uint64_t>, transfer> transfers_;
+};
+
+} // namespace supernode::services
