@@ -1,8 +1,12 @@
+#include <cstdio>
 #include <string>
 #include <vector>
 
 #include "apps/bench/kernel_bench.hpp"
+#include "apps/bench/inproc_plane_bench.hpp"
 #include "apps/bench/model_bench.hpp"
+#include "apps/bench/shm_plane_bench.hpp"
+#include "apps/bench/zmq_plane_bench.hpp"
 #include "apps/commands.hpp"
 
 namespace supernode::apps {
@@ -20,7 +24,18 @@ int cmd_bench(cli_args& args) {
     argv.push_back(nullptr);
     return run_kernel_bench(static_cast<int>(rest.size()), argv.data());
   }
-  throw usage_error("expected `bench kernels` or `bench model`");
+  if (what && *what == "planes") {
+    const bool quick = args.take_flag("--quick");
+    args.expect_consumed("bench planes");
+    // The shm and zmq benchmarks fork: run them before anything here starts a thread.
+    nlohmann::json out;
+    out["shm"] = run_shm_plane_bench(quick);
+    out["zmq"] = run_zmq_plane_bench(quick);
+    out["inproc"] = run_inproc_plane_bench(quick);
+    std::printf("%s\n", out.dump(2).c_str());
+    return 0;
+  }
+  throw usage_error("expected `bench kernels`, `bench model` or `bench planes`");
 }
 
 } // namespace supernode::apps

@@ -21,6 +21,7 @@ commands:
                                            FILE's [process.NAME] lists, instance ID
   bench kernels [--threads N] [--quick]     INT8/FP32 GEMM against oneDNN and OpenBLAS
   bench model   [--model DIR] [--quick]     decode step and prefill throughput
+  bench planes  [--quick]                   shm, zmq and inproc planes against raw baselines
 
 global options: --threads N (compute threads; default all cores)
 Without --model, commands use the demo model (models/demo), made on first use.
@@ -37,8 +38,10 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   try {
     cli_args args(argc, argv, 2);
-    if (auto threads = args.take_int("--threads", 0, 0, 1024); threads > 0)
-      supernode::kernels::thread_pool::configure_shared(static_cast<int>(threads));
+    // Benchmarks read --threads themselves (the kernel benchmark sizes its own pools).
+    if (command != "bench")
+      if (auto threads = args.take_int("--threads", 0, 0, 1024); threads > 0)
+        supernode::kernels::thread_pool::configure_shared(static_cast<int>(threads));
     if (command == "generate")
       return cmd_generate(args);
     if (command == "tokenize")

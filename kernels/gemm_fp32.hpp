@@ -21,7 +21,22 @@ public:
   int64_t k() const { return k_; }
   float at(int64_t row, int64_t col) const;
   size_t bytes() const { return packed_.size() * sizeof(float); }
+
+  // Packed layout: output channels in panels of 16, four panels to a group; inside a group,
+  // for each k, the group's panels side by side (16 floats each), so a kernel covering a whole
+  // group streams memory linearly. Channels past n are zero.
+  static constexpr int64_t panel_cols = 16;
+  static constexpr int64_t group_panels = 4;
   const float* packed() const { return packed_.data(); }
+  int64_t panels() const { return (n_ + panel_cols - 1) / panel_cols; }
+  int64_t groups() const { return (panels() + group_panels - 1) / group_panels; }
+  int64_t panels_in_group(int64_t g) const {
+    const int64_t rest = panels() - g * group_panels;
+    return rest < group_panels ? rest : group_panels;
+  }
+  const float* group_data(int64_t g) const {
+    return packed_.data() + g * group_panels * panel_cols * k_;
+  }
 
 private:
   int64_t n_ = 0, k_ = 0;

@@ -31,9 +31,24 @@ public:
   // Bytes the kernel streams per full pass over the weight (packed values + scales).
   size_t bytes() const { return packed_.size() + scale_.size() * sizeof(float); }
 
-  // Packed layout, owned by the kernel implementation.
+  // Packed layout, owned by the kernel implementation: output channels in panels of 8, four
+  // panels to a group; inside a group, for each run of 4 k, the group's panels side by side,
+  // each 8 channels x 4 bytes (one 32-byte vector). A kernel covering a whole group therefore
+  // streams memory linearly. Channels past n and k past k() are zero.
+  static constexpr int64_t panel_cols = 8;
+  static constexpr int64_t k_group = 4;
+  static constexpr int64_t group_panels = 4;
   const int8_t* packed() const { return packed_.data(); }
   int64_t k_padded() const { return k_padded_; }
+  int64_t panels() const { return (n_ + panel_cols - 1) / panel_cols; }
+  int64_t groups() const { return (panels() + group_panels - 1) / group_panels; }
+  int64_t panels_in_group(int64_t g) const {
+    const int64_t rest = panels() - g * group_panels;
+    return rest < group_panels ? rest : group_panels;
+  }
+  const int8_t* group_data(int64_t g) const {
+    return packed_.data() + g * group_panels * panel_cols * k_padded_;
+  }
 
 private:
   int64_t n_ = 0, k_ = 0, k_padded_ = 0;

@@ -8,6 +8,9 @@
 
 namespace supernode::kernels {
 
+// Rows are padded to a multiple of this many bytes: the INT8 kernels consume k four at a time.
+inline constexpr int64_t quantize_k_step = 4;
+
 struct quantized_rows {
   int64_t rows = 0;
   int64_t cols = 0;
@@ -20,6 +23,10 @@ struct quantized_rows {
 
 // Quantizes `rows` rows of `cols` floats (row r starts at x + r * ldx). Reuses `out`'s storage.
 void quantize_rows(const float* x, int64_t rows, int64_t cols, int64_t ldx, quantized_rows& out);
+
+// One row: writes `cols` values into q (no padding) and returns the scale. Also quantizes
+// weights per output channel (int8_weight::quantize).
+float quantize_row(const float* x, int64_t cols, int8_t* q);
 
 // Inverse, for tests and for shipping quantized tokens: y[r][c] = q[r][c] * scale[r].
 void dequantize_rows(const quantized_rows& in, float* y, int64_t ldy);

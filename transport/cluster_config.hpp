@@ -31,7 +31,7 @@ struct plane_config {
   std::string host = "127.0.0.1";
   int base_port = 0;
   size_t queue_limit = 4096;
-  size_t ring_bytes = size_t{1} << 26;
+  size_t ring_bytes = size_t{8} << 20; // shm: per ordered pair of peers
 };
 
 struct process_config {

@@ -1,5 +1,7 @@
 #include "transport/message.hpp"
 
+#include <algorithm>
+#include <new>
 #include <stdexcept>
 
 namespace supernode::transport {
@@ -28,6 +30,31 @@ byte_buffer envelope::encode() const {
   if (!info)
     throw std::logic_error("message type " + std::to_string(type_) + " is not registered");
   return info->encode(object_.get());
+}
+
+frame_writer::frame_writer() : data_(static_cast<char*>(std::malloc(512))), capacity_(512) {
+  if (!data_)
+    throw std::bad_alloc();
+}
+
+void frame_writer::grow(size_t needed) {
+  // Doubling keeps many small writes cheap; a write larger than that gets its size plus room
+  // for the fields that may follow it.
+  const size_t capacity = std::max(capacity_ * 2, needed + 4096);
+  auto* bigger = static_cast<char*>(std::realloc(data_, capacity));
+  if (!bigger)
+    throw std::bad_alloc();
+  data_ = bigger;
+  capacity_ = capacity;
+}
+
+byte_buffer frame_writer::release() {
+  byte_buffer b;
+  b.size = size_;
+  b.data.reset(data_);
+  data_ = nullptr;
+  size_ = capacity_ = 0;
+  return b;
 }
 
 msgpack::unpack_limit unpack_limits_for(size_t payload_bytes) {

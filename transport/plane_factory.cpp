@@ -2,7 +2,11 @@
 
 #include <stdexcept>
 
+#include <filesystem>
+
 #include "transport/inproc_plane.hpp"
+#include "transport/shm_plane.hpp"
+#include "transport/zmq_plane.hpp"
 
 namespace supernode::transport {
 
@@ -13,9 +17,29 @@ std::shared_ptr<inproc_hub> process_inproc_hub() {
 
 std::unique_ptr<plane> make_plane(const cluster_config& cluster, const plane_config& pc,
                                   const instance_config& self) {
-  (void)cluster;
   if (pc.kind == "inproc")
     return std::make_unique<inproc_plane>(process_inproc_hub(), self.name, pc.queue_limit);
+  if (pc.kind == "zmq") {
+    if (pc.transport == "ipc")
+      std::filesystem::create_directories(cluster.run_dir);
+    zmq_plane_options o;
+    o.self = self.name;
+    o.control_endpoint = cluster.address(self, pc, "control");
+    o.bulk_endpoint = cluster.address(self, pc, "bulk");
+    o.queue_limit = pc.queue_limit;
+    auto p = std::make_unique<zmq_plane>(o);
+    // Every instance of the config is reachable from the start; zmq connects before the peer
+    // binds and delivers once it does.
+    for (auto& inst : cluster.instances())
+      if (inst.name != self.name)
+        p->connect(inst.name, cluster.address(inst, pc, "control"), cluster.address(inst, pc, "bulk"));
+    return p;
+  }
+  if (pc.kind == "shm") {
+    shm_plane_options o;
+    o.ring_bytes = pc.ring_bytes;
+    return std::make_unique<shm_plane>(cluster.name, self.name, o);
+  }
   throw std::runtime_error("plane '" + pc.name + "' of kind '" + pc.kind +
                            "' is not available in this build");
 }

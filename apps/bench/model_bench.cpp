@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
-#include "apps/bench/memory_bandwidth.hpp"
+#include "apps/bench/kernel_bench_machine.hpp"
 #include "apps/cli_args.hpp"
 #include "kernels/thread_pool.hpp"
 #include "model/checkpoint_maker.hpp"
@@ -44,6 +44,8 @@ int run_model_bench(cli_args& args) {
   const auto dir = small_model_dir(args.take("--model"));
   const bool quick = args.take_flag("--quick");
   const auto prec = model::parse_precision(args.take_or("--precision", "int8"));
+  if (auto threads = args.take_int("--threads", 0, 0, 1024); threads > 0)
+    kernels::thread_pool::configure_shared(static_cast<int>(threads));
   args.expect_consumed("bench model");
   const int threads = kernels::thread_pool::shared().size();
 
@@ -59,8 +61,8 @@ int run_model_bench(cli_args& args) {
   out["precision"] = model::precision_name(prec);
   out["threads"] = threads;
   out["parameters"] = c.parameter_count();
-  const double bw_one = measure_read_bandwidth_gbs(1);
-  const double bw_all = measure_read_bandwidth_gbs(threads);
+  const double bw_one = kernel_bench::read_bandwidth_gbs(1);
+  const double bw_all = threads == 1 ? bw_one : kernel_bench::read_bandwidth_gbs(threads);
   out["read_bandwidth_gbs"] = {{"one_thread", bw_one}, {"all_threads", bw_all}};
 
   // Decode: B sequences with a short prompt, then timed single-token steps.

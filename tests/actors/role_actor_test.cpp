@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <thread>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +18,7 @@
 #include "services/role_registry.hpp"
 #include "transport/control_messages.hpp"
 #include "transport/plane_factory.hpp"
+#include "../support/child_process.hpp"
 #include "../transport/inbox.hpp"
 
 using namespace supernode;
@@ -98,4 +101,129 @@ TEST(role_actor, unknown_role_is_a_clear_error) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("role 'oracle'"), std::string::npos);
   }
+}
+
+namespace {
+
+// The echo process of `config` started from the real binary, and a probe endpoint here.
+struct two_process_cluster {
+  std::filesystem::path config_file;
+  cluster_config cluster;
+  std::unique_ptr<supernode::testing::child_process> child;
+  std::unique_ptr<endpoint> probe;
+  inbox in;
+  // The probe's heartbeat clock (what a role actor's tick timer does): without heartbeats the
+  // echo instance would rightly declare the probe down.
+  std::mutex clock_mutex;
+  std::condition_variable clock_cv;
+  bool stopping = false;
+  std::thread clock;
+
+  two_process_cluster(const std::string& name, const std::string& planes) {
+    std::filesystem::create_directories("/tmp/" + name);
+    config_file = std::filesystem::path("/tmp/" + name) / "cluster.toml";
+    std::ofstream(config_file) << config_text(name, planes);
+    cluster = cluster_config::load(config_file);
+    child = std::make_unique<supernode::testing::child_process>(std::vector<std::string>{
+        std::string(SUPERNODE_BINARY_DIR) + "/apps/supernode", "role", "echo", "--config",
+        config_file.string(), "--id", "0"});
+    auto ready = child->wait_for_line("ready", 20s);
+    if (!ready)
+      throw std::runtime_error("echo process did not get ready");
+    probe = std::make_unique<endpoint>(cluster, "probe-0", make_plane, 2);
+    in.attach(*probe);
+    probe->start();
+    clock = std::thread([this] {
+      std::unique_lock lock(clock_mutex);
+      while (!clock_cv.wait_for(lock, cluster.heartbeat_interval, [&] { return stopping; }))
+        probe->tick(std::chrono::steady_clock::now());
+    });
+  }
+  ~two_process_cluster() {
+    {
+      std::lock_guard lock(clock_mutex);
+      stopping = true;
+    }
+    clock_cv.notify_all();
+    clock.join();
+    probe.reset();
+    child.reset();
+    std::filesystem::remove_all(config_file.parent_path());
+  }
+};
+
+bool saw_down(inbox& in, const std::string& peer) {
+  for (auto& e : in.events)
+    if (e.peer == peer && e.what == membership_event::kind::down)
+      return true;
+  return false;
+}
+
+void two_process_round_trips(const std::string& name, const std::string& planes) {
+  two_process_cluster c(name, planes);
+  exchange_every_message(*c.probe, c.in, "control");
+  // A clean stop is announced: the probe sees the echo instance leave.
+  c.child->signal(SIGTERM);
+  ASSERT_TRUE(c.child->wait(10s));
+  ASSERT_TRUE(c.in.wait_for([&] {
+    for (auto& e : c.in.events)
+      if (e.peer == "echo-0" && e.what != membership_event::kind::joined)
+        return true;
+    return false;
+  }));
+}
+
+void peer_killed_mid_transfer(const std::string& name, const std::string& planes) {
+  two_process_cluster c(name, planes);
+  // Start a long transfer, and a request that waits for its acknowledgement.
+  std::promise<std::string> outcome;
+  auto id = c.probe->pending().add(
+      "echo-0", std::chrono::steady_clock::now() + 60s,
+      [&](std::optional<envelope> reply, const std::string& error) {
+        outcome.set_value(reply ? "reply" : error);
+      });
+  ASSERT_TRUE(id);
+  bulk_chunk chunk{1, 0, 64u << 20, std::vector<char>(16u << 20, 'k')};
+  for (int i = 0; i < 3; ++i) {
+    chunk.offset = i * (16u << 20);
+    c.probe->send("control", "echo-0", make_envelope(chunk));
+  }
+  const auto killed_at = std::chrono::steady_clock::now();
+  c.child->signal(SIGKILL);
+  ASSERT_TRUE(c.child->wait(10s));
+  // Liveness: the probe declares echo-0 down within the heartbeat bound even with no
+  // connection event (50 ms × 6 missed, plus one tick), and fails the waiting request.
+  auto f = outcome.get_future();
+  ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
+  EXPECT_NE(f.get().find("echo-0 is down"), std::string::npos);
+  EXPECT_LT(std::chrono::steady_clock::now() - killed_at, 2s);
+  EXPECT_TRUE(saw_down(c.in, "echo-0"));
+  EXPECT_EQ(c.probe->send("control", "echo-0", make_envelope(ping{})), send_status::peer_down);
+}
+
+constexpr const char* zmq_planes = "[planes.vpc]\nkind = \"zmq\"\n[flows]\ndefault = \"vpc\"\n";
+constexpr const char* shm_planes =
+    "[planes.ub]\nkind = \"shm\"\n[planes.vpc]\nkind = \"zmq\"\n[flows]\ndefault = \"ub\"\n";
+
+} // namespace
+
+TEST(role_actor, echo_process_over_zmq) {
+  two_process_round_trips("sn-role-zmq-" + std::to_string(::getpid()), zmq_planes);
+}
+
+TEST(role_actor, echo_process_over_shm) {
+  two_process_round_trips("sn-role-shm-" + std::to_string(::getpid()), shm_planes);
+  // Nothing of the cluster is left in /dev/shm after a clean stop.
+  for (auto& e : std::filesystem::directory_iterator("/dev/shm"))
+    EXPECT_EQ(e.path().filename().string().find("sn-role-shm-" + std::to_string(::getpid())),
+              std::string::npos)
+        << e.path();
+}
+
+TEST(role_actor, killed_peer_is_down_and_its_requests_fail_over_zmq) {
+  peer_killed_mid_transfer("sn-kill-zmq-" + std::to_string(::getpid()), zmq_planes);
+}
+
+TEST(role_actor, killed_peer_is_down_and_its_requests_fail_over_shm) {
+  peer_killed_mid_transfer("sn-kill-shm-" + std::to_string(::getpid()), shm_planes);
 }

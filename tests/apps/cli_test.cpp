@@ -32,7 +32,7 @@ run_result run(const std::string& args) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
-std::string model_arg() { return "--model " + testing::tiny_model_dir().string(); }
+std::string model_arg() { return "--model " + supernode::testing::tiny_model_dir().string(); }
 
 } // namespace
 
@@ -45,7 +45,7 @@ TEST(cli, generate_json_equals_the_reference_engine) {
   EXPECT_TRUE(j.contains("decode_ms_per_token"));
   EXPECT_TRUE(j["text"].is_string());
 
-  model::reference_engine e(testing::tiny_weights(model::precision::int8));
+  model::reference_engine e(supernode::testing::tiny_weights(model::precision::int8));
   model::generation_request req;
   req.prompt = {0, 1000, 2000, 3000};
   req.max_tokens = 5;

@@ -1,0 +1,18 @@
+#pragma once
+// Machine ceilings measured in the same run as the kernels (the host is shared and noisy):
+// read bandwidth with AVX2 loads, and the instruction-mix peaks of the inner loops.
+
+namespace supernode::apps::kernel_bench {
+
+// GB/s summing a buffer of `mib` MiB with `threads` threads: best of `reps` passes with
+// software prefetch and `reps` without.
+double read_bandwidth_gbs(int threads, int mib = 256, int reps = 5);
+// Single-core GOPS (2 ops per multiply-add) of the exact sign-trick INT8 step
+// (vpsignb, vpmaddubsw, vpmaddwd, vpaddd) with operands in registers.
+double int8_sign_trick_peak_gops();
+// The same without vpsignb (what an inexact u8*s8 kernel can reach).
+double int8_maddubs_peak_gops();
+// Single-core GFLOPS of independent 256-bit FMAs.
+double fp32_fma_peak_gflops();
+
+} // namespace supernode::apps::kernel_bench

@@ -1,0 +1,9 @@
+#pragma once
+#include <nlohmann/json.hpp>
+
+namespace supernode::apps {
+// The zmq plane between two processes over ipc, against raw cppzmq DEALER/ROUTER with no
+// framing, in the same run: 64 B round trip (median, p99) and one-way bandwidth from 4 KiB to
+// 64 MiB, with the ratio ours/raw for each figure.
+nlohmann::json run_zmq_plane_bench(bool quick);
+} // namespace supernode::apps

@@ -1,0 +1,730 @@
+#include "transport/shm_plane.hpp"
+
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <unistd.h>
+
+#include "transport/shm_sync.hpp"
+
+namespace supernode::transport {
+
+namespace {
+
+constexpr uint64_t inbox_magic = 0x58424E49444F4E53ull; // "SNODINBX"
+constexpr uint32_t inbox_slot_count = 256;
+
+// Ring record tags: a frame in one record, or the pieces of one too big for a record.
+enum record_tag : uint32_t { whole = 0, first_piece = 1, middle_piece = 2, last_piece = 3 };
+
+// An inbox slot's life: a sender claims a free slot (CAS), fills it and marks it ready; it marks
+// it closed on a clean stop; only the receiver frees it again, so a slot the receiver is reading
+// from is never reused under it.
+enum slot_state : uint32_t { slot_free = 0, slot_claiming = 1, slot_ready = 2, slot_closed = 3 };
+
+struct alignas(64) inbox_slot {
+  std::atomic<uint32_t> state;
+  std::atomic<int32_t> claimer_pid;
+  std::atomic<uint64_t> claimer_start;
+  char sender[72];
+  char ring[200]; // segment name of the sender's ring, after "/supernode.<cluster>."
+};
+
+// Unique per connection: a ring of an earlier connection to the same peer may still be mapped
+// (and named) while a new one is created after the peer restarted.
+std::string ring_name(const peer_id& to, const peer_id& from) {
+  static std::atomic<uint64_t> next{0};
+  return "ring." + to + "." + from + "." + std::to_string(getpid()) + "." +
+         std::to_string(next.fetch_add(1));
+}
+
+// Reads a NUL-terminated name the other process wrote, never past the field.
+template <size_t N>
+std::string field(const char (&f)[N]) {
+  char copy[N + 1] = {};
+  std::memcpy(copy, f, N);
+  return copy;
+}
+
+} // namespace
+
+struct shm_plane::inbox_control {
+  uint64_t magic;
+  uint32_t slot_count;
+  alignas(64) doorbell bell;                  // the receiving thread sleeps here
+  std::atomic<uint32_t> slots_changed;        // bumped on claim/close: rescan the slots
+  alignas(64) inbox_slot slots[inbox_slot_count];
+};
+
+struct shm_plane::outbound {
+  peer_id id;
+  shm_segment inbox_segment;
+  inbox_control* inbox = nullptr;
+  uint32_t slot = 0;
+  shm_ring ring;
+  std::mutex mutex; // one producer per ring: senders of this process take turns
+  std::deque<byte_buffer> pending;
+  size_t pending_bytes = 0, front_offset = 0;
+  std::atomic<bool> down{false};
+};
+
+struct shm_plane::inbound {
+  uint32_t slot = 0;
+  peer_id from;
+  shm_ring ring;
+  std::unique_ptr<std::byte[]> assembly; // kept between frames: big frames reuse its pages
+  size_t assembly_capacity = 0, assembled = 0, expected = 0;
+  bool assembling = false, discarding = false;
+  uint64_t bad_frames = 0;
+};
+
+shm_plane::shm_plane(std::string cluster, peer_id self, shm_plane_options options)
+    : cluster_(std::move(cluster)), self_(std::move(self)), options_(options) {
+  check_name_part("cluster", cluster_);
+  check_name_part("peer", self_);
+  options_.fragment_bytes = std::max<size_t>(4096, options_.fragment_bytes);
+  cleanup_stale_segments(cluster_);
+  inbox_segment_ =
+      shm_segment::create(cluster_, "inbox." + self_, segment_kind::inbox, sizeof(inbox_control));
+  inbox_ = new (inbox_segment_.data()) inbox_control{};
+  inbox_->slot_count = inbox_slot_count;
+  inbox_->magic = inbox_magic;
+}
+
+shm_plane::~shm_plane() { stop(); }
+
+void shm_plane::set_handler(message_handler handler) {
+  {
+    std::lock_guard lock(handler_mutex_);
+    handler_ = std::move(handler);
+  }
+  handler_generation_.fetch_add(1, std::memory_order_release);
+  if (inbox_)
+    inbox_->bell.ring();
+}
+
+void shm_plane::set_disconnect_handler(disconnect_handler handler) {
+  std::lock_guard lock(handler_mutex_);
+  disconnect_handler_ = std::move(handler);
+}
+
+void shm_plane::start() {
+  std::lock_guard lock(lifecycle_mutex_);
+  if (started_ || stopped_)
+    return;
+  started_ = true;
+  receiver_ = std::thread([this] { receive_loop(); });
+  if (!writer_.joinable())
+    writer_ = std::thread([this] { write_loop(); });
+}
+
+// Senders may queue big frames before start(); they go out as soon as they are queued.
+void shm_plane::ensure_writer() {
+  std::lock_guard lock(lifecycle_mutex_);
+  if (!stopped_ && !writer_.joinable())
+    writer_ = std::thread([this] { write_loop(); });
+}
+
+void shm_plane::stop() {
+  {
+    std::lock_guard lock(lifecycle_mutex_);
+    if (stopped_)
+      return;
+    stopped_ = true;
+  }
+  stopping_.store(true);
+  inbox_->bell.ring();
+  {
+    std::lock_guard lock(writer_mutex_);
+    writer_kicked_ = true;
+  }
+  writer_wake_.notify_all();
+  if (receiver_.joinable())
+    receiver_.join();
+  if (writer_.joinable())
+    writer_.join();
+  // Tell our receivers we left cleanly, then drop our rings (we created them, so we unlink).
+  std::map<peer_id, std::shared_ptr<outbound>> out;
+  {
+    std::lock_guard lock(out_mutex_);
+    out.swap(out_);
+  }
+  for (auto& [id, o] : out)
+    close_outbound(*o);
+  out.clear();
+  in_.clear();
+  inbox_segment_.mark_closed();
+  inbox_->bell.ring();
+  inbox_segment_ = shm_segment(); // unlinks the inbox
+  inbox_ = nullptr;
+}
+
+void shm_plane::report_down(const peer_id& peer) {
+  // Whichever direction noticed first, sends to the peer fail from now on (or reconnect, if it
+  // is back): the handler must never see a send to a peer it was just told about succeed.
+  std::shared_ptr<outbound> o;
+  {
+    std::lock_guard lock(out_mutex_);
+    if (auto it = out_.find(peer); it != out_.end()) {
+      o = it->second;
+      out_.erase(it);
+    }
+  }
+  if (o)
+    close_outbound(*o);
+  disconnect_handler handler;
+  {
+    std::lock_guard lock(handler_mutex_);
+    if (!reported_down_.insert(peer).second)
+      return;
+    handler = disconnect_handler_;
+  }
+  std::fprintf(stderr, "[shm %s/%s] peer %s disconnected\n", cluster_.c_str(), self_.c_str(),
+               peer.c_str());
+  if (handler)
+    handler(peer);
+  if (on_disconnect_) // the plane-independent signal the endpoint's liveness listens to
+    on_disconnect_(peer, "shm peer process exited or closed its rings");
+}
+
+// ---- sending ------------------------------------------------------------------------------
+
+send_status shm_plane::send(const peer_id& to, const envelope& message) {
+  if (stopping_.load(std::memory_order_relaxed))
+    return send_status::closed;
+  byte_buffer frame = message.encode();
+  const frame_header h = read_header(frame.bytes().data());
+  const auto* info = message_registry::instance().find(h.type);
+  if (info && h.length > info->max_bytes)
+    return send_status::too_large;
+  const auto bytes = frame.bytes();
+  return send_bytes(to, bytes, std::move(frame));
+}
+
+send_status shm_plane::send_frame(const peer_id& to, std::span<const std::byte> frame) {
+  return send_bytes(to, frame, byte_buffer{});
+}
+
+send_status shm_plane::send_bytes(const peer_id& to, std::span<const std::byte> bytes,
+                                  byte_buffer owned) {
+  if (stopping_.load(std::memory_order_relaxed))
+    return send_status::closed;
+  if (bytes.size() > options_.max_frame_bytes)
+    return send_status::too_large;
+  send_status status = send_status::ok;
+  auto o = connection(to, status);
+  if (!o)
+    return status;
+  std::unique_lock lock(o->mutex);
+  if (o->down)
+    return send_status::peer_down;
+  auto full = [&] {
+    lock.unlock();
+    // A full ring may mean a dead receiver: answer that rather than an endless queue_full.
+    if (!receiver_alive(*o)) {
+      mark_down(*o);
+      return send_status::peer_down;
+    }
+    counters_.queue_full.fetch_add(1, std::memory_order_relaxed);
+    return send_status::queue_full;
+  };
+  if (o->pending.empty() && bytes.size() <= o->ring.max_record_bytes()) {
+    if (o->ring.try_push(whole, bytes, {}, false) != ring_status::ok)
+      return full();
+    lock.unlock();
+    o->inbox->bell.ring();
+  } else {
+    if (o->pending_bytes + bytes.size() > options_.outbound_limit_bytes)
+      return full();
+    if (!owned.data) {
+      owned.data.reset(static_cast<char*>(std::malloc(bytes.size())));
+      if (!owned.data)
+        throw std::bad_alloc();
+      owned.size = bytes.size();
+      std::memcpy(owned.data.get(), bytes.data(), bytes.size());
+    }
+    o->pending_bytes += owned.size;
+    o->pending.push_back(std::move(owned));
+    lock.unlock();
+    ensure_writer();
+    {
+      std::lock_guard wl(writer_mutex_);
+      writer_kicked_ = true;
+    }
+    writer_wake_.notify_one();
+  }
+  counters_.messages_sent.fetch_add(1, std::memory_order_relaxed);
+  counters_.bytes_sent.fetch_add(bytes.size(), std::memory_order_relaxed);
+  return send_status::ok;
+}
+
+bool shm_plane::receiver_alive(const outbound& o) const {
+  return !o.inbox_segment.closed() && o.inbox_segment.creator_alive();
+}
+
+bool shm_plane::close_outbound(outbound& o) {
+  std::lock_guard lock(o.mutex);
+  if (o.down.exchange(true))
+    return false;
+  o.pending.clear();
+  o.pending_bytes = o.front_offset = 0;
+  // Hand the slot back so the receiver frees it; the ring goes when the last user drops `o`.
+  auto& slot = o.inbox->slots[o.slot];
+  uint32_t ready = slot_ready;
+  slot.state.compare_exchange_strong(ready, slot_closed, std::memory_order_acq_rel);
+  o.inbox->slots_changed.fetch_add(1, std::memory_order_release);
+  o.inbox->bell.ring();
+  return true;
+}
+
+void shm_plane::mark_down(outbound& o) {
+  if (close_outbound(o))
+    report_down(o.id);
+}
+
+std::shared_ptr<shm_plane::outbound> shm_plane::connection(const peer_id& to, send_status& status) {
+  std::shared_ptr<outbound> stale;
+  {
+    std::lock_guard lock(out_mutex_);
+    auto it = out_.find(to);
+    if (it != out_.end()) {
+      // Only the inbox's closed flag here (one shared read); the creator's liveness costs a
+      // /proc read and is checked by the sweep and when the ring is full.
+      if (!it->second->down && !it->second->inbox_segment.closed())
+        return it->second;
+      stale = it->second;
+      out_.erase(it);
+    }
+  }
+  if (stale)
+    mark_down(*stale); // reports once; the peer may have come back, so connect afresh
+  std::lock_guard lock(out_mutex_);
+  auto it = out_.find(to);
+  if (it != out_.end())
+    return it->second;
+  auto o = connect(to, status);
+  if (o)
+    out_[to] = o;
+  return o;
+}
+
+std::shared_ptr<shm_plane::outbound> shm_plane::connect(const peer_id& to, send_status& status) {
+  status = send_status::unknown_peer;
+  try {
+    check_name_part("peer", to);
+  } catch (const std::invalid_argument&) {
+    return nullptr;
+  }
+  std::optional<shm_segment> seg;
+  try {
+    seg = shm_segment::try_open(cluster_, "inbox." + to, segment_kind::inbox);
+  } catch (const shm_error& e) {
+    std::fprintf(stderr, "[shm %s/%s] cannot reach %s: %s\n", cluster_.c_str(), self_.c_str(),
+                 to.c_str(), e.what());
+    return nullptr;
+  }
+  if (!seg) {
+    // A peer we saw die stays "down" (not "unknown") until it comes back.
+    std::lock_guard lock(handler_mutex_);
+    if (reported_down_.count(to))
+      status = send_status::peer_down;
+    return nullptr;
+  }
+  auto* inbox = reinterpret_cast<inbox_control*>(seg->data());
+  if (seg->data_bytes() < sizeof(inbox_control) || inbox->magic != inbox_magic ||
+      inbox->slot_count != inbox_slot_count) {
+    std::fprintf(stderr, "[shm %s/%s] cannot reach %s: %s has a bad inbox header\n",
+                 cluster_.c_str(), self_.c_str(), to.c_str(), seg->name().c_str());
+    return nullptr;
+  }
+  if (seg->closed() || !seg->creator_alive()) {
+    if (!seg->creator_alive())
+      seg->unlink(); // stale: its creator cannot remove it any more
+    status = send_status::peer_down;
+    return nullptr;
+  }
+  auto o = std::make_shared<outbound>();
+  o->id = to;
+  const std::string rname = ring_name(to, self_);
+  o->ring = shm_ring::create(cluster_, rname, options_.ring_bytes, ring_role::producer);
+  o->inbox = inbox;
+  bool claimed = false;
+  for (uint32_t i = 0; i < inbox_slot_count && !claimed; ++i) {
+    auto& slot = inbox->slots[i];
+    uint32_t expected = slot_free;
+    if (!slot.state.compare_exchange_strong(expected, slot_claiming, std::memory_order_acq_rel))
+      continue;
+    slot.claimer_start.store(process_start_time(getpid()), std::memory_order_relaxed);
+    slot.claimer_pid.store(getpid(), std::memory_order_relaxed);
+    std::memset(slot.sender, 0, sizeof slot.sender);
+    std::memcpy(slot.sender, self_.data(), self_.size());
+    std::memset(slot.ring, 0, sizeof slot.ring);
+    std::memcpy(slot.ring, rname.data(), std::min(rname.size(), sizeof slot.ring - 1));
+    slot.state.store(slot_ready, std::memory_order_release);
+    o->slot = i;
+    claimed = true;
+  }
+  if (!claimed) {
+    std::fprintf(stderr, "[shm %s/%s] inbox of %s has no free slot\n", cluster_.c_str(),
+                 self_.c_str(), to.c_str());
+    status = send_status::queue_full;
+    return nullptr;
+  }
+  inbox->slots_changed.fetch_add(1, std::memory_order_release);
+  inbox->bell.ring();
+  o->inbox_segment = std::move(*seg);
+  {
+    std::lock_guard lock(handler_mutex_);
+    reported_down_.erase(to);
+  }
+  status = send_status::ok;
+  return o;
+}
+
+// ---- the writer thread: streams frames too big for one record ---------------------------
+
+bool shm_plane::flush(outbound& o, bool& still_pending) {
+  std::unique_lock lock(o.mutex);
+  bool pushed = false;
+  const size_t piece_limit = std::min(options_.fragment_bytes, o.ring.max_record_bytes());
+  while (!o.down && !o.pending.empty()) {
+    const auto frame = o.pending.front().bytes();
+    size_t piece = 0;
+    ring_status st;
+    if (o.front_offset == 0 && frame.size() <= o.ring.max_record_bytes()) {
+      piece = frame.size();
+      st = o.ring.try_push(whole, frame, {}, false);
+    } else if (o.front_offset == 0) {
+      const uint64_t total = frame.size(); // the first piece says how many bytes will follow
+      piece = std::min(frame.size(), piece_limit - sizeof total);
+      st = o.ring.try_push(first_piece, std::as_bytes(std::span(&total, 1)), frame.first(piece),
+                           false);
+    } else {
+      piece = std::min(frame.size() - o.front_offset, piece_limit);
+      const bool last = o.front_offset + piece == frame.size();
+      st = o.ring.try_push(last ? last_piece : middle_piece, frame.subspan(o.front_offset, piece),
+                           {}, false);
+    }
+    if (st != ring_status::ok)
+      break;
+    pushed = true;
+    o.front_offset += piece;
+    if (o.front_offset == frame.size()) {
+      o.pending_bytes -= frame.size();
+      o.front_offset = 0;
+      o.pending.pop_front();
+    }
+  }
+  still_pending = !o.down && !o.pending.empty();
+  lock.unlock();
+  if (pushed)
+    o.inbox->bell.ring();
+  return pushed;
+}
+
+void shm_plane::write_loop() {
+  while (!stopping_.load()) {
+    {
+      std::unique_lock lock(writer_mutex_);
+      writer_wake_.wait(lock, [&] { return writer_kicked_; });
+      writer_kicked_ = false;
+    }
+    for (;;) {
+      std::vector<std::shared_ptr<outbound>> peers;
+      {
+        std::lock_guard lock(out_mutex_);
+        for (auto& [id, o] : out_)
+          peers.push_back(o);
+      }
+      bool progress = false, any_pending = false;
+      std::shared_ptr<outbound> stalled;
+      for (auto& o : peers) {
+        bool pending = false;
+        progress |= flush(*o, pending);
+        if (pending) {
+          any_pending = true;
+          stalled = o;
+        }
+      }
+      if (!any_pending || stopping_.load())
+        break;
+      if (!progress) {
+        // Short slices: other peers may have pending frames too, and stop() must not wait long.
+        const size_t piece = std::min(options_.fragment_bytes, stalled->ring.max_record_bytes());
+        if (!stalled->ring.wait_for_space(piece, std::chrono::milliseconds(10), options_.spin) &&
+            !receiver_alive(*stalled))
+          mark_down(*stalled);
+      }
+    }
+  }
+}
+
+// ---- receiving ----------------------------------------------------------------------------
+
+void shm_plane::receive_loop() {
+  using clock = std::chrono::steady_clock;
+  uint32_t seen_slots = ~0u, seen_generation = ~0u;
+  message_handler handler;
+  auto next_sweep = clock::now() + options_.liveness_interval;
+  while (!stopping_.load(std::memory_order_relaxed)) {
+    if (const uint32_t g = handler_generation_.load(std::memory_order_acquire); g != seen_generation) {
+      seen_generation = g;
+      std::lock_guard lock(handler_mutex_);
+      handler = handler_;
+    }
+    if (const uint32_t s = inbox_->slots_changed.load(std::memory_order_acquire); s != seen_slots) {
+      seen_slots = s;
+      scan_slots();
+    }
+    bool worked = false;
+    if (handler)
+      for (size_t i = 0; i < in_.size(); ++i)
+        worked |= drain(*in_[i], handler, 64);
+    if (clock::now() >= next_sweep) {
+      sweep();
+      next_sweep = clock::now() + options_.liveness_interval;
+    }
+    if (worked)
+      continue;
+    inbox_->bell.wait(
+        [&] {
+          if (stopping_.load(std::memory_order_relaxed) ||
+              inbox_->slots_changed.load(std::memory_order_acquire) != seen_slots ||
+              handler_generation_.load(std::memory_order_acquire) != seen_generation)
+            return true;
+          if (handler)
+            for (auto& in : in_)
+              if (in->ring.has_data())
+                return true;
+          return false;
+        },
+        options_.spin, next_sweep);
+  }
+}
+
+void shm_plane::scan_slots() {
+  for (uint32_t i = 0; i < inbox_slot_count; ++i) {
+    auto& slot = inbox_->slots[i];
+    const uint32_t state = slot.state.load(std::memory_order_acquire);
+    if (state == slot_free)
+      continue;
+    size_t index = in_.size();
+    for (size_t k = 0; k < in_.size(); ++k)
+      if (in_[k]->slot == i)
+        index = k;
+    const bool known = index < in_.size();
+    if (state == slot_claiming) {
+      if (!process_alive(slot.claimer_pid.load(), slot.claimer_start.load()))
+        slot.state.store(slot_free, std::memory_order_release);
+    } else if (state == slot_ready && !known) {
+      auto in = std::make_unique<inbound>();
+      in->slot = i;
+      in->from = field(slot.sender);
+      const std::string rname = field(slot.ring);
+      try {
+        check_name_part("peer", in->from);
+        if (rname.rfind("ring." + self_ + "." + in->from + ".", 0) != 0)
+          throw shm_error("ring name '" + rname + "' does not match the slot");
+        auto ring = shm_ring::try_open(cluster_, rname, ring_role::consumer);
+        if (!ring)
+          throw shm_error("its ring " + shm_segment::full_name(cluster_, rname) + " does not exist");
+        in->ring = std::move(*ring);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "[shm %s/%s] ignoring inbox slot %u from '%s': %s\n", cluster_.c_str(),
+                     self_.c_str(), i, in->from.c_str(), e.what());
+        slot.state.store(slot_free, std::memory_order_release);
+        continue;
+      }
+      {
+        std::lock_guard lock(handler_mutex_);
+        reported_down_.erase(in->from);
+      }
+      in_.push_back(std::move(in));
+    } else if (state == slot_closed) {
+      if (known) {
+        message_handler handler;
+        {
+          std::lock_guard lock(handler_mutex_);
+          handler = handler_;
+        }
+        // A clean close: what the sender wrote before closing is still delivered.
+        while (handler && drain(*in_[index], handler, 1024)) {
+        }
+        const peer_id from = in_[index]->from;
+        remove_inbound(index, false);
+        report_down(from);
+      } else {
+        slot.state.store(slot_free, std::memory_order_release);
+      }
+    }
+  }
+}
+
+void shm_plane::remove_inbound(size_t index, bool unlink_ring) {
+  auto& in = *in_[index];
+  if (unlink_ring)
+    in.ring.segment().unlink();
+  inbox_->slots[in.slot].state.store(slot_free, std::memory_order_release);
+  in_.erase(in_.begin() + static_cast<std::ptrdiff_t>(index));
+}
+
+void shm_plane::sweep() {
+  for (size_t i = in_.size(); i-- > 0;) {
+    auto& in = *in_[i];
+    if (in.ring.segment().creator_alive())
+      continue;
+    // Whole records the sender finished before dying are delivered; a half-sent frame is not.
+    message_handler handler;
+    {
+      std::lock_guard lock(handler_mutex_);
+      handler = handler_;
+    }
+    while (handler && drain(in, handler, 1024)) {
+    }
+    const peer_id from = in.from;
+    remove_inbound(i, true);
+    report_down(from);
+  }
+  std::vector<std::shared_ptr<outbound>> dead;
+  {
+    std::lock_guard lock(out_mutex_);
+    for (auto it = out_.begin(); it != out_.end();) {
+      if (!it->second->down && receiver_alive(*it->second)) {
+        ++it;
+        continue;
+      }
+      dead.push_back(it->second);
+      it = out_.erase(it);
+    }
+  }
+  for (auto& o : dead)
+    mark_down(*o);
+}
+
+void shm_plane::bad_frame(inbound& in, frame_error e, const std::string& why) {
+  counters_.bad_frames.add(e);
+  ++in.bad_frames;
+  if (in.bad_frames <= 16 || (in.bad_frames & (in.bad_frames - 1)) == 0)
+    std::fprintf(stderr, "[shm %s/%s] bad frame #%llu from %s: %s: %s\n", cluster_.c_str(),
+                 self_.c_str(), static_cast<unsigned long long>(in.bad_frames), in.from.c_str(),
+                 to_string(e), why.c_str());
+}
+
+bool shm_plane::drain(inbound& in, const message_handler& handler, size_t budget) {
+  size_t n = 0;
+  for (; n < budget; ++n) {
+    std::optional<ring_record> r;
+    try {
+      r = in.ring.peek();
+    } catch (const shm_error& e) {
+      // A scribbled ring cannot be resynchronised: count it and stop reading from this sender.
+      bad_frame(in, frame_error::truncated, e.what());
+      inbox_->slots[in.slot].state.store(slot_closed, std::memory_order_release);
+      inbox_->slots_changed.fetch_add(1, std::memory_order_release);
+      return n > 0;
+    }
+    if (!r)
+      break;
+    auto message = take_record(in, *r);
+    in.ring.pop();
+    if (!message)
+      continue;
+    counters_.messages_received.fetch_add(1, std::memory_order_relaxed);
+    try {
+      handler(in.from, std::move(*message));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "[shm %s/%s] handler threw on a message from %s: %s\n",
+                   cluster_.c_str(), self_.c_str(), in.from.c_str(), e.what());
+    }
+  }
+  return n > 0;
+}
+
+std::optional<envelope> shm_plane::take_record(inbound& in, const ring_record& r) {
+  std::string why;
+  auto decode = [&](std::span<const std::byte> frame) -> std::optional<envelope> {
+    counters_.bytes_received.fetch_add(frame.size(), std::memory_order_relaxed);
+    auto m = decode_frame(frame, counters_.bad_frames, &why);
+    if (!m) {
+      ++in.bad_frames; // decode_frame counted the reason
+      if (in.bad_frames <= 16 || (in.bad_frames & (in.bad_frames - 1)) == 0)
+        std::fprintf(stderr, "[shm %s/%s] bad frame #%llu from %s: %s\n", cluster_.c_str(),
+                     self_.c_str(), static_cast<unsigned long long>(in.bad_frames),
+                     in.from.c_str(), why.c_str());
+    }
+    return m;
+  };
+  auto abandon = [&](const char* what) {
+    if (in.assembling)
+      bad_frame(in, frame_error::truncated,
+                std::string(what) + " after " + std::to_string(in.assembled) + " of " +
+                    std::to_string(in.expected) + " bytes of a fragmented frame");
+    in.assembling = false;
+  };
+  switch (r.tag) {
+  case whole:
+    abandon("a whole frame");
+    in.discarding = false;
+    return decode(r.bytes);
+  case first_piece: {
+    abandon("a new first piece");
+    in.discarding = false;
+    uint64_t total = 0;
+    if (r.bytes.size() < sizeof total) {
+      bad_frame(in, frame_error::truncated, "first piece without its length");
+      in.discarding = true;
+      return std::nullopt;
+    }
+    std::memcpy(&total, r.bytes.data(), sizeof total);
+    const auto body = r.bytes.subspan(sizeof total);
+    if (total > options_.max_frame_bytes || body.size() > total) {
+      bad_frame(in, frame_error::oversized,
+                "fragmented frame of " + std::to_string(total) + " bytes, limit " +
+                    std::to_string(options_.max_frame_bytes));
+      in.discarding = true;
+      return std::nullopt;
+    }
+    if (in.assembly_capacity < total) {
+      in.assembly.reset(new std::byte[total]);
+      in.assembly_capacity = total;
+    }
+    std::memcpy(in.assembly.get(), body.data(), body.size());
+    in.assembled = body.size();
+    in.expected = total;
+    in.assembling = true;
+    return std::nullopt;
+  }
+  case middle_piece:
+  case last_piece: {
+    if (!in.assembling) {
+      if (!in.discarding)
+        bad_frame(in, frame_error::truncated, "a piece without its first piece");
+      in.discarding = r.tag == middle_piece;
+      return std::nullopt;
+    }
+    if (in.assembled + r.bytes.size() > in.expected) {
+      bad_frame(in, frame_error::trailing_bytes, "pieces longer than the announced " +
+                                                     std::to_string(in.expected) + " bytes");
+      in.assembling = false;
+      in.discarding = r.tag == middle_piece;
+      return std::nullopt;
+    }
+    std::memcpy(in.assembly.get() + in.assembled, r.bytes.data(), r.bytes.size());
+    in.assembled += r.bytes.size();
+    if (r.tag == middle_piece)
+      return std::nullopt;
+    in.assembling = false;
+    if (in.assembled != in.expected) {
+      bad_frame(in, frame_error::truncated, "last piece at " + std::to_string(in.assembled) +
+                                                " of " + std::to_string(in.expected) + " bytes");
+      return std::nullopt;
+    }
+    return decode({in.assembly.get(), in.expected});
+  }
+  default:
+    bad_frame(in, frame_error::bad_magic, "unknown ring record tag " + std::to_string(r.tag));
+    return std::nullopt;
+  }
+}
+
+} // namespace supernode::transport

@@ -1,0 +1,120 @@
+#pragma once
+// The shm plane: the UB stand-in between processes on one host. Each peer owns an inbox
+// segment "/supernode.<cluster>.inbox.<peer>" holding a doorbell its receiving thread sleeps on
+// and a table of slots naming its inbound rings. A sender creates (and owns) one SPSC ring per
+// receiver, "/supernode.<cluster>.ring.<to>.<from>", the first time it sends there, and claims a
+// slot for it in the receiver's inbox. Sender-created rings mean a receiver needs no list of its
+// senders in advance, a sender learns at once whether its peer exists (no inbox: unknown_peer),
+// and one futex per receiver covers any number of inbound rings.
+//
+// Frames: envelope::encode() bytes go into one ring record when they fit in half the ring
+// (ring_bytes/2, 4 MiB by default) and are decoded in place from the ring. Larger frames, up to
+// max_frame_bytes (64 MiB bulk_chunk included), are split into fragment_bytes pieces that a writer
+// thread streams into the ring as the receiver drains it; the receiver reassembles them in a
+// per-sender buffer it keeps for reuse. So send() never blocks: it either copies into the ring, or
+// queues a big frame (bounded by outbound_limit_bytes), or answers queue_full.
+//
+// Liveness: ring and inbox headers carry the creator's pid and start time. The receiving thread
+// checks its senders and receivers every liveness_interval (also while waiting), and a full ring
+// checks its receiver at once; a dead or cleanly closed peer is reported once through the
+// disconnect handler, its partial frame is dropped and the segments it can no longer remove are
+// unlinked. The handler runs on the receiving thread or inside send().
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "transport/plane.hpp"
+#include "transport/shm_ring.hpp"
+#include "transport/shm_segment.hpp"
+
+namespace supernode::transport {
+
+struct shm_plane_options {
+  size_t ring_bytes = 8u << 20;                      // per ordered pair of peers
+  size_t max_frame_bytes = (64u << 20) + (64u << 10); // a 64 MiB bulk_chunk plus its framing
+  size_t fragment_bytes = 1u << 20;                  // pieces of frames that exceed one record
+  size_t outbound_limit_bytes = 256u << 20;          // queued big frames per peer
+  std::chrono::microseconds spin{50};                // busy-wait before sleeping on the futex
+  std::chrono::milliseconds liveness_interval{100};
+};
+
+using disconnect_handler = std::function<void(const peer_id&)>;
+
+class shm_plane : public plane {
+public:
+  // Removes the cluster's stale segments, then creates this peer's inbox (shm_error when a live
+  // process already owns `self` in `cluster`). Peers may send to it before start().
+  shm_plane(std::string cluster, peer_id self, shm_plane_options options = {});
+  ~shm_plane() override;
+
+  std::string_view kind() const override { return "shm"; }
+  send_status send(const peer_id& to, const envelope& message) override;
+  // Sends bytes that are already a frame, unchecked: the receiver validates. For forwarding
+  // and for tests that need to put a bad frame on the wire.
+  send_status send_frame(const peer_id& to, std::span<const std::byte> frame);
+  void set_handler(message_handler handler) override;
+  void set_disconnect_handler(disconnect_handler handler);
+  void start() override;
+  void stop() override;
+
+  const std::string& cluster() const { return cluster_; }
+  const peer_id& self() const { return self_; }
+
+private:
+  struct inbox_control;
+  struct outbound;
+  struct inbound;
+
+  send_status send_bytes(const peer_id& to, std::span<const std::byte> bytes, byte_buffer owned);
+  std::shared_ptr<outbound> connection(const peer_id& to, send_status& status);
+  std::shared_ptr<outbound> connect(const peer_id& to, send_status& status);
+  bool receiver_alive(const outbound& o) const;
+  bool close_outbound(outbound& o);
+  void mark_down(outbound& o);
+  void report_down(const peer_id& peer);
+  void receive_loop();
+  void scan_slots();
+  bool drain(inbound& in, const message_handler& handler, size_t budget);
+  std::optional<envelope> take_record(inbound& in, const ring_record& r);
+  void bad_frame(inbound& in, frame_error e, const std::string& why);
+  void remove_inbound(size_t index, bool unlink_ring);
+  void sweep();
+  void write_loop();
+  void ensure_writer();
+  bool flush(outbound& o, bool& still_pending);
+
+  std::string cluster_;
+  peer_id self_;
+  shm_plane_options options_;
+  shm_segment inbox_segment_;
+  inbox_control* inbox_ = nullptr;
+
+  std::mutex out_mutex_;
+  std::map<peer_id, std::shared_ptr<outbound>> out_;
+  std::vector<std::unique_ptr<inbound>> in_; // receiving thread only
+
+  std::mutex handler_mutex_;
+  message_handler handler_;
+  std::atomic<uint32_t> handler_generation_{0};
+  disconnect_handler disconnect_handler_;
+  std::set<peer_id> reported_down_;
+
+  std::mutex writer_mutex_;
+  std::condition_variable writer_wake_;
+  bool writer_kicked_ = false;
+
+  std::mutex lifecycle_mutex_;
+  std::atomic<bool> stopping_{false};
+  bool started_ = false, stopped_ = false;
+  std::thread receiver_, writer_;
+};
+
+} // namespace supernode::transport

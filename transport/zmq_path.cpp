@@ -1,0 +1,337 @@
+#include "transport/zmq_path.hpp"
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <system_error>
+#include <unistd.h>
+#include <zmq_addon.hpp>
+
+namespace supernode::transport::detail {
+
+bool peer_link::reserve(size_t bytes, size_t max_messages, size_t max_bytes) {
+  if (queued_messages.fetch_add(1) >= max_messages) {
+    queued_messages.fetch_sub(1);
+    return false;
+  }
+  const size_t before = queued_bytes.fetch_add(bytes);
+  if (before > 0 && before + bytes > max_bytes) {
+    release(bytes);
+    return false;
+  }
+  return true;
+}
+
+void peer_link::release(size_t bytes) {
+  queued_bytes.fetch_sub(bytes);
+  queued_messages.fetch_sub(1);
+}
+
+namespace {
+
+// Rides along a zero-copy zmq message so that, when zmq is done with the bytes, they are freed
+// the way byte_buffer would have and the reservation goes back to the peer.
+struct release_hint {
+  std::shared_ptr<peer_link> link;
+  size_t bytes;
+  void (*free_bytes)(void*);
+};
+
+void release_frame(void* data, void* hint) {
+  auto* h = static_cast<release_hint*>(hint);
+  h->free_bytes(data);
+  h->link->release(h->bytes);
+  delete h;
+}
+
+int open_eventfd() {
+  int fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (fd < 0)
+    throw std::system_error(errno, std::generic_category(), "eventfd");
+  return fd;
+}
+
+void signal(int fd) {
+  const uint64_t one = 1;
+  // EAGAIN means the counter is already non-zero, so the thread is woken anyway.
+  [[maybe_unused]] auto n = ::write(fd, &one, sizeof one);
+}
+
+void clear(int fd) {
+  uint64_t count;
+  [[maybe_unused]] auto n = ::read(fd, &count, sizeof count);
+}
+
+// A signal delivered to the process (SIGCHLD in tests) interrupts zmq_poll; that is no error.
+void poll_retrying(std::vector<zmq::pollitem_t>& items) {
+  for (;;) {
+    try {
+      zmq::poll(items, std::chrono::milliseconds{-1});
+      return;
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR)
+        throw;
+    }
+  }
+}
+
+} // namespace
+
+// Shows up in top and perf, next to zmq's own ZMQbg threads.
+void zmq_path::name_thread(const char* role) {
+  const std::string name = "sn-" + settings_.name + "-" + role;
+  pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
+}
+
+zmq_path::zmq_path(path_settings settings, path_callbacks callbacks)
+    : settings_(std::move(settings)), callbacks_(std::move(callbacks)), context_(1),
+      router_(context_, zmq::socket_type::router) {
+  router_.set(zmq::sockopt::linger, 0);
+  // A restarted peer reuses its id while the dead connection may linger: the new one wins.
+  router_.set(zmq::sockopt::router_handover, true);
+  router_.set(zmq::sockopt::rcvhwm, settings_.receive_hwm);
+  router_.set(zmq::sockopt::maxmsgsize, settings_.max_message_bytes);
+  router_.bind(settings_.bind_endpoint);
+  endpoint_ = router_.get(zmq::sockopt::last_endpoint);
+  if (endpoint_.starts_with("ipc://") && endpoint_.size() > 6 && endpoint_[6] != '@')
+    ipc_file_ = endpoint_.substr(6);
+  command_fd_ = open_eventfd();
+  receiver_fd_ = open_eventfd();
+}
+
+zmq_path::~zmq_path() { stop(); }
+
+void zmq_path::start() {
+  std::lock_guard lock(mutex_);
+  if (started_ || stopped_)
+    return;
+  started_ = true;
+  sender_ = std::thread([this] {
+    name_thread("tx");
+    run_sender();
+  });
+  receiver_ = std::thread([this] {
+    name_thread("rx");
+    run_receiver();
+  });
+}
+
+void zmq_path::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopped_)
+      return;
+    stopped_ = true;
+  }
+  stopping_ = true;
+  signal(command_fd_);
+  signal(receiver_fd_);
+  if (sender_.joinable())
+    sender_.join();
+  if (receiver_.joinable())
+    receiver_.join();
+  // The threads are gone, so their sockets can be closed here.
+  for (auto& [key, d] : dealers_) {
+    zmq_socket_monitor(d.socket.handle(), nullptr, 0);
+    d.socket.close();
+    d.monitor.close();
+  }
+  dealers_.clear();
+  router_.close();
+  {
+    std::lock_guard lock(mutex_);
+    for (auto& c : commands_)
+      if (c.kind == op::send)
+        c.link->release(c.frame.size);
+    commands_.clear();
+  }
+  context_.close();
+  if (!ipc_file_.empty())
+    ::unlink(ipc_file_.c_str()); // zmq leaves the socket file behind
+  ::close(command_fd_);
+  ::close(receiver_fd_);
+}
+
+void zmq_path::connect(std::shared_ptr<peer_link> link, const std::string& endpoint) {
+  push({op::connect, std::move(link), endpoint, {}});
+}
+
+void zmq_path::disconnect(std::shared_ptr<peer_link> link) {
+  push({op::disconnect, std::move(link), {}, {}});
+}
+
+void zmq_path::send(std::shared_ptr<peer_link> link, byte_buffer frame) {
+  push({op::send, std::move(link), {}, std::move(frame)});
+}
+
+void zmq_path::push(command c) {
+  bool was_empty;
+  {
+    std::lock_guard lock(mutex_);
+    if (stopped_) {
+      if (c.kind == op::send)
+        c.link->release(c.frame.size);
+      return;
+    }
+    was_empty = commands_.empty();
+    commands_.push_back(std::move(c));
+  }
+  // Only the first command of a batch needs a wake-up: the thread drains the whole queue.
+  if (was_empty)
+    signal(command_fd_);
+}
+
+void zmq_path::run_sender() {
+  std::vector<zmq::pollitem_t> items;
+  std::vector<std::pair<dealer*, bool /*monitor*/>> owners;
+  std::deque<command> batch;
+  while (!stopping_) {
+    items.assign(1, {nullptr, command_fd_, ZMQ_POLLIN, 0});
+    owners.clear();
+    for (auto& [key, d] : dealers_) {
+      items.push_back({d.monitor.handle(), 0, ZMQ_POLLIN, 0});
+      owners.emplace_back(&d, true);
+      if (!d.pending.empty()) {
+        items.push_back({d.socket.handle(), 0, ZMQ_POLLOUT, 0});
+        owners.emplace_back(&d, false);
+      }
+    }
+    poll_retrying(items);
+    // Sockets first: executing commands may close a dealer and invalidate `owners`.
+    for (size_t i = 1; i < items.size(); ++i) {
+      if (!items[i].revents)
+        continue;
+      auto [d, is_monitor] = owners[i - 1];
+      if (is_monitor)
+        drain_monitor(*d);
+      else
+        flush(*d);
+    }
+    if (items[0].revents) {
+      // Read the eventfd before taking the queue, so a push after the swap wakes us again.
+      clear(command_fd_);
+      {
+        std::lock_guard lock(mutex_);
+        batch.swap(commands_);
+      }
+      for (auto& c : batch)
+        execute(c);
+      batch.clear();
+    }
+  }
+}
+
+void zmq_path::execute(command& c) {
+  switch (c.kind) {
+  case op::connect:
+    try {
+      open_dealer(c.link, c.endpoint);
+    } catch (const zmq::error_t& e) {
+      std::fprintf(stderr, "[zmq_plane %s] %s path: cannot connect to %s at %s: %s\n",
+                   settings_.self.c_str(), settings_.name.c_str(), c.link->id.c_str(),
+                   c.endpoint.c_str(), e.what());
+    }
+    return;
+  case op::disconnect: {
+    auto it = dealers_.find(c.link.get());
+    if (it == dealers_.end())
+      return;
+    zmq_socket_monitor(it->second.socket.handle(), nullptr, 0);
+    it->second.socket.close();
+    it->second.monitor.close();
+    dealers_.erase(it);
+    return;
+  }
+  case op::send: {
+    auto it = dealers_.find(c.link.get());
+    const size_t size = c.frame.size;
+    if (it == dealers_.end()) { // disconnected while the message waited
+      c.link->release(size);
+      return;
+    }
+    auto* hint = new release_hint{c.link, size, c.frame.data.get_deleter()};
+    zmq::message_t message(c.frame.data.release(), size, &release_frame, hint);
+    it->second.pending.push_back(std::move(message));
+    flush(it->second);
+    return;
+  }
+  }
+}
+
+void zmq_path::open_dealer(const std::shared_ptr<peer_link>& link, const std::string& endpoint) {
+  dealer d{link, zmq::socket_t(context_, zmq::socket_type::dealer),
+           zmq::socket_t(context_, zmq::socket_type::pair), {}};
+  d.socket.set(zmq::sockopt::routing_id, settings_.self);
+  d.socket.set(zmq::sockopt::linger, 0);
+  // No zmq bound: peer_link counts every message until it is on the wire and bounds that.
+  d.socket.set(zmq::sockopt::sndhwm, 0);
+  if (settings_.heartbeats) {
+    d.socket.set(zmq::sockopt::heartbeat_ivl, 1000);
+    d.socket.set(zmq::sockopt::heartbeat_timeout, 3000);
+  }
+  const std::string address = "inproc://zmq-path-monitor-" + std::to_string(monitors_opened_++);
+  if (zmq_socket_monitor(d.socket.handle(), address.c_str(),
+                         ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) != 0)
+    throw zmq::error_t();
+  d.monitor.set(zmq::sockopt::linger, 0);
+  d.monitor.connect(address);
+  // Before connecting, so the first CONNECTED event is not missed.
+  d.socket.connect(endpoint);
+  dealers_.insert_or_assign(link.get(), std::move(d));
+}
+
+void zmq_path::drain_monitor(dealer& d) {
+  for (;;) {
+    zmq::message_t event, where;
+    if (!d.monitor.recv(event, zmq::recv_flags::dontwait))
+      return;
+    if (!event.more() || !d.monitor.recv(where, zmq::recv_flags::none) || event.size() < 6)
+      continue;
+    uint16_t id;
+    std::memcpy(&id, event.data(), sizeof id);
+    if (id == ZMQ_EVENT_CONNECTED || id == ZMQ_EVENT_DISCONNECTED)
+      callbacks_.on_link(d.link, id == ZMQ_EVENT_CONNECTED, where.to_string());
+  }
+}
+
+void zmq_path::flush(dealer& d) {
+  while (!d.pending.empty()) {
+    try {
+      if (!d.socket.send(d.pending.front(), zmq::send_flags::dontwait))
+        return; // zmq is full; POLLOUT brings us back
+    } catch (const zmq::error_t& e) {
+      std::fprintf(stderr, "[zmq_plane %s] %s path: send to %s failed: %s\n",
+                   settings_.self.c_str(), settings_.name.c_str(), d.link->id.c_str(), e.what());
+    }
+    d.pending.pop_front(); // sent, or dropped after an error (its free function releases it)
+  }
+}
+
+void zmq_path::run_receiver() {
+  std::vector<zmq::pollitem_t> items{{router_.handle(), 0, ZMQ_POLLIN, 0},
+                                     {nullptr, receiver_fd_, ZMQ_POLLIN, 0}};
+  std::vector<zmq::message_t> parts;
+  while (!stopping_) {
+    poll_retrying(items);
+    // A bounded batch, then poll again, so stop() is noticed under a flood.
+    for (int i = 0; i < 64 && !stopping_; ++i) {
+      parts.clear();
+      try {
+        if (!zmq::recv_multipart(router_, std::back_inserter(parts), zmq::recv_flags::dontwait))
+          break;
+      } catch (const zmq::error_t& e) {
+        if (e.num() == EINTR)
+          continue;
+        throw;
+      }
+      if (parts.size() < 2)
+        continue; // a ROUTER always prefixes the routing id; nothing to deliver
+      callbacks_.on_message(parts[0].to_string(), std::span(parts).subspan(1));
+    }
+  }
+}
+
+} // namespace supernode::transport::detail

@@ -1,0 +1,118 @@
+#pragma once
+// One path of the zmq plane (control or bulk): its own zmq context and I/O thread, a ROUTER
+// bound for incoming frames and one DEALER per connected peer for outgoing ones. Each socket
+// belongs to exactly one thread: the receive thread owns the ROUTER, the send thread owns the
+// DEALERs and their monitors. Other threads talk to the send thread through a command queue
+// and an eventfd, which zmq::poll watches next to the sockets.
+
+#include <atomic>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <zmq.hpp>
+
+#include "transport/message.hpp"
+
+namespace supernode::transport::detail {
+
+// What both paths share about one connected peer. Messages count as queued from send() until
+// zmq has written them to the kernel (the zero-copy free function runs), so the bound covers
+// our queue and zmq's pipe alike and a peer that stops reading pushes back on the sender.
+struct peer_link {
+  explicit peer_link(std::string peer) : id(std::move(peer)) {}
+  const std::string id;
+  std::atomic<size_t> queued_messages{0}, queued_bytes{0};
+  std::atomic<bool> down{false};
+  std::atomic<bool> connected[2]{false, false}; // per path, from the socket monitors
+
+  // Admits one more message unless a bound is hit; a single message larger than the byte
+  // bound is admitted when nothing else is queued, or it could never be sent.
+  bool reserve(size_t bytes, size_t max_messages, size_t max_bytes);
+  void release(size_t bytes);
+};
+
+struct path_settings {
+  std::string name;          // "control" or "bulk", for logs
+  int index = 0;             // into peer_link::connected
+  std::string self;          // our routing id on every DEALER
+  std::string bind_endpoint; // ipc://..., tcp://host:port or tcp://host:*
+  int receive_hwm = 1000;    // messages the ROUTER buffers per peer before pushing back
+  int64_t max_message_bytes = -1;
+  bool heartbeats = false;   // zmq-level PING/PONG, so a silent tcp peer is noticed too
+};
+
+struct path_callbacks {
+  // Receive thread: one message that arrived on the ROUTER, parts after the routing id.
+  std::function<void(const std::string& from, std::span<zmq::message_t> parts)> on_message;
+  // Send thread: a DEALER's connection came up or dropped.
+  std::function<void(const std::shared_ptr<peer_link>&, bool connected, const std::string& where)>
+      on_link;
+};
+
+class zmq_path {
+public:
+  // Binds at once, so the endpoint can be announced before start(); throws zmq::error_t when
+  // the address is taken or malformed.
+  zmq_path(path_settings settings, path_callbacks callbacks);
+  ~zmq_path();
+  zmq_path(const zmq_path&) = delete;
+  zmq_path& operator=(const zmq_path&) = delete;
+
+  const std::string& endpoint() const { return endpoint_; }
+  void start();
+  // Joins both threads, closes every socket with linger 0, removes the ipc file we bound.
+  void stop();
+
+  // Queued in order with sends, so a send after connect() always finds its socket.
+  void connect(std::shared_ptr<peer_link> link, const std::string& endpoint);
+  void disconnect(std::shared_ptr<peer_link> link);
+  // The link must already hold a reservation for frame.size bytes.
+  void send(std::shared_ptr<peer_link> link, byte_buffer frame);
+
+private:
+  enum class op : uint8_t { connect, disconnect, send };
+  struct command {
+    op kind;
+    std::shared_ptr<peer_link> link;
+    std::string endpoint;
+    byte_buffer frame;
+  };
+  struct dealer {
+    std::shared_ptr<peer_link> link;
+    zmq::socket_t socket, monitor;
+    std::deque<zmq::message_t> pending; // only when zmq refused a send (it should not: no HWM)
+  };
+
+  void push(command c);
+  void name_thread(const char* role);
+  void run_sender();
+  void run_receiver();
+  void execute(command& c);
+  void open_dealer(const std::shared_ptr<peer_link>& link, const std::string& endpoint);
+  void drain_monitor(dealer& d);
+  void flush(dealer& d);
+
+  path_settings settings_;
+  path_callbacks callbacks_;
+  zmq::context_t context_;
+  zmq::socket_t router_;
+  std::string endpoint_, ipc_file_;
+  std::atomic<bool> stopping_{false};
+  bool started_ = false, stopped_ = false;
+
+  std::mutex mutex_; // guards commands_
+  std::deque<command> commands_;
+  int command_fd_ = -1, receiver_fd_ = -1; // eventfds: wake the send / receive thread
+
+  std::unordered_map<peer_link*, dealer> dealers_; // send thread only
+  uint64_t monitors_opened_ = 0;
+  std::thread sender_, receiver_;
+};
+
+} // namespace supernode::transport::detail

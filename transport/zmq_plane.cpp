@@ -1,0 +1,206 @@
+#include "transport/zmq_plane.hpp"
+
+#include <cstdio>
+
+#include "transport/zmq_path.hpp"
+
+namespace supernode::transport {
+
+namespace {
+
+// Routing ids come off the wire: a raw socket may send any bytes as its id.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char hex[5];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    }
+  }
+  return out;
+}
+
+constexpr int control_path = 0, bulk_path = 1;
+const char* path_name(int path) { return path == control_path ? "control" : "bulk"; }
+
+} // namespace
+
+zmq_plane::zmq_plane(zmq_plane_options options) : options_(std::move(options)) {
+  auto callbacks = [this](int path) {
+    detail::path_callbacks c;
+    c.on_message = [this, path](const std::string& from, std::span<zmq::message_t> parts) {
+      on_message(path_name(path), from, parts);
+    };
+    c.on_link = [this, path](const std::shared_ptr<detail::peer_link>& link, bool connected,
+                             const std::string& where) { on_link(path, link, connected, where); };
+    return c;
+  };
+  detail::path_settings control{"control", control_path, options_.self, options_.control_endpoint};
+  control.max_message_bytes = options_.max_message_bytes;
+  control.heartbeats = true; // small frames only, so a PONG is never stuck behind a transfer
+  detail::path_settings bulk{"bulk", bulk_path, options_.self, options_.bulk_endpoint};
+  bulk.max_message_bytes = options_.max_message_bytes;
+  bulk.receive_hwm = options_.bulk_receive_hwm;
+  control_ = std::make_unique<detail::zmq_path>(std::move(control), callbacks(control_path));
+  bulk_ = std::make_unique<detail::zmq_path>(std::move(bulk), callbacks(bulk_path));
+}
+
+zmq_plane::~zmq_plane() { stop(); }
+
+std::string zmq_plane::control_endpoint() const { return control_->endpoint(); }
+std::string zmq_plane::bulk_endpoint() const { return bulk_->endpoint(); }
+
+void zmq_plane::set_handler(message_handler handler) {
+  {
+    std::lock_guard lock(mutex_);
+    handler_ = std::make_shared<const message_handler>(std::move(handler));
+  }
+  handler_set_.notify_all();
+}
+
+void zmq_plane::set_disconnect_handler(std::function<void(const peer_id&)> handler) {
+  plane::set_disconnect_handler(
+      [h = std::move(handler)](const peer_id& peer, const std::string&) { h(peer); });
+}
+
+void zmq_plane::start() {
+  control_->start();
+  bulk_->start();
+}
+
+void zmq_plane::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopped_)
+      return;
+    stopped_ = true;
+    peers_.clear();
+  }
+  handler_set_.notify_all(); // a receive thread may wait for a handler that never comes
+  control_->stop();
+  bulk_->stop();
+}
+
+void zmq_plane::connect(const peer_id& peer, const std::string& control_endpoint,
+                        const std::string& bulk_endpoint) {
+  auto link = std::make_shared<detail::peer_link>(peer);
+  // Under the lock, so no send() can queue a message for the link ahead of its connect.
+  std::lock_guard lock(mutex_);
+  if (stopped_)
+    return;
+  auto& slot = peers_[peer];
+  if (slot) {
+    control_->disconnect(slot);
+    bulk_->disconnect(slot);
+  }
+  slot = link;
+  control_->connect(link, control_endpoint);
+  bulk_->connect(link, bulk_endpoint);
+}
+
+void zmq_plane::disconnect(const peer_id& peer) {
+  std::lock_guard lock(mutex_);
+  auto it = peers_.find(peer);
+  if (it == peers_.end())
+    return;
+  control_->disconnect(it->second);
+  bulk_->disconnect(it->second);
+  peers_.erase(it);
+}
+
+send_status zmq_plane::send(const peer_id& to, const envelope& message) {
+  std::shared_ptr<detail::peer_link> link;
+  {
+    std::lock_guard lock(mutex_);
+    if (stopped_)
+      return send_status::closed;
+    auto it = peers_.find(to);
+    if (it == peers_.end())
+      return send_status::unknown_peer;
+    link = it->second;
+  }
+  if (link->down)
+    return send_status::peer_down;
+  // Checked before encoding too, so a full queue costs the caller nothing.
+  if (link->queued_messages.load() >= options_.queue_limit) {
+    counters_.queue_full.fetch_add(1);
+    return send_status::queue_full;
+  }
+  byte_buffer frame = message.encode();
+  const auto* info = message_registry::instance().find(message.type());
+  if (frame.size - frame_header_bytes > info->max_bytes)
+    return send_status::too_large;
+  if (!link->reserve(frame.size, options_.queue_limit, options_.queue_bytes_limit)) {
+    counters_.queue_full.fetch_add(1);
+    return send_status::queue_full;
+  }
+  counters_.messages_sent.fetch_add(1);
+  counters_.bytes_sent.fetch_add(frame.size);
+  auto& path = frame.size > options_.bulk_threshold ? bulk_ : control_;
+  path->send(std::move(link), std::move(frame));
+  return send_status::ok;
+}
+
+std::shared_ptr<const message_handler> zmq_plane::wait_for_handler() {
+  std::unique_lock lock(mutex_);
+  handler_set_.wait(lock, [&] { return handler_ || stopped_; });
+  return stopped_ ? nullptr : handler_;
+}
+
+void zmq_plane::on_message(const char* path, const std::string& from,
+                           std::span<zmq::message_t> parts) {
+  const zmq::message_t& frame = parts.front();
+  std::string why;
+  std::optional<envelope> message;
+  if (parts.size() > 1) {
+    // Our frames are single-part; extra parts are bytes no header accounts for.
+    counters_.bad_frames.add(frame_error::trailing_bytes);
+    why = std::string(to_string(frame_error::trailing_bytes)) + ": " +
+          std::to_string(parts.size() - 1) + " extra message parts";
+  } else {
+    message = decode_frame({static_cast<const std::byte*>(frame.data()), frame.size()},
+                           counters_.bad_frames, &why);
+  }
+  if (!message) {
+    std::fprintf(stderr, "[zmq_plane %s] bad frame from '%s' on the %s path: %s\n",
+                 options_.self.c_str(), printable(from).c_str(), path, why.c_str());
+    return;
+  }
+  counters_.messages_received.fetch_add(1);
+  counters_.bytes_received.fetch_add(frame.size());
+  auto handler = wait_for_handler();
+  if (!handler)
+    return;
+  try {
+    (*handler)(from, std::move(*message));
+  } catch (const std::exception& e) {
+    // The receive thread serves every peer: one failing message must not end it.
+    std::fprintf(stderr, "[zmq_plane %s] handler threw on a message from '%s': %s\n",
+                 options_.self.c_str(), printable(from).c_str(), e.what());
+  }
+}
+
+void zmq_plane::on_link(int path, const std::shared_ptr<detail::peer_link>& link,
+                        bool connected, const std::string& where) {
+  link->connected[path] = connected;
+  if (connected) {
+    if (link->connected[control_path] && link->connected[bulk_path])
+      link->down = false;
+    return;
+  }
+  if (link->down.exchange(true))
+    return; // the other path already reported it
+  {
+    std::lock_guard lock(mutex_);
+    auto it = peers_.find(link->id);
+    if (it == peers_.end() || it->second != link)
+      return; // disconnected or replaced by us meanwhile
+  }
+  if (on_disconnect_)
+    on_disconnect_(link->id, std::string(path_name(path)) + " connection to " + where + " dropped");
+}
+
+} // namespace supernode::transport

@@ -1,0 +1,96 @@
+#pragma once
+// The zmq plane: ZeroMQ over ipc or tcp between processes, standing in for the VPC plane
+// (control messages) and the RDMA plane (bulk KV transfers). Two paths, each with its own zmq
+// context, I/O thread and sockets, so a 64 MiB transfer never sits in front of a ping: frames
+// up to bulk_threshold bytes take the control path, larger ones the bulk path. Each plane binds
+// a ROUTER per path; connect() opens a DEALER per path toward the peer, identified by our id.
+// Order is kept per path, not across paths: a small message may overtake a large one.
+//
+// Handlers run on the paths' receive threads, so control and bulk messages can be delivered
+// concurrently; the disconnect handler runs on a send thread and must not call stop().
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+
+#include "transport/plane.hpp"
+
+namespace zmq {
+class message_t;
+}
+
+namespace supernode::transport {
+
+namespace detail {
+class zmq_path;
+struct peer_link;
+} // namespace detail
+
+struct zmq_plane_options {
+  peer_id self;
+  // ipc://path or tcp://host:port; tcp://127.0.0.1:* picks a free port (see control_endpoint()).
+  std::string control_endpoint = "tcp://127.0.0.1:*";
+  std::string bulk_endpoint = "tcp://127.0.0.1:*";
+  // Per peer, messages (and bytes) accepted by send() but not yet written to the socket; past
+  // either bound send() answers queue_full. One message larger than the byte bound still goes
+  // when nothing else is queued.
+  size_t queue_limit = 4096;
+  size_t queue_bytes_limit = size_t{256} << 20;
+  // Encoded frames longer than this take the bulk path.
+  size_t bulk_threshold = size_t{64} << 10;
+  // Bulk messages a receiver buffers per peer before the sender feels it (memory bound).
+  int bulk_receive_hwm = 32;
+  // zmq refuses, and drops the connection of, anything larger: it cannot be received without
+  // allocating it first. Everything below reaches decode_frame and is judged there.
+  int64_t max_message_bytes = int64_t{128} << 20;
+};
+
+class zmq_plane : public plane {
+public:
+  // Binds both endpoints (throws zmq::error_t when one is taken or malformed).
+  explicit zmq_plane(zmq_plane_options options);
+  ~zmq_plane() override;
+
+  std::string_view kind() const override { return "zmq"; }
+  send_status send(const peer_id& to, const envelope& message) override;
+  void set_handler(message_handler handler) override;
+  void start() override;
+  void stop() override;
+  void add_peer(const peer_id& peer, const std::string& control_address,
+                const std::string& bulk_address) override {
+    connect(peer, control_address, bulk_address);
+  }
+
+  // Makes `peer` reachable; connecting again replaces the old connection (a restarted peer).
+  void connect(const peer_id& peer, const std::string& control_endpoint,
+               const std::string& bulk_endpoint);
+  // Forgets the peer: queued messages are dropped and sends answer unknown_peer.
+  void disconnect(const peer_id& peer);
+  // The addresses actually bound, to announce to peers.
+  std::string control_endpoint() const;
+  std::string bulk_endpoint() const;
+
+  using plane::set_disconnect_handler;
+  void set_disconnect_handler(std::function<void(const peer_id&)> handler);
+
+  const zmq_plane_options& options() const { return options_; }
+
+private:
+  void on_message(const char* path, const std::string& from, std::span<zmq::message_t> parts);
+  void on_link(int path, const std::shared_ptr<detail::peer_link>& link, bool connected,
+               const std::string& where);
+  std::shared_ptr<const message_handler> wait_for_handler();
+
+  zmq_plane_options options_;
+  std::unique_ptr<detail::zmq_path> control_, bulk_;
+  mutable std::mutex mutex_; // guards everything below
+  std::condition_variable handler_set_;
+  std::map<peer_id, std::shared_ptr<detail::peer_link>> peers_;
+  std::shared_ptr<const message_handler> handler_;
+  bool stopped_ = false;
+};
+
+} // namespace supernode::transport
