@@ -64,6 +64,8 @@ int run_model_bench(cli_args& args) {
   const double bw_one = kernel_bench::read_bandwidth_gbs(1);
   const double bw_all = threads == 1 ? bw_one : kernel_bench::read_bandwidth_gbs(threads);
   out["read_bandwidth_gbs"] = {{"one_thread", bw_one}, {"all_threads", bw_all}};
+  const double int8_peak = kernel_bench::int8_sign_trick_peak_gops() * threads;
+  out["int8_peak_gops_all_threads"] = int8_peak;
 
   // Decode: B sequences with a short prompt, then timed single-token steps.
   const int64_t prompt_len = 32, steps = quick ? 4 : 12;
@@ -135,7 +137,8 @@ int run_model_bench(cli_args& args) {
     out["prefill"].push_back({{"prompt_tokens", n},
                               {"seconds", secs},
                               {"tokens_per_s", n / secs},
-                              {"matmul_gops", gops}});
+                              {"matmul_gops", gops},
+                              {"fraction_of_int8_peak", gops / int8_peak}});
   }
   std::printf("%s\n", out.dump(2).c_str());
   return 0;

@@ -38,6 +38,36 @@ std::string config_text(const std::string& cluster, const std::string& planes) {
          "\n[process.echo]\nroles = [\"echo\"]\n[process.probe]\nroles = [\"probe\"]\n";
 }
 
+// The test's own instance: an endpoint, what it receives, and its heartbeat clock (what a role
+// actor's tick timer does; without heartbeats the echo instance rightly declares it down).
+struct probe {
+  endpoint ep;
+  inbox in;
+  std::mutex clock_mutex;
+  std::condition_variable clock_cv;
+  bool stopping = false;
+  std::thread clock;
+
+  explicit probe(const cluster_config& cluster) : ep(cluster, "probe-0", make_plane, 2) {
+    in.attach(ep);
+    ep.start();
+    clock = std::thread([this, interval = cluster.heartbeat_interval] {
+      std::unique_lock lock(clock_mutex);
+      while (!clock_cv.wait_for(lock, interval, [&] { return stopping; }))
+        ep.tick(std::chrono::steady_clock::now());
+    });
+  }
+  ~probe() {
+    {
+      std::lock_guard lock(clock_mutex);
+      stopping = true;
+    }
+    clock_cv.notify_all();
+    clock.join();
+    ep.stop();
+  }
+};
+
 // Sends one of every application message through `flow` and checks the replies.
 void exchange_every_message(endpoint& probe, inbox& in, const std::string& flow) {
   const size_t before_pongs = in.count<pong>(), before_acks = in.count<bulk_ack>();
@@ -78,11 +108,9 @@ TEST(role_actor, echo_instance_over_inproc_in_one_process) {
   auto ep = std::make_shared<endpoint>(cluster, "echo-0", make_plane, 1);
   auto echo = sys.spawn(actors::role_behavior, ep,
                         std::shared_ptr<services::role_logic>(services::make_role_logic("echo")));
-  endpoint probe(cluster, "probe-0", make_plane, 2);
-  inbox in;
-  in.attach(probe);
-  probe.start();
-  exchange_every_message(probe, in, "control");
+  probe p(cluster);
+  auto& in = p.in;
+  exchange_every_message(p.ep, in, "control");
   // The echo actor stopping is seen by the probe: it announces that it leaves.
   caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
   ASSERT_TRUE(in.wait_for([&] {
@@ -91,7 +119,7 @@ TEST(role_actor, echo_instance_over_inproc_in_one_process) {
         return true;
     return false;
   }));
-  EXPECT_EQ(probe.send("control", "echo-0", make_envelope(ping{})), send_status::peer_down);
+  EXPECT_EQ(p.ep.send("control", "echo-0", make_envelope(ping{})), send_status::peer_down);
 }
 
 TEST(role_actor, unknown_role_is_a_clear_error) {
@@ -110,14 +138,7 @@ struct two_process_cluster {
   std::filesystem::path config_file;
   cluster_config cluster;
   std::unique_ptr<supernode::testing::child_process> child;
-  std::unique_ptr<endpoint> probe;
-  inbox in;
-  // The probe's heartbeat clock (what a role actor's tick timer does): without heartbeats the
-  // echo instance would rightly declare the probe down.
-  std::mutex clock_mutex;
-  std::condition_variable clock_cv;
-  bool stopping = false;
-  std::thread clock;
+  std::unique_ptr<probe> prober;
 
   two_process_cluster(const std::string& name, const std::string& planes) {
     std::filesystem::create_directories("/tmp/" + name);
@@ -130,23 +151,10 @@ struct two_process_cluster {
     auto ready = child->wait_for_line("ready", 20s);
     if (!ready)
       throw std::runtime_error("echo process did not get ready");
-    probe = std::make_unique<endpoint>(cluster, "probe-0", make_plane, 2);
-    in.attach(*probe);
-    probe->start();
-    clock = std::thread([this] {
-      std::unique_lock lock(clock_mutex);
-      while (!clock_cv.wait_for(lock, cluster.heartbeat_interval, [&] { return stopping; }))
-        probe->tick(std::chrono::steady_clock::now());
-    });
+    prober = std::make_unique<probe>(cluster);
   }
   ~two_process_cluster() {
-    {
-      std::lock_guard lock(clock_mutex);
-      stopping = true;
-    }
-    clock_cv.notify_all();
-    clock.join();
-    probe.reset();
+    prober.reset();
     child.reset();
     std::filesystem::remove_all(config_file.parent_path());
   }
@@ -161,12 +169,13 @@ bool saw_down(inbox& in, const std::string& peer) {
 
 void two_process_round_trips(const std::string& name, const std::string& planes) {
   two_process_cluster c(name, planes);
-  exchange_every_message(*c.probe, c.in, "control");
+  exchange_every_message(c.prober->ep, c.prober->in, "control");
   // A clean stop is announced: the probe sees the echo instance leave.
   c.child->signal(SIGTERM);
   ASSERT_TRUE(c.child->wait(10s));
-  ASSERT_TRUE(c.in.wait_for([&] {
-    for (auto& e : c.in.events)
+  auto& in = c.prober->in;
+  ASSERT_TRUE(in.wait_for([&] {
+    for (auto& e : in.events)
       if (e.peer == "echo-0" && e.what != membership_event::kind::joined)
         return true;
     return false;
@@ -177,7 +186,7 @@ void peer_killed_mid_transfer(const std::string& name, const std::string& planes
   two_process_cluster c(name, planes);
   // Start a long transfer, and a request that waits for its acknowledgement.
   std::promise<std::string> outcome;
-  auto id = c.probe->pending().add(
+  auto id = c.prober->ep.pending().add(
       "echo-0", std::chrono::steady_clock::now() + 60s,
       [&](std::optional<envelope> reply, const std::string& error) {
         outcome.set_value(reply ? "reply" : error);
@@ -186,7 +195,7 @@ void peer_killed_mid_transfer(const std::string& name, const std::string& planes
   bulk_chunk chunk{1, 0, 64u << 20, std::vector<char>(16u << 20, 'k')};
   for (int i = 0; i < 3; ++i) {
     chunk.offset = i * (16u << 20);
-    c.probe->send("control", "echo-0", make_envelope(chunk));
+    c.prober->ep.send("control", "echo-0", make_envelope(chunk));
   }
   const auto killed_at = std::chrono::steady_clock::now();
   c.child->signal(SIGKILL);
@@ -197,8 +206,8 @@ void peer_killed_mid_transfer(const std::string& name, const std::string& planes
   ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
   EXPECT_NE(f.get().find("echo-0 is down"), std::string::npos);
   EXPECT_LT(std::chrono::steady_clock::now() - killed_at, 2s);
-  EXPECT_TRUE(saw_down(c.in, "echo-0"));
-  EXPECT_EQ(c.probe->send("control", "echo-0", make_envelope(ping{})), send_status::peer_down);
+  EXPECT_TRUE(saw_down(c.prober->in, "echo-0"));
+  EXPECT_EQ(c.prober->ep.send("control", "echo-0", make_envelope(ping{})), send_status::peer_down);
 }
 
 constexpr const char* zmq_planes = "[planes.vpc]\nkind = \"zmq\"\n[flows]\ndefault = \"vpc\"\n";
