@@ -156,6 +156,9 @@ void shm_plane::stop() {
   inbox_segment_.mark_closed();
   inbox_->bell.ring();
   inbox_segment_ = shm_segment(); // unlinks the inbox
+  // Segments of peers that died without cleaning up (SIGKILL) go too, so a stopped cluster
+  // leaves nothing in /dev/shm even when some of its processes crashed.
+  cleanup_stale_segments(cluster_);
   inbox_ = nullptr;
 }
 

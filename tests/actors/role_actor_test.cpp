@@ -210,6 +210,12 @@ void peer_killed_mid_transfer(const std::string& name, const std::string& planes
   EXPECT_EQ(c.prober->ep.send("control", "echo-0", make_envelope(ping{})), send_status::peer_down);
 }
 
+// After the cluster stops, nothing of it is left in /dev/shm, even of a SIGKILLed process.
+void expect_no_segments_left(const std::string& cluster) {
+  for (auto& e : std::filesystem::directory_iterator("/dev/shm"))
+    EXPECT_EQ(e.path().filename().string().find(cluster), std::string::npos) << e.path();
+}
+
 constexpr const char* zmq_planes = "[planes.vpc]\nkind = \"zmq\"\n[flows]\ndefault = \"vpc\"\n";
 constexpr const char* shm_planes =
     "[planes.ub]\nkind = \"shm\"\n[planes.vpc]\nkind = \"zmq\"\n[flows]\ndefault = \"ub\"\n";
@@ -221,12 +227,9 @@ TEST(role_actor, echo_process_over_zmq) {
 }
 
 TEST(role_actor, echo_process_over_shm) {
-  two_process_round_trips("sn-role-shm-" + std::to_string(::getpid()), shm_planes);
-  // Nothing of the cluster is left in /dev/shm after a clean stop.
-  for (auto& e : std::filesystem::directory_iterator("/dev/shm"))
-    EXPECT_EQ(e.path().filename().string().find("sn-role-shm-" + std::to_string(::getpid())),
-              std::string::npos)
-        << e.path();
+  const std::string cluster = "sn-role-shm-" + std::to_string(::getpid());
+  two_process_round_trips(cluster, shm_planes);
+  expect_no_segments_left(cluster);
 }
 
 TEST(role_actor, killed_peer_is_down_and_its_requests_fail_over_zmq) {
@@ -234,5 +237,7 @@ TEST(role_actor, killed_peer_is_down_and_its_requests_fail_over_zmq) {
 }
 
 TEST(role_actor, killed_peer_is_down_and_its_requests_fail_over_shm) {
-  peer_killed_mid_transfer("sn-kill-shm-" + std::to_string(::getpid()), shm_planes);
+  const std::string cluster = "sn-kill-shm-" + std::to_string(::getpid());
+  peer_killed_mid_transfer(cluster, shm_planes);
+  expect_no_segments_left(cluster);
 }
