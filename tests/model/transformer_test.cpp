@@ -207,3 +207,22 @@ TEST(transformer, out_of_vocabulary_token_is_rejected) {
   EXPECT_THROW(r.prefill_logits({1, 2, 129280}), std::out_of_range);
   EXPECT_EQ(r.pool.free_blocks(), r.pool.num_blocks());
 }
+
+TEST(transformer, chunked_prefill_equals_one_prefill_bitwise) {
+  // What a prefix served from a cache relies on: computing the suffix over an already filled
+  // cache gives the same bits as prefilling everything at once.
+  runner r(precision::int8);
+  const int64_t vocab = r.w->config.vocab_size;
+  auto prompt = test_prompt(37, 8);
+  auto full = r.prefill_logits(prompt);
+  kv_block_table table;
+  table.reserve(r.pool, 37);
+  std::vector<float> hidden, logits;
+  std::vector<sequence_step> s{{&table, 0, 20, attention_mode::prefill}};
+  r.t.forward(std::span(prompt.data(), 20), s, r.pool, hidden);
+  s = {{&table, 20, 17, attention_mode::prefill}};
+  r.t.forward(std::span(prompt.data() + 20, 17), s, r.pool, hidden);
+  r.t.logits(hidden.data(), 17, logits);
+  table.release(r.pool);
+  EXPECT_EQ(0, std::memcmp(logits.data(), full.data() + 20 * vocab, 17 * vocab * sizeof(float)));
+}
