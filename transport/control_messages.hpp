@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "transport/shared_bytes.hpp"
+
 namespace supernode::transport {
 
 struct ping {
@@ -17,7 +19,7 @@ struct ping {
   static constexpr uint32_t max_bytes = 1u << 20;
   uint64_t seq = 0;
   uint64_t sent_ns = 0;
-  std::vector<char> payload; // BIN on the wire
+  shared_bytes payload; // BIN on the wire; a pong can echo it without a copy
   MSGPACK_DEFINE_MAP(seq, sent_ns, payload);
 };
 
@@ -27,11 +29,12 @@ struct pong {
   static constexpr uint32_t max_bytes = 1u << 20;
   uint64_t seq = 0;
   uint64_t sent_ns = 0;
-  std::vector<char> payload;
+  shared_bytes payload;
   MSGPACK_DEFINE_MAP(seq, sent_ns, payload);
 };
 
 // One piece of a large transfer (a KV cache, a model block). Receivers reassemble by offset.
+// `data` travels without a copy where the plane allows it and may reference the receive buffer.
 struct bulk_chunk {
   static constexpr uint16_t type_id = 3;
   static constexpr const char* type_name = "bulk_chunk";
@@ -39,7 +42,7 @@ struct bulk_chunk {
   uint64_t transfer_id = 0;
   uint64_t offset = 0;
   uint64_t total_bytes = 0;
-  std::vector<char> data;
+  shared_bytes data; // last, so a spliced frame has no head part after it
   MSGPACK_DEFINE_MAP(transfer_id, offset, total_bytes, data);
 };
 

@@ -1,9 +1,11 @@
 #pragma once
 // The frame every byte-carrying plane (shm, zmq) puts around a message:
 //   magic u32 "SNOD" | version u16 | type u16 | length u32 | flags u32 | payload[length]
-// little-endian, 16 bytes of header. Nothing in a received frame is trusted: the header is
-// checked against the bytes actually present and the type's own size limit before the payload
-// is decoded, and a frame that fails is counted under its reason and dropped.
+// little-endian, 16 bytes of header. A frame may travel in pieces (zmq parts, shm ring records)
+// with large binary bodies apart from the rest (see encoded_frame.hpp); the frame is always
+// their concatenation and `length` covers all of it. Nothing in a received frame is trusted:
+// the header is checked against the bytes actually present and the type's own size limit
+// before the payload is decoded, and a frame that fails is counted under its reason and dropped.
 
 #include <array>
 #include <atomic>

@@ -7,6 +7,8 @@
 // and is registered once with register_message<T>(). An envelope carries one message: the
 // inproc plane hands the object itself to the receiver (no copy, no encoding); byte planes
 // encode it with MessagePack inside a frame and decode it on the other side into a new object.
+// Large binary fields are shared_bytes: they travel by reference where the medium allows
+// (see encoded_frame.hpp) and a decoded message may reference the buffer it arrived in.
 
 #include <cstdint>
 #include <cstdlib>
@@ -19,17 +21,18 @@
 #include <typeinfo>
 #include <vector>
 
+#include "transport/encoded_frame.hpp"
 #include "transport/frame.hpp"
+#include "transport/shared_bytes.hpp"
 
 namespace supernode::transport {
 
-// An owned, contiguous byte buffer that can be handed to ZeroMQ without a copy.
-struct byte_buffer {
-  std::unique_ptr<char, void (*)(void*)> data{nullptr, &std::free};
-  size_t size = 0;
-  std::span<const std::byte> bytes() const {
-    return {reinterpret_cast<const std::byte*>(data.get()), size};
-  }
+// What a payload being decoded lives in. With an owner, shared_bytes fields reference the
+// payload instead of copying it (the owner keeps it alive, so it must not be reused, as a shm ring
+// would be). `spliced` are the out-of-line bodies of a multipart frame, in wire order.
+struct payload_source {
+  std::shared_ptr<const void> owner;
+  std::span<const frame_part> spliced;
 };
 
 struct message_type_info {
@@ -37,10 +40,12 @@ struct message_type_info {
   const char* name = "";
   uint32_t max_bytes = 0;
   const std::type_info* cpp_type = nullptr;
-  // Packs the object (a T) as header + MessagePack payload into one buffer.
-  byte_buffer (*encode)(const void* object) = nullptr;
+  // Packs the object (a T) as header + MessagePack; with `splice`, large shared_bytes bodies
+  // stay where they are and the frame references them.
+  encoded_frame (*encode)(const void* object, bool splice) = nullptr;
   // Decodes a payload of exactly `size` bytes; throws on malformed input.
-  std::shared_ptr<const void> (*decode)(const char* payload, size_t size) = nullptr;
+  std::shared_ptr<const void> (*decode)(const char* payload, size_t size,
+                                        const payload_source& source) = nullptr;
 };
 
 class message_registry {
@@ -67,8 +72,10 @@ public:
   template <class T>
   const T* get() const { return is<T>() ? static_cast<const T*>(object_.get()) : nullptr; }
   const std::shared_ptr<const void>& object() const { return object_; }
-  // Header + payload, ready for a byte plane.
+  // Header + payload in one contiguous block (copies every body).
   byte_buffer encode() const;
+  // Header + payload with large shared_bytes bodies referenced, not copied: what planes send.
+  encoded_frame encode_spliced() const;
 
 private:
   uint16_t type_ = 0;
@@ -82,39 +89,28 @@ envelope make_envelope(T message) {
 
 // Validates a received frame completely and decodes its payload; on failure counts the reason
 // in `errors` and returns nothing. `reason` (optional) receives a human-readable cause for logs.
+// Without an owner every field is copied out of `frame`; with one, shared_bytes fields reference
+// `frame` and share `owner`.
 std::optional<envelope> decode_frame(std::span<const std::byte> frame, frame_error_counters& errors,
                                      std::string* reason = nullptr);
+std::optional<envelope> decode_frame(std::span<const std::byte> frame,
+                                     std::shared_ptr<const void> owner,
+                                     frame_error_counters& errors, std::string* reason = nullptr);
+// A frame received as separate parts (zmq multipart), judged as their concatenation: the header
+// in the first part, its length covering every part after the header. Parts alternate head and
+// body; each body must follow a head part ending in a bin32 header of exactly its size, and
+// must be claimed by a shared_bytes field, which then references it. Anything else is a bad
+// frame (malformed_payload). At most max_frame_parts parts.
+inline constexpr size_t max_frame_parts = 129;
+std::optional<envelope> decode_frame(std::span<const frame_part> parts,
+                                     frame_error_counters& errors, std::string* reason = nullptr);
 
 // MessagePack limits for decoding: no array, map, string or binary larger than the frame.
 msgpack::unpack_limit unpack_limits_for(size_t payload_bytes);
 
-// Collects an encoded frame in one malloc'd block (a msgpack stream). Unlike msgpack::sbuffer,
-// which doubles, a large write grows the block just enough: a 16 MiB payload is not packed into
-// a 32 MiB block, which glibc always maps fresh and so pays a page fault per 4 KiB touched.
-class frame_writer {
-public:
-  frame_writer();
-  ~frame_writer() { std::free(data_); }
-  frame_writer(const frame_writer&) = delete;
-  frame_writer& operator=(const frame_writer&) = delete;
-  void write(const char* bytes, size_t n) {
-    if (size_ + n > capacity_)
-      grow(size_ + n);
-    std::memcpy(data_ + size_, bytes, n);
-    size_ += n;
-  }
-  char* data() { return data_; }
-  size_t size() const { return size_; }
-  byte_buffer release();
-
-private:
-  void grow(size_t needed);
-  char* data_;
-  size_t size_ = 0, capacity_;
-};
-
 // Lets the unpacker point strings and binaries into the payload instead of copying them into
-// its zone first: convert() copies them into the message anyway, and the payload outlives it.
+// its zone first: convert() copies them into the message, or references the payload when the
+// decode has its owner (shared_bytes).
 inline bool unpack_in_place(msgpack::type::object_type type, std::size_t, void*) {
   return type == msgpack::type::BIN || type == msgpack::type::STR;
 }
@@ -126,24 +122,32 @@ void register_message() {
   info.name = T::type_name;
   info.max_bytes = T::max_bytes;
   info.cpp_type = &typeid(T);
-  info.encode = [](const void* object) {
-    frame_writer out;
+  info.encode = [](const void* object, bool splice) {
+    frame_writer out(splice);
     out.write("\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0", frame_header_bytes); // header placeholder
-    msgpack::pack(out, *static_cast<const T*>(object));
+    {
+      frame_writer::active_scope scope(out);
+      msgpack::pack(out, *static_cast<const T*>(object));
+    }
+    auto frame = out.release();
     frame_header h;
     h.type = T::type_id;
-    h.length = static_cast<uint32_t>(out.size() - frame_header_bytes);
-    write_header(h, reinterpret_cast<std::byte*>(out.data()));
-    return out.release();
+    h.length = static_cast<uint32_t>(frame.size() - frame_header_bytes);
+    write_header(h, reinterpret_cast<std::byte*>(frame.head.data.get()));
+    return frame;
   };
-  info.decode = [](const char* payload, size_t size) -> std::shared_ptr<const void> {
+  info.decode = [](const char* payload, size_t size,
+                   const payload_source& source) -> std::shared_ptr<const void> {
     size_t offset = 0;
     auto handle = msgpack::unpack(payload, size, offset, &unpack_in_place, nullptr,
                                   unpack_limits_for(size));
     if (offset != size)
       throw msgpack::unpack_error("trailing bytes after the payload");
     auto object = std::make_shared<T>();
+    detail::bytes_decode_scope scope(payload, size, source.owner, source.spliced);
     handle.get().convert(*object);
+    if (!scope.all_spliced_used())
+      throw msgpack::unpack_error("an out-of-line part no field claims");
     return object;
   };
   message_registry::instance().add(info);

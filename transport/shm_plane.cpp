@@ -63,7 +63,12 @@ struct shm_plane::outbound {
   uint32_t slot = 0;
   shm_ring ring;
   std::mutex mutex; // one producer per ring: senders of this process take turns
-  std::deque<byte_buffer> pending;
+  struct queued {
+    encoded_frame frame; // owns the head and shares the bodies the pieces point into
+    std::vector<std::span<const std::byte>> pieces;
+    size_t size = 0;
+  };
+  std::deque<queued> pending;
   size_t pending_bytes = 0, front_offset = 0;
   std::atomic<bool> down{false};
 };
@@ -72,14 +77,76 @@ struct shm_plane::inbound {
   uint32_t slot = 0;
   peer_id from;
   shm_ring ring;
-  std::unique_ptr<std::byte[]> assembly; // kept between frames: big frames reuse its pages
-  size_t assembly_capacity = 0, assembled = 0, expected = 0;
+  std::shared_ptr<std::byte[]> assembly; // a fresh one per frame: the message may keep it
+  size_t assembled = 0, expected = 0;
   bool assembling = false, discarding = false;
   uint64_t bad_frames = 0;
 };
 
+// Whole records at least this large are copied out of the ring into a pooled buffer.
+constexpr size_t pooled_record_bytes = size_t{256} << 10;
+
+// Reassembly buffers. A decoded message may reference its buffer for as long as a handler keeps
+// it, so a buffer is never reused under a message: it comes back here when the last reference
+// goes. Faulting in fresh pages for every 64 MiB frame would cost about as much as the copy the
+// reference saves. The pool may die before the messages (the plane stopped): they free their
+// buffers themselves then.
+class shm_plane::buffer_pool : public std::enable_shared_from_this<buffer_pool> {
+public:
+  static constexpr size_t max_kept = 4;
+
+  std::shared_ptr<std::byte[]> take(size_t bytes) {
+    std::byte* block = nullptr;
+    size_t capacity = 0;
+    {
+      std::lock_guard lock(mutex_);
+      auto best = free_.end();
+      for (auto it = free_.begin(); it != free_.end(); ++it)
+        if (it->second >= bytes && (best == free_.end() || it->second < best->second))
+          best = it;
+      if (best != free_.end()) {
+        block = best->first;
+        capacity = best->second;
+        free_.erase(best);
+      }
+    }
+    if (!block) {
+      block = new std::byte[bytes]; // not value-initialised: every byte is written before use
+      capacity = bytes;
+    }
+    return std::shared_ptr<std::byte[]>(
+        block, [pool = weak_from_this(), capacity](std::byte* b) {
+          if (auto p = pool.lock())
+            p->give_back(b, capacity);
+          else
+            delete[] b;
+        });
+  }
+
+  ~buffer_pool() {
+    for (auto& [block, capacity] : free_)
+      delete[] block;
+  }
+
+private:
+  void give_back(std::byte* block, size_t capacity) {
+    {
+      std::lock_guard lock(mutex_);
+      if (free_.size() < max_kept) {
+        free_.emplace_back(block, capacity);
+        return;
+      }
+    }
+    delete[] block;
+  }
+
+  std::mutex mutex_;
+  std::vector<std::pair<std::byte*, size_t>> free_;
+};
+
 shm_plane::shm_plane(std::string cluster, peer_id self, shm_plane_options options)
-    : cluster_(std::move(cluster)), self_(std::move(self)), options_(options) {
+    : cluster_(std::move(cluster)), self_(std::move(self)), options_(options),
+      reassembly_pool_(std::make_shared<buffer_pool>()) {
   check_name_part("cluster", cluster_);
   check_name_part("peer", self_);
   options_.fragment_bytes = std::max<size_t>(4096, options_.fragment_bytes);
@@ -195,24 +262,27 @@ void shm_plane::report_down(const peer_id& peer) {
 send_status shm_plane::send(const peer_id& to, const envelope& message) {
   if (stopping_.load(std::memory_order_relaxed))
     return send_status::closed;
-  byte_buffer frame = message.encode();
-  const frame_header h = read_header(frame.bytes().data());
+  encoded_frame frame = message.encode_spliced();
+  const frame_header h = read_header(frame.head.bytes().data());
   const auto* info = message_registry::instance().find(h.type);
   if (info && h.length > info->max_bytes)
     return send_status::too_large;
-  const auto bytes = frame.bytes();
-  return send_bytes(to, bytes, std::move(frame));
+  const auto pieces = frame.pieces();
+  return send_pieces(to, pieces, &frame);
 }
 
 send_status shm_plane::send_frame(const peer_id& to, std::span<const std::byte> frame) {
-  return send_bytes(to, frame, byte_buffer{});
+  const std::span<const std::byte> pieces[1] = {frame};
+  return send_pieces(to, pieces, nullptr);
 }
 
-send_status shm_plane::send_bytes(const peer_id& to, std::span<const std::byte> bytes,
-                                  byte_buffer owned) {
+send_status shm_plane::send_pieces(const peer_id& to, pieces_view pieces, encoded_frame* owned) {
   if (stopping_.load(std::memory_order_relaxed))
     return send_status::closed;
-  if (bytes.size() > options_.max_frame_bytes)
+  size_t size = 0;
+  for (auto piece : pieces)
+    size += piece.size();
+  if (size > options_.max_frame_bytes)
     return send_status::too_large;
   send_status status = send_status::ok;
   auto o = connection(to, status);
@@ -231,23 +301,34 @@ send_status shm_plane::send_bytes(const peer_id& to, std::span<const std::byte> 
     counters_.queue_full.fetch_add(1, std::memory_order_relaxed);
     return send_status::queue_full;
   };
-  if (o->pending.empty() && bytes.size() <= o->ring.max_record_bytes()) {
-    if (o->ring.try_push(whole, bytes, {}, false) != ring_status::ok)
+  if (o->pending.empty() && size <= o->ring.max_record_bytes()) {
+    if (o->ring.try_push_gather(whole, pieces, false) != ring_status::ok)
       return full();
     lock.unlock();
     o->inbox->bell.ring();
   } else {
-    if (o->pending_bytes + bytes.size() > options_.outbound_limit_bytes)
+    if (o->pending_bytes + size > options_.outbound_limit_bytes)
       return full();
-    if (!owned.data) {
-      owned.data.reset(static_cast<char*>(std::malloc(bytes.size())));
-      if (!owned.data)
+    outbound::queued q;
+    if (owned) {
+      // The frame's bodies are shared with the message, so queueing copies nothing.
+      q.frame = std::move(*owned);
+      q.pieces.assign(pieces.begin(), pieces.end());
+    } else {
+      q.frame.head.data.reset(static_cast<char*>(std::malloc(std::max<size_t>(size, 1))));
+      if (!q.frame.head.data)
         throw std::bad_alloc();
-      owned.size = bytes.size();
-      std::memcpy(owned.data.get(), bytes.data(), bytes.size());
+      q.frame.head.size = size;
+      size_t at = 0;
+      for (auto piece : pieces) {
+        std::memcpy(q.frame.head.data.get() + at, piece.data(), piece.size());
+        at += piece.size();
+      }
+      q.pieces.push_back(q.frame.head.bytes());
     }
-    o->pending_bytes += owned.size;
-    o->pending.push_back(std::move(owned));
+    q.size = size;
+    o->pending_bytes += size;
+    o->pending.push_back(std::move(q));
     lock.unlock();
     ensure_writer();
     {
@@ -257,7 +338,7 @@ send_status shm_plane::send_bytes(const peer_id& to, std::span<const std::byte> 
     writer_wake_.notify_one();
   }
   counters_.messages_sent.fetch_add(1, std::memory_order_relaxed);
-  counters_.bytes_sent.fetch_add(bytes.size(), std::memory_order_relaxed);
+  counters_.bytes_sent.fetch_add(size, std::memory_order_relaxed);
   return send_status::ok;
 }
 
@@ -386,34 +467,58 @@ std::shared_ptr<shm_plane::outbound> shm_plane::connect(const peer_id& to, send_
 
 // ---- the writer thread: streams frames too big for one record ---------------------------
 
+namespace {
+
+// The views covering bytes [offset, offset + n) of a frame made of `pieces`, appended to `out`.
+void slice(std::span<const std::span<const std::byte>> pieces, size_t offset, size_t n,
+           std::vector<std::span<const std::byte>>& out) {
+  for (auto piece : pieces) {
+    if (n == 0)
+      return;
+    if (offset >= piece.size()) {
+      offset -= piece.size();
+      continue;
+    }
+    const size_t take = std::min(piece.size() - offset, n);
+    out.push_back(piece.subspan(offset, take));
+    offset = 0;
+    n -= take;
+  }
+}
+
+} // namespace
+
 bool shm_plane::flush(outbound& o, bool& still_pending) {
   std::unique_lock lock(o.mutex);
   bool pushed = false;
   const size_t piece_limit = std::min(options_.fragment_bytes, o.ring.max_record_bytes());
+  std::vector<std::span<const std::byte>> record;
   while (!o.down && !o.pending.empty()) {
-    const auto frame = o.pending.front().bytes();
+    const auto& frame = o.pending.front();
     size_t piece = 0;
     ring_status st;
-    if (o.front_offset == 0 && frame.size() <= o.ring.max_record_bytes()) {
-      piece = frame.size();
-      st = o.ring.try_push(whole, frame, {}, false);
+    record.clear();
+    const uint64_t total = frame.size; // the first piece says how many bytes will follow
+    uint32_t tag;
+    if (o.front_offset == 0 && frame.size <= o.ring.max_record_bytes()) {
+      piece = frame.size;
+      tag = whole;
     } else if (o.front_offset == 0) {
-      const uint64_t total = frame.size(); // the first piece says how many bytes will follow
-      piece = std::min(frame.size(), piece_limit - sizeof total);
-      st = o.ring.try_push(first_piece, std::as_bytes(std::span(&total, 1)), frame.first(piece),
-                           false);
+      piece = std::min(frame.size, piece_limit - sizeof total);
+      record.push_back(std::as_bytes(std::span(&total, 1)));
+      tag = first_piece;
     } else {
-      piece = std::min(frame.size() - o.front_offset, piece_limit);
-      const bool last = o.front_offset + piece == frame.size();
-      st = o.ring.try_push(last ? last_piece : middle_piece, frame.subspan(o.front_offset, piece),
-                           {}, false);
+      piece = std::min(frame.size - o.front_offset, piece_limit);
+      tag = o.front_offset + piece == frame.size ? last_piece : middle_piece;
     }
+    slice(frame.pieces, o.front_offset, piece, record);
+    st = o.ring.try_push_gather(tag, record, false);
     if (st != ring_status::ok)
       break;
     pushed = true;
     o.front_offset += piece;
-    if (o.front_offset == frame.size()) {
-      o.pending_bytes -= frame.size();
+    if (o.front_offset == frame.size) {
+      o.pending_bytes -= frame.size;
       o.front_offset = 0;
       o.pending.pop_front();
     }
@@ -645,9 +750,12 @@ bool shm_plane::drain(inbound& in, const message_handler& handler, size_t budget
 
 std::optional<envelope> shm_plane::take_record(inbound& in, const ring_record& r) {
   std::string why;
-  auto decode = [&](std::span<const std::byte> frame) -> std::optional<envelope> {
+  // Without an owner (a record in the ring) fields are copied out; with one (a reassembly buffer
+  // of its own) they reference it.
+  auto decode = [&](std::span<const std::byte> frame,
+                    std::shared_ptr<const void> owner) -> std::optional<envelope> {
     counters_.bytes_received.fetch_add(frame.size(), std::memory_order_relaxed);
-    auto m = decode_frame(frame, counters_.bad_frames, &why);
+    auto m = decode_frame(frame, std::move(owner), counters_.bad_frames, &why);
     if (!m) {
       ++in.bad_frames; // decode_frame counted the reason
       if (in.bad_frames <= 16 || (in.bad_frames & (in.bad_frames - 1)) == 0)
@@ -668,7 +776,15 @@ std::optional<envelope> shm_plane::take_record(inbound& in, const ring_record& r
   case whole:
     abandon("a whole frame");
     in.discarding = false;
-    return decode(r.bytes);
+    if (r.bytes.size() >= pooled_record_bytes) {
+      // Copied out of the ring once, into a warm pooled buffer the message then references,
+      // rather than field by field into fresh allocations that fault in their pages.
+      auto copy = reassembly_pool_->take(r.bytes.size());
+      std::memcpy(copy.get(), r.bytes.data(), r.bytes.size());
+      const std::span<const std::byte> frame(copy.get(), r.bytes.size());
+      return decode(frame, std::move(copy));
+    }
+    return decode(r.bytes, nullptr);
   case first_piece: {
     abandon("a new first piece");
     in.discarding = false;
@@ -687,10 +803,7 @@ std::optional<envelope> shm_plane::take_record(inbound& in, const ring_record& r
       in.discarding = true;
       return std::nullopt;
     }
-    if (in.assembly_capacity < total) {
-      in.assembly.reset(new std::byte[total]);
-      in.assembly_capacity = total;
-    }
+    in.assembly = reassembly_pool_->take(total);
     std::memcpy(in.assembly.get(), body.data(), body.size());
     in.assembled = body.size();
     in.expected = total;
@@ -717,12 +830,14 @@ std::optional<envelope> shm_plane::take_record(inbound& in, const ring_record& r
     if (r.tag == middle_piece)
       return std::nullopt;
     in.assembling = false;
+    auto assembly = std::move(in.assembly); // the message, if any, owns it from here
     if (in.assembled != in.expected) {
       bad_frame(in, frame_error::truncated, "last piece at " + std::to_string(in.assembled) +
                                                 " of " + std::to_string(in.expected) + " bytes");
       return std::nullopt;
     }
-    return decode({in.assembly.get(), in.expected});
+    const std::span<const std::byte> frame(assembly.get(), in.expected);
+    return decode(frame, std::move(assembly));
   }
   default:
     bad_frame(in, frame_error::bad_magic, "unknown ring record tag " + std::to_string(r.tag));

@@ -7,12 +7,17 @@
 // senders in advance, a sender learns at once whether its peer exists (no inbox: unknown_peer),
 // and one futex per receiver covers any number of inbound rings.
 //
-// Frames: envelope::encode() bytes go into one ring record when they fit in half the ring
-// (ring_bytes/2, 4 MiB by default) and are decoded in place from the ring. Larger frames, up to
-// max_frame_bytes (64 MiB bulk_chunk included), are split into fragment_bytes pieces that a writer
-// thread streams into the ring as the receiver drains it; the receiver reassembles them in a
-// per-sender buffer it keeps for reuse. So send() never blocks: it either copies into the ring, or
-// queues a big frame (bounded by outbound_limit_bytes), or answers queue_full.
+// Frames: a message is encoded with its large shared_bytes bodies referenced, not copied
+// (envelope::encode_spliced), and the pieces are gathered straight into the ring: one copy on the
+// sending side. A frame that fits in half the ring (ring_bytes/2, 4 MiB by default) goes into one
+// record and is decoded in place from the ring (its bodies are copied out: ring space is reused).
+// Larger frames, up to max_frame_bytes (64 MiB bulk_chunk included), are queued by reference (the
+// message's bodies are shared, not copied) and split into fragment_bytes pieces that a writer
+// thread streams into the ring as the receiver drains it; the receiver reassembles each into a
+// buffer of its own, which the decoded message then references (no second copy). Buffers return
+// to a small pool when the last message using them is gone, so steady traffic reuses warm pages.
+// So send() never blocks: it either copies into the ring, or queues a big frame (bounded by
+// outbound_limit_bytes), or answers queue_full.
 //
 // Liveness: ring and inbox headers carry the creator's pid and start time. The receiving thread
 // checks its senders and receivers every liveness_interval (also while waiting), and a full ring
@@ -72,8 +77,10 @@ private:
   struct inbox_control;
   struct outbound;
   struct inbound;
+  class buffer_pool;
 
-  send_status send_bytes(const peer_id& to, std::span<const std::byte> bytes, byte_buffer owned);
+  using pieces_view = std::span<const std::span<const std::byte>>;
+  send_status send_pieces(const peer_id& to, pieces_view pieces, encoded_frame* owned);
   std::shared_ptr<outbound> connection(const peer_id& to, send_status& status);
   std::shared_ptr<outbound> connect(const peer_id& to, send_status& status);
   bool receiver_alive(const outbound& o) const;
@@ -100,6 +107,7 @@ private:
   std::mutex out_mutex_;
   std::map<peer_id, std::shared_ptr<outbound>> out_;
   std::vector<std::unique_ptr<inbound>> in_; // receiving thread only
+  std::shared_ptr<buffer_pool> reassembly_pool_;
 
   std::mutex handler_mutex_;
   message_handler handler_;

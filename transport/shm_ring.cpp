@@ -107,7 +107,16 @@ bool shm_ring::fits(size_t need, uint64_t tail) const {
 
 ring_status shm_ring::try_push(uint32_t tag, std::span<const std::byte> a,
                                std::span<const std::byte> b, bool notify) {
-  const size_t n = a.size() + b.size();
+  const std::span<const std::byte> pieces[2] = {a, b};
+  return try_push_gather(tag, pieces, notify);
+}
+
+ring_status shm_ring::try_push_gather(uint32_t tag,
+                                      std::span<const std::span<const std::byte>> pieces,
+                                      bool notify) {
+  size_t n = 0;
+  for (auto piece : pieces)
+    n += piece.size();
   if (n > max_record_bytes())
     return ring_status::too_large;
   const size_t need = align8(record_header_bytes + n);
@@ -124,10 +133,12 @@ ring_status shm_ring::try_push(uint32_t tag, std::span<const std::byte> a,
   std::byte* p = data_ + (head_ & (capacity_ - 1));
   const uint32_t hdr[2] = {static_cast<uint32_t>(n), tag};
   std::memcpy(p, hdr, sizeof hdr);
-  if (!a.empty())
-    std::memcpy(p + record_header_bytes, a.data(), a.size());
-  if (!b.empty())
-    std::memcpy(p + record_header_bytes + a.size(), b.data(), b.size());
+  p += record_header_bytes;
+  for (auto piece : pieces) {
+    if (!piece.empty())
+      std::memcpy(p, piece.data(), piece.size());
+    p += piece.size();
+  }
   head_ += need;
   ctl_->head.store(head_, std::memory_order_release);
   if (notify)

@@ -59,6 +59,10 @@ public:
   // signals the consumer some other way (the shm plane rings the receiver's inbox doorbell).
   ring_status try_push(uint32_t tag, std::span<const std::byte> a, std::span<const std::byte> b = {},
                        bool notify = true);
+  // The same, gathering any number of pieces into one record: a frame goes from wherever its
+  // pieces are straight into the ring, one copy.
+  ring_status try_push_gather(uint32_t tag, std::span<const std::span<const std::byte>> pieces,
+                              bool notify = true);
   // Waits until a record of `record_bytes` would fit; false on timeout.
   bool wait_for_space(size_t record_bytes, std::chrono::nanoseconds timeout,
                       std::chrono::nanoseconds spin = default_spin);

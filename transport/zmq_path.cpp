@@ -32,20 +32,17 @@ void peer_link::release(size_t bytes) {
 
 namespace {
 
-// Rides along a zero-copy zmq message so that, when zmq is done with the bytes, they are freed
-// the way byte_buffer would have and the reservation goes back to the peer.
-struct release_hint {
+// Owns one frame while zmq sends its parts from where they are. Every part's free function
+// drops a reference; the last one frees the frame and gives the reservation back to the peer,
+// so the queue bound covers the bytes until zmq has written all of them.
+struct in_flight {
   std::shared_ptr<peer_link> link;
   size_t bytes;
-  void (*free_bytes)(void*);
+  encoded_frame frame;
+  ~in_flight() { link->release(bytes); }
 };
 
-void release_frame(void* data, void* hint) {
-  auto* h = static_cast<release_hint*>(hint);
-  h->free_bytes(data);
-  h->link->release(h->bytes);
-  delete h;
-}
+void release_part(void*, void* hint) { delete static_cast<std::shared_ptr<in_flight>*>(hint); }
 
 int open_eventfd() {
   int fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -145,7 +142,7 @@ void zmq_path::stop() {
     std::lock_guard lock(mutex_);
     for (auto& c : commands_)
       if (c.kind == op::send)
-        c.link->release(c.frame.size);
+        c.link->release(c.frame.size());
     commands_.clear();
   }
   context_.close();
@@ -163,7 +160,7 @@ void zmq_path::disconnect(std::shared_ptr<peer_link> link) {
   push({op::disconnect, std::move(link), {}, {}});
 }
 
-void zmq_path::send(std::shared_ptr<peer_link> link, byte_buffer frame) {
+void zmq_path::send(std::shared_ptr<peer_link> link, encoded_frame frame) {
   push({op::send, std::move(link), {}, std::move(frame)});
 }
 
@@ -173,7 +170,7 @@ void zmq_path::push(command c) {
     std::lock_guard lock(mutex_);
     if (stopped_) {
       if (c.kind == op::send)
-        c.link->release(c.frame.size);
+        c.link->release(c.frame.size());
       return;
     }
     was_empty = commands_.empty();
@@ -247,14 +244,17 @@ void zmq_path::execute(command& c) {
   }
   case op::send: {
     auto it = dealers_.find(c.link.get());
-    const size_t size = c.frame.size;
+    const size_t size = c.frame.size();
     if (it == dealers_.end()) { // disconnected while the message waited
       c.link->release(size);
       return;
     }
-    auto* hint = new release_hint{c.link, size, c.frame.data.get_deleter()};
-    zmq::message_t message(c.frame.data.release(), size, &release_frame, hint);
-    it->second.pending.push_back(std::move(message));
+    auto frame = std::make_shared<in_flight>(c.link, size, std::move(c.frame));
+    outgoing out;
+    for (auto piece : frame->frame.pieces())
+      out.parts.emplace_back(const_cast<std::byte*>(piece.data()), piece.size(), &release_part,
+                             new std::shared_ptr<in_flight>(frame));
+    it->second.pending.push_back(std::move(out));
     flush(it->second);
     return;
   }
@@ -299,14 +299,20 @@ void zmq_path::drain_monitor(dealer& d) {
 
 void zmq_path::flush(dealer& d) {
   while (!d.pending.empty()) {
+    auto& out = d.pending.front();
     try {
-      if (!d.socket.send(d.pending.front(), zmq::send_flags::dontwait))
-        return; // zmq is full; POLLOUT brings us back
+      for (; out.next < out.parts.size(); ++out.next) {
+        const bool more = out.next + 1 < out.parts.size();
+        if (!d.socket.send(out.parts[out.next],
+                           more ? zmq::send_flags::sndmore | zmq::send_flags::dontwait
+                                : zmq::send_flags::dontwait))
+          return; // zmq is full; POLLOUT brings us back to the same part
+      }
     } catch (const zmq::error_t& e) {
       std::fprintf(stderr, "[zmq_plane %s] %s path: send to %s failed: %s\n",
                    settings_.self.c_str(), settings_.name.c_str(), d.link->id.c_str(), e.what());
     }
-    d.pending.pop_front(); // sent, or dropped after an error (its free function releases it)
+    d.pending.pop_front(); // sent, or dropped after an error (the free functions release it)
   }
 }
 

@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 #include <zmq.hpp>
 
 #include "transport/message.hpp"
@@ -48,7 +49,8 @@ struct path_settings {
 };
 
 struct path_callbacks {
-  // Receive thread: one message that arrived on the ROUTER, parts after the routing id.
+  // Receive thread: one message that arrived on the ROUTER, parts after the routing id. The
+  // callback may move the parts out (to keep their bytes alive in a decoded message).
   std::function<void(const std::string& from, std::span<zmq::message_t> parts)> on_message;
   // Send thread: a DEALER's connection came up or dropped.
   std::function<void(const std::shared_ptr<peer_link>&, bool connected, const std::string& where)>
@@ -72,8 +74,9 @@ public:
   // Queued in order with sends, so a send after connect() always finds its socket.
   void connect(std::shared_ptr<peer_link> link, const std::string& endpoint);
   void disconnect(std::shared_ptr<peer_link> link);
-  // The link must already hold a reservation for frame.size bytes.
-  void send(std::shared_ptr<peer_link> link, byte_buffer frame);
+  // The link must already hold a reservation for frame.size() bytes. A frame with splices goes
+  // as a multipart message, one part per piece, each sent from where it is (zero-copy).
+  void send(std::shared_ptr<peer_link> link, encoded_frame frame);
 
 private:
   enum class op : uint8_t { connect, disconnect, send };
@@ -81,12 +84,17 @@ private:
     op kind;
     std::shared_ptr<peer_link> link;
     std::string endpoint;
-    byte_buffer frame;
+    encoded_frame frame;
+  };
+  // The parts of one frame; `next` is the first not yet accepted by zmq.
+  struct outgoing {
+    std::vector<zmq::message_t> parts;
+    size_t next = 0;
   };
   struct dealer {
     std::shared_ptr<peer_link> link;
     zmq::socket_t socket, monitor;
-    std::deque<zmq::message_t> pending; // only when zmq refused a send (it should not: no HWM)
+    std::deque<outgoing> pending; // only when zmq refused a send (it should not: no HWM)
   };
 
   void push(command c);

@@ -1,6 +1,7 @@
 #include "transport/zmq_plane.hpp"
 
 #include <cstdio>
+#include <vector>
 
 #include "transport/zmq_path.hpp"
 
@@ -129,17 +130,19 @@ send_status zmq_plane::send(const peer_id& to, const envelope& message) {
     counters_.queue_full.fetch_add(1);
     return send_status::queue_full;
   }
-  byte_buffer frame = message.encode();
+  // Large shared_bytes bodies are not copied: zmq sends them from the message as their own parts.
+  encoded_frame frame = message.encode_spliced();
+  const size_t size = frame.size();
   const auto* info = message_registry::instance().find(message.type());
-  if (frame.size - frame_header_bytes > info->max_bytes)
+  if (size - frame_header_bytes > info->max_bytes)
     return send_status::too_large;
-  if (!link->reserve(frame.size, options_.queue_limit, options_.queue_bytes_limit)) {
+  if (!link->reserve(size, options_.queue_limit, options_.queue_bytes_limit)) {
     counters_.queue_full.fetch_add(1);
     return send_status::queue_full;
   }
   counters_.messages_sent.fetch_add(1);
-  counters_.bytes_sent.fetch_add(frame.size);
-  auto& path = frame.size > options_.bulk_threshold ? bulk_ : control_;
+  counters_.bytes_sent.fetch_add(size);
+  auto& path = size > options_.bulk_threshold ? bulk_ : control_;
   path->send(std::move(link), std::move(frame));
   return send_status::ok;
 }
@@ -152,25 +155,27 @@ std::shared_ptr<const message_handler> zmq_plane::wait_for_handler() {
 
 void zmq_plane::on_message(const char* path, const std::string& from,
                            std::span<zmq::message_t> parts) {
-  const zmq::message_t& frame = parts.front();
-  std::string why;
-  std::optional<envelope> message;
-  if (parts.size() > 1) {
-    // Our frames are single-part; extra parts are bytes no header accounts for.
-    counters_.bad_frames.add(frame_error::trailing_bytes);
-    why = std::string(to_string(frame_error::trailing_bytes)) + ": " +
-          std::to_string(parts.size() - 1) + " extra message parts";
-  } else {
-    message = decode_frame({static_cast<const std::byte*>(frame.data()), frame.size()},
-                           counters_.bad_frames, &why);
+  // Each part moves into shared ownership, so a decoded message's shared_bytes can reference the
+  // bytes zmq received instead of copying them; they live as long as the message does.
+  std::vector<frame_part> pieces;
+  pieces.reserve(parts.size());
+  size_t total = 0;
+  for (auto& part : parts) {
+    auto held = std::make_shared<zmq::message_t>(std::move(part));
+    const std::span bytes(static_cast<const std::byte*>(held->data()), held->size());
+    total += bytes.size();
+    pieces.push_back({bytes, std::move(held)});
   }
+  std::string why;
+  auto message = decode_frame(pieces, counters_.bad_frames, &why);
+  pieces.clear();
   if (!message) {
     std::fprintf(stderr, "[zmq_plane %s] bad frame from '%s' on the %s path: %s\n",
                  options_.self.c_str(), printable(from).c_str(), path, why.c_str());
     return;
   }
   counters_.messages_received.fetch_add(1);
-  counters_.bytes_received.fetch_add(frame.size());
+  counters_.bytes_received.fetch_add(total);
   auto handler = wait_for_handler();
   if (!handler)
     return;

@@ -6,6 +6,13 @@
 // a ROUTER per path; connect() opens a DEALER per path toward the peer, identified by our id.
 // Order is kept per path, not across paths: a small message may overtake a large one.
 //
+// Copies: a frame whose message has large shared_bytes bodies (bulk_chunk data) goes as a
+// multipart zmq message — head, body, head, ... — every part sent zero-copy from where it is, the
+// message kept alive until zmq has written the last part. The receiver judges the parts as one
+// frame (decode_frame over parts: total length against the header and the type's limit, each
+// body right after a bin32 header of its size) and the decoded message references the received
+// zmq messages. So a payload is copied only by the kernel socket path.
+//
 // Handlers run on the paths' receive threads, so control and bulk messages can be delivered
 // concurrently; the disconnect handler runs on a send thread and must not call stop().
 

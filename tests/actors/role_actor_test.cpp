@@ -78,10 +78,11 @@ void exchange_every_message(endpoint& probe, inbox& in, const std::string& flow)
   bulk_chunk c;
   c.transfer_id = 99;
   c.total_bytes = 64u << 20;
-  c.data.resize(c.total_bytes);
-  for (size_t i = 0; i < c.data.size(); ++i)
-    c.data[i] = static_cast<char>(i * 131 + (i >> 12));
-  const uint64_t sum = services::fnv1a(c.data.data(), c.data.size());
+  std::vector<char> data(c.total_bytes);
+  for (size_t i = 0; i < data.size(); ++i)
+    data[i] = static_cast<char>(i * 131 + (i >> 12));
+  const uint64_t sum = services::fnv1a(data.data(), data.size());
+  c.data = std::move(data);
   ASSERT_EQ(probe.send(flow, "echo-0", make_envelope(std::move(c))), send_status::ok);
   ASSERT_TRUE(in.wait_for([&] { return in.count<bulk_ack>() > before_acks; }, 60s));
   std::lock_guard lock(in.m);

@@ -13,7 +13,7 @@ std::vector<std::byte> bytes_of(const byte_buffer& b) {
 std::vector<std::byte> encoded_ping(uint64_t seq, size_t payload = 8) {
   ping p;
   p.seq = seq;
-  p.payload.assign(payload, 'x');
+  p.payload = std::vector<char>(payload, 'x');
   return bytes_of(make_envelope(p).encode());
 }
 } // namespace

@@ -388,6 +388,42 @@ TEST_F(shm_fixture, plane_full_ring_pushes_back) {
   EXPECT_EQ(a.send("b", m), send_status::closed);
 }
 
+// A frame too big for one record is reassembled into a buffer of its own that the decoded message
+// references (no second copy); the message outlives both planes and the pool the buffer came from
+// (ASan builds check the reads). A frame small enough for one record is copied out of the ring.
+TEST_F(shm_fixture, reassembled_bulk_data_is_referenced_and_outlives_the_plane) {
+  shm_plane_options small;
+  small.ring_bytes = 1u << 20; // records of at most 512 KiB: a 3 MiB chunk is fragmented
+  small.fragment_bytes = 256u << 10;
+  const auto big = pattern(3u << 20, 11), little = pattern(100u << 10, 12);
+  std::vector<envelope> kept;
+  {
+    inbox_log log;
+    shm_plane a(cluster, "a", small), b(cluster, "b", small);
+    b.set_handler(log.handler());
+    b.start();
+    ASSERT_EQ(send_retrying(a, "b", make_envelope(bulk_chunk{1, 0, big.size(), big})),
+              send_status::ok);
+    ASSERT_EQ(send_retrying(a, "b", make_envelope(bulk_chunk{2, 0, little.size(), little})),
+              send_status::ok);
+    ASSERT_TRUE(log.wait_for(2));
+    std::lock_guard lock(log.m);
+    for (auto& [from, e] : log.got)
+      kept.push_back(e);
+    EXPECT_EQ(b.counters().bad_frames.total(), 0u);
+  }
+  ASSERT_EQ(kept.size(), 2u);
+  const auto* first = kept[0].get<bulk_chunk>();
+  const auto* second = kept[1].get<bulk_chunk>();
+  ASSERT_TRUE(first && second);
+  // The reassembly buffer holds the whole frame: header and MessagePack before the body.
+  const auto* buffer = static_cast<const char*>(first->data.owner().get());
+  EXPECT_GT(first->data.data(), buffer) << "the body was copied out of the reassembly buffer";
+  EXPECT_LT(first->data.data(), buffer + 256);
+  EXPECT_EQ(first->data, big);
+  EXPECT_EQ(second->data, little);
+}
+
 TEST_F(shm_fixture, bad_frames_are_counted_by_reason_and_the_next_good_frame_is_served) {
   shm_plane evil(cluster, "evil"), b(cluster, "b");
   inbox_log log;

@@ -450,3 +450,96 @@ TEST_F(zmq_plane_fixture, a_full_send_queue_answers_queue_full_at_once) {
   EXPECT_EQ(b.send("silent", big), send_status::queue_full);
   EXPECT_EQ(b.send("silent", make_envelope(ping{})), send_status::queue_full);
 }
+
+// A received bulk_chunk references the bytes zmq received (no copy into a new buffer), and keeps
+// them alive after the plane and its zmq context are gone (ASan builds check the reads).
+TEST_F(zmq_plane_fixture, received_bulk_data_references_the_zmq_message_and_outlives_the_plane) {
+  auto data = pattern(3 << 20, 21);
+  envelope kept;
+  {
+    collector got;
+    zmq_plane a(options_for("alias-a", true)), b(options_for("alias-b", true));
+    b.set_handler(got.handler());
+    a.connect("alias-b", b.control_endpoint(), b.bulk_endpoint());
+    a.start();
+    b.start();
+    ASSERT_EQ(a.send("alias-b", make_envelope(bulk_chunk{1, 0, data.size(), data})),
+              send_status::ok);
+    auto* chunk = got.wait_nth<bulk_chunk>(1);
+    ASSERT_TRUE(chunk);
+    const auto& bytes = chunk->data;
+    ASSERT_TRUE(bytes.owner());
+    // A copy would own its bytes from their first byte; a reference owns the zmq message.
+    ASSERT_NE(bytes.owner().get(), static_cast<const void*>(bytes.data())) << "the data was copied";
+    const auto* message = static_cast<const zmq::message_t*>(bytes.owner().get());
+    const auto* begin = static_cast<const char*>(message->data());
+    EXPECT_GE(bytes.data(), begin);
+    EXPECT_LE(bytes.data() + bytes.size(), begin + message->size());
+    std::lock_guard lock(got.m);
+    kept = got.messages.back().second;
+  }
+  ASSERT_TRUE(kept.get<bulk_chunk>());
+  EXPECT_TRUE(kept.get<bulk_chunk>()->data == data);
+  EXPECT_EQ(fnv1a(kept.get<bulk_chunk>()->data.to_vector()), fnv1a(data));
+}
+
+// What a sender may put in a multipart message: the parts of a spliced frame are served, any
+// other split is a bad frame, counted, and the connection keeps serving.
+TEST_F(zmq_plane_fixture, multipart_frames_are_judged_like_single_ones) {
+  zmq_plane a(options_for("parts", true));
+  collector got;
+  a.set_handler(got.handler());
+  a.start();
+  zmq::context_t ctx(1);
+  zmq::socket_t raw(ctx, zmq::socket_type::dealer);
+  raw.set(zmq::sockopt::routing_id, "raw-parts");
+  raw.set(zmq::sockopt::linger, 0);
+  raw.connect(a.bulk_endpoint());
+  auto send_parts = [&](const std::vector<std::vector<std::byte>>& parts) {
+    for (size_t i = 0; i < parts.size(); ++i)
+      raw.send(zmq::buffer(parts[i].data(), parts[i].size()),
+               i + 1 < parts.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  };
+  auto parts_of = [](const envelope& e) {
+    std::vector<std::vector<std::byte>> out;
+    const auto frame = e.encode_spliced();
+    for (auto piece : frame.pieces())
+      out.emplace_back(piece.begin(), piece.end());
+    return out;
+  };
+  size_t good = 0;
+  auto serve_next_good_frame = [&] {
+    auto data = pattern(256 << 10, ++good);
+    send_parts(parts_of(make_envelope(bulk_chunk{good, 0, data.size(), data})));
+    auto* c = got.wait_nth<bulk_chunk>(good);
+    ASSERT_TRUE(c) << "the good frame after a bad one was not served";
+    EXPECT_TRUE(c->data == data);
+  };
+  serve_next_good_frame();
+
+  const auto valid = parts_of(make_envelope(bulk_chunk{99, 0, 1 << 20, pattern(1 << 20, 9)}));
+  ASSERT_EQ(valid.size(), 2u);
+  auto extra = valid;
+  extra.push_back(valid[1]);
+  send_parts(extra);
+  serve_next_good_frame();
+
+  auto cut = valid;
+  cut[1].resize(1000);
+  send_parts(cut);
+  serve_next_good_frame();
+
+  auto shifted = valid;
+  shifted[1].insert(shifted[1].begin(), shifted[0].back());
+  shifted[0].pop_back();
+  send_parts(shifted);
+  serve_next_good_frame();
+
+  const auto& bad = a.counters().bad_frames;
+  EXPECT_EQ(bad.get(frame_error::trailing_bytes), 1u);
+  EXPECT_EQ(bad.get(frame_error::truncated), 1u);
+  EXPECT_EQ(bad.get(frame_error::malformed_payload), 1u);
+  EXPECT_EQ(bad.total(), 3u);
+  std::lock_guard lock(got.m);
+  EXPECT_EQ(got.messages.size(), good);
+}
