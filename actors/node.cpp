@@ -1,12 +1,12 @@
 #include "actors/node.hpp"
 
-#include <csignal>
-#include <cstdio>
-#include <unistd.h>
-
 #include "actors/role/role_actor.hpp"
 #include "services/role_registry.hpp"
 #include "transport/plane_factory.hpp"
+
+#include <csignal>
+#include <cstdio>
+#include <unistd.h>
 
 namespace supernode::actors {
 
@@ -44,15 +44,13 @@ int run_node(const transport::cluster_config& cluster, const std::string& proces
     actors.push_back(sys.spawn(role_behavior, ep, logic));
   }
   std::printf("ready");
-  for (auto& inst : instances)
-    std::printf(" %s", inst.name.c_str());
+  for (auto& inst : instances) std::printf(" %s", inst.name.c_str());
   std::printf("\n");
   std::fflush(stdout);
 
   int sig = 0;
   sigwait(&stop_signals, &sig);
-  for (auto& a : actors)
-    caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  for (auto& a : actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   return 0;
 }
 

@@ -3,9 +3,9 @@
 // to process `process` #index. Blocks until SIGINT or SIGTERM, then shuts the actors down
 // (each announces its departure and releases its planes' sockets and segments).
 
-#include <string>
-
 #include "transport/cluster_config.hpp"
+
+#include <string>
 
 namespace supernode::actors {
 

@@ -10,8 +10,7 @@ std::vector<int32_t> parse_id_list(const std::string& text, const std::string& o
   size_t start = 0;
   while (start <= text.size()) {
     size_t end = text.find(',', start);
-    if (end == std::string::npos)
-      end = text.size();
+    if (end == std::string::npos) end = text.size();
     std::string item = text.substr(start, end - start);
     int32_t v = 0;
     auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
@@ -24,15 +23,13 @@ std::vector<int32_t> parse_id_list(const std::string& text, const std::string& o
 }
 
 cli_args::cli_args(int argc, char** argv, int first) {
-  for (int i = first; i < argc; ++i)
-    args_.emplace_back(argv[i]);
+  for (int i = first; i < argc; ++i) args_.emplace_back(argv[i]);
 }
 
 std::optional<std::string> cli_args::take(const std::string& name) {
   for (size_t i = 0; i < args_.size(); ++i) {
     if (args_[i] == name) {
-      if (i + 1 >= args_.size())
-        throw usage_error(name + " needs a value");
+      if (i + 1 >= args_.size()) throw usage_error(name + " needs a value");
       std::string v = args_[i + 1];
       args_.erase(args_.begin() + i, args_.begin() + i + 2);
       return v;
@@ -53,8 +50,7 @@ std::string cli_args::take_or(const std::string& name, const std::string& fallba
 
 int64_t cli_args::take_int(const std::string& name, int64_t fallback, int64_t min, int64_t max) {
   auto v = take(name);
-  if (!v)
-    return fallback;
+  if (!v) return fallback;
   int64_t out = 0;
   auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), out);
   if (ec != std::errc() || p != v->data() + v->size())
@@ -67,8 +63,7 @@ int64_t cli_args::take_int(const std::string& name, int64_t fallback, int64_t mi
 
 double cli_args::take_double(const std::string& name, double fallback, double min, double max) {
   auto v = take(name);
-  if (!v)
-    return fallback;
+  if (!v) return fallback;
   char* end = nullptr;
   double out = std::strtod(v->c_str(), &end);
   if (v->empty() || end != v->c_str() + v->size())
@@ -89,16 +84,14 @@ bool cli_args::take_flag(const std::string& name) {
 }
 
 std::optional<std::string> cli_args::take_positional() {
-  if (args_.empty() || args_.front().rfind("--", 0) == 0)
-    return std::nullopt;
+  if (args_.empty() || args_.front().rfind("--", 0) == 0) return std::nullopt;
   std::string v = args_.front();
   args_.erase(args_.begin());
   return v;
 }
 
 void cli_args::expect_consumed(const std::string& command) const {
-  if (!args_.empty())
-    throw usage_error("unknown argument '" + args_.front() + "' for " + command);
+  if (!args_.empty()) throw usage_error("unknown argument '" + args_.front() + "' for " + command);
 }
 
 } // namespace supernode::apps

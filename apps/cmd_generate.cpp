@@ -1,9 +1,9 @@
-#include <cstdio>
-#include <nlohmann/json.hpp>
-
 #include "apps/commands.hpp"
 #include "model/engine.hpp"
 #include "model/tokenizer.hpp"
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
 
 namespace supernode::apps {
 
@@ -27,7 +27,8 @@ int cmd_generate(cli_args& args) {
   args.expect_consumed("generate");
 
   auto tok = model::tokenizer::load(dir);
-  req.prompt = prompt_text ? tok.encode(*prompt_text, true) : parse_id_list(*prompt_ids, "--prompt-ids");
+  req.prompt =
+      prompt_text ? tok.encode(*prompt_text, true) : parse_id_list(*prompt_ids, "--prompt-ids");
   eo.max_context = static_cast<int64_t>(req.prompt.size()) + req.max_tokens;
   model::load_options lo;
   lo.prec = prec;
@@ -49,8 +50,7 @@ int cmd_generate(cli_args& args) {
     return 0;
   }
   std::printf("prompt: %zu tokens\ntokens:", req.prompt.size());
-  for (auto t : res.tokens)
-    std::printf(" %d", t);
+  for (auto t : res.tokens) std::printf(" %d", t);
   std::printf("\ntext: %s\nfinish: %s\nprefill: %.1f ms, decode: %.2f ms/token (%s)\n",
               text.c_str(), res.finish_reason.c_str(), res.prefill_ms, res.decode_ms_per_token,
               model::precision_name(prec));

@@ -1,18 +1,17 @@
-#include <cstdio>
-#include <fstream>
-#include <nlohmann/json.hpp>
-
 #include "apps/commands.hpp"
 #include "model/chat_template.hpp"
 #include "model/tokenizer.hpp"
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 namespace supernode::apps {
 
 namespace {
 nlohmann::json read_json_file(const std::string& path) {
   std::ifstream in(path);
-  if (!in)
-    throw std::runtime_error("cannot open " + path);
+  if (!in) throw std::runtime_error("cannot open " + path);
   try {
     return nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
@@ -46,8 +45,7 @@ int cmd_tokenize(cli_args& args) {
     std::printf("%s\n", nlohmann::json({{"ids", ids}, {"count", ids.size()}}).dump().c_str());
     return 0;
   }
-  for (size_t i = 0; i < ids.size(); ++i)
-    std::printf(i ? ",%d" : "%d", ids[i]);
+  for (size_t i = 0; i < ids.size(); ++i) std::printf(i ? ",%d" : "%d", ids[i]);
   std::printf("\n");
   return 0;
 }
@@ -57,8 +55,7 @@ int cmd_detokenize(cli_args& args) {
   auto ids_arg = args.take("--ids");
   const bool json = args.take_flag("--json");
   args.expect_consumed("detokenize");
-  if (!ids_arg)
-    throw usage_error("detokenize needs --ids 1,2,3");
+  if (!ids_arg) throw usage_error("detokenize needs --ids 1,2,3");
   auto tok = model::tokenizer::load(dir);
   const std::string text = tok.decode(parse_id_list(*ids_arg, "--ids"));
   if (json)

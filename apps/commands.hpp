@@ -1,11 +1,11 @@
 #pragma once
 // The subcommands of the `supernode` binary; each returns the process exit code.
 
+#include "apps/cli_args.hpp"
+
 #include <filesystem>
 #include <optional>
 #include <string>
-
-#include "apps/cli_args.hpp"
 
 namespace supernode::apps {
 

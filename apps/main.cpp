@@ -1,11 +1,11 @@
 // supernode: the one binary. Subcommands live in cmd_*.cpp; this file only dispatches.
 
+#include "apps/commands.hpp"
+#include "kernels/thread_pool.hpp"
+
 #include <cstdio>
 #include <exception>
 #include <string>
-
-#include "apps/commands.hpp"
-#include "kernels/thread_pool.hpp"
 
 namespace {
 
@@ -42,18 +42,12 @@ int main(int argc, char** argv) {
     if (command != "bench")
       if (auto threads = args.take_int("--threads", 0, 0, 1024); threads > 0)
         supernode::kernels::thread_pool::configure_shared(static_cast<int>(threads));
-    if (command == "generate")
-      return cmd_generate(args);
-    if (command == "tokenize")
-      return cmd_tokenize(args);
-    if (command == "detokenize")
-      return cmd_detokenize(args);
-    if (command == "model")
-      return cmd_model(args);
-    if (command == "bench")
-      return cmd_bench(args);
-    if (command == "role")
-      return cmd_role(args);
+    if (command == "generate") return cmd_generate(args);
+    if (command == "tokenize") return cmd_tokenize(args);
+    if (command == "detokenize") return cmd_detokenize(args);
+    if (command == "model") return cmd_model(args);
+    if (command == "bench") return cmd_bench(args);
+    if (command == "role") return cmd_role(args);
     std::fprintf(stderr, "supernode: unknown command '%s'\n\n%s", command.c_str(), usage);
     return 2;
   } catch (const usage_error& e) {

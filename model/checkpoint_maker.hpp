@@ -4,11 +4,11 @@
 // random weights scaled so activations stay in range. Deterministic for a seed: every tensor
 // chunk draws from its own stream keyed by (seed, tensor name, chunk), whatever the threads.
 
+#include "model/config.hpp"
+
 #include <cstdint>
 #include <filesystem>
 #include <string>
-
-#include "model/config.hpp"
 
 namespace supernode::model {
 

@@ -9,8 +9,7 @@
 namespace supernode::model {
 
 double yarn_get_mscale(double scale, double mscale) {
-  if (scale <= 1.0)
-    return 1.0;
+  if (scale <= 1.0) return 1.0;
   return 0.1 * mscale * std::log(scale) + 1.0;
 }
 
@@ -25,12 +24,11 @@ double model_config::softmax_scale() const {
 
 namespace {
 
-template <class T>
+template<class T>
 void read(const nlohmann::json& j, const char* key, T& out, bool required) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) {
-    if (required)
-      throw std::runtime_error(std::string("config.json: missing field '") + key + "'");
+    if (required) throw std::runtime_error(std::string("config.json: missing field '") + key + "'");
     return;
   }
   try {
@@ -43,15 +41,14 @@ void read(const nlohmann::json& j, const char* key, T& out, bool required) {
 
 void require_positive(int64_t v, const char* key) {
   if (v <= 0)
-    throw std::runtime_error(std::string("config.json: field '") + key + "' must be positive, got " +
-                             std::to_string(v));
+    throw std::runtime_error(std::string("config.json: field '") + key +
+                             "' must be positive, got " + std::to_string(v));
 }
 
 } // namespace
 
 model_config model_config::from_json(const nlohmann::json& j) {
-  if (!j.is_object())
-    throw std::runtime_error("config.json: top level is not an object");
+  if (!j.is_object()) throw std::runtime_error("config.json: top level is not an object");
   model_config c;
   read(j, "model_type", c.model_type, false);
   read(j, "vocab_size", c.vocab_size, true);
@@ -86,8 +83,7 @@ model_config model_config::from_json(const nlohmann::json& j) {
   if (auto it = j.find("rope_scaling"); it != j.end() && it->is_object()) {
     auto& r = *it;
     read(r, "type", c.rope_scaling.type, false);
-    if (r.contains("rope_type"))
-      read(r, "rope_type", c.rope_scaling.type, false);
+    if (r.contains("rope_type")) read(r, "rope_type", c.rope_scaling.type, false);
     read(r, "factor", c.rope_scaling.factor, false);
     read(r, "original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings,
          false);
@@ -150,8 +146,7 @@ void model_config::validate() const {
 
 model_config model_config::load(const std::filesystem::path& path) {
   std::ifstream in(path);
-  if (!in)
-    throw std::runtime_error("cannot open " + path.string());
+  if (!in) throw std::runtime_error("cannot open " + path.string());
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(in);
@@ -203,20 +198,20 @@ nlohmann::json model_config::to_json() const {
       {"torch_dtype", "bfloat16"},
   };
   if (rope_scaling.type == "yarn")
-    j["rope_scaling"] = {{"type", "yarn"},
-                         {"factor", rope_scaling.factor},
-                         {"original_max_position_embeddings",
-                          rope_scaling.original_max_position_embeddings},
-                         {"beta_fast", rope_scaling.beta_fast},
-                         {"beta_slow", rope_scaling.beta_slow},
-                         {"mscale", rope_scaling.mscale},
-                         {"mscale_all_dim", rope_scaling.mscale_all_dim}};
+    j["rope_scaling"] = {
+        {"type", "yarn"},
+        {"factor", rope_scaling.factor},
+        {"original_max_position_embeddings", rope_scaling.original_max_position_embeddings},
+        {"beta_fast", rope_scaling.beta_fast},
+        {"beta_slow", rope_scaling.beta_slow},
+        {"mscale", rope_scaling.mscale},
+        {"mscale_all_dim", rope_scaling.mscale_all_dim}};
   if (quantization.enabled)
-    j["quantization_config"] = {{"activation_scheme", "dynamic"},
-                                {"fmt", "e4m3"},
-                                {"quant_method", "fp8"},
-                                {"weight_block_size",
-                                 {quantization.block_rows, quantization.block_cols}}};
+    j["quantization_config"] = {
+        {"activation_scheme", "dynamic"},
+        {"fmt", "e4m3"},
+        {"quant_method", "fp8"},
+        {"weight_block_size", {quantization.block_rows, quantization.block_cols}}};
   return j;
 }
 
@@ -235,7 +230,8 @@ int64_t model_config::parameter_count() const {
   for (int64_t l = 0; l < num_hidden_layers + num_nextn_predict_layers; ++l) {
     total += attn + (is_moe_layer(l) ? moe : dense);
   }
-  total += num_nextn_predict_layers * (3 * h + 2 * h * h); // enorm, hnorm, shared_head.norm, eh_proj
+  total +=
+      num_nextn_predict_layers * (3 * h + 2 * h * h); // enorm, hnorm, shared_head.norm, eh_proj
   return total;
 }
 

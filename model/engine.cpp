@@ -12,8 +12,7 @@ double ms_since(clock_type::time_point t) {
 }
 
 int64_t pool_blocks(const engine_options& o) {
-  if (o.block_size <= 0)
-    throw std::invalid_argument("block_size must be positive");
+  if (o.block_size <= 0) throw std::invalid_argument("block_size must be positive");
   return o.kv_blocks > 0 ? o.kv_blocks : (o.max_context + o.block_size - 1) / o.block_size;
 }
 } // namespace
@@ -24,13 +23,12 @@ reference_engine::reference_engine(std::shared_ptr<const model_weights> weights,
       pool_(model_.kv_layout(options.block_size, false), pool_blocks(options)) {}
 
 void reference_engine::validate(const generation_request& r) const {
-  if (r.prompt.empty())
-    throw std::invalid_argument("prompt is empty");
+  if (r.prompt.empty()) throw std::invalid_argument("prompt is empty");
   if (r.max_tokens < 0)
     throw std::invalid_argument("max_tokens must not be negative, got " +
                                 std::to_string(r.max_tokens));
-  const int64_t limit = std::min<int64_t>(options_.max_context,
-                                          weights_->config.max_position_embeddings);
+  const int64_t limit =
+      std::min<int64_t>(options_.max_context, weights_->config.max_position_embeddings);
   if (static_cast<int64_t>(r.prompt.size()) + r.max_tokens > limit)
     throw std::invalid_argument("prompt (" + std::to_string(r.prompt.size()) +
                                 " tokens) plus max_tokens (" + std::to_string(r.max_tokens) +
@@ -52,8 +50,7 @@ generation_result reference_engine::generate(const generation_request& request) 
 
 std::vector<generation_result>
 reference_engine::generate_batch(std::span<const generation_request> requests) {
-  for (auto& r : requests)
-    validate(r);
+  for (auto& r : requests) validate(r);
   const int64_t n = static_cast<int64_t>(requests.size());
   const int64_t vocab = weights_->config.vocab_size;
   std::vector<generation_result> results(n);
@@ -62,8 +59,7 @@ reference_engine::generate_batch(std::span<const generation_request> requests) {
     std::vector<kv_block_table>& t;
     kv_block_pool& p;
     ~table_guard() {
-      for (auto& x : t)
-        x.release(p);
+      for (auto& x : t) x.release(p);
     }
   } guard{tables, pool_};
 
@@ -75,7 +71,8 @@ reference_engine::generate_batch(std::span<const generation_request> requests) {
     const auto& r = requests[i];
     tables[i].reserve(pool_, static_cast<int64_t>(r.prompt.size()) + r.max_tokens);
     tables[i].set_tokens(static_cast<int64_t>(r.prompt.size()));
-    steps.push_back({&tables[i], 0, static_cast<int64_t>(r.prompt.size()), attention_mode::prefill});
+    steps.push_back(
+        {&tables[i], 0, static_cast<int64_t>(r.prompt.size()), attention_mode::prefill});
     tokens.insert(tokens.end(), r.prompt.begin(), r.prompt.end());
   }
   std::vector<float> hidden, logits, last_rows;
@@ -110,8 +107,7 @@ reference_engine::generate_batch(std::span<const generation_request> requests) {
       res.finish_reason = "length";
     }
   };
-  for (int64_t i = 0; i < n; ++i)
-    accept(i, logits.data() + i * vocab);
+  for (int64_t i = 0; i < n; ++i) accept(i, logits.data() + i * vocab);
   const double prefill_ms = ms_since(t0);
 
   // Decode: every unfinished sequence contributes one token per step.
@@ -123,20 +119,17 @@ reference_engine::generate_batch(std::span<const generation_request> requests) {
     tokens.clear();
     steps.clear();
     for (int64_t i = 0; i < n; ++i) {
-      if (done[i])
-        continue;
+      if (done[i]) continue;
       active.push_back(i);
       tokens.push_back(next[i]);
       const int64_t pos = tables[i].tokens();
       steps.push_back({&tables[i], pos, 1, attention_mode::decode});
       tables[i].set_tokens(pos + 1);
     }
-    if (active.empty())
-      break;
+    if (active.empty()) break;
     model_.forward(tokens, steps, pool_, hidden);
     model_.logits(hidden.data(), static_cast<int64_t>(active.size()), logits);
-    for (size_t a = 0; a < active.size(); ++a)
-      accept(active[a], logits.data() + a * vocab);
+    for (size_t a = 0; a < active.size(); ++a) accept(active[a], logits.data() + a * vocab);
     ++decode_steps;
   }
   const double decode_ms = ms_since(t1);

@@ -2,16 +2,16 @@
 // The single-process reference engine: prefill then decode on one transformer with a paged
 // latent KV cache. Every deployment shape of Supernode must reproduce its greedy tokens.
 
+#include "kernels/sampling.hpp"
+#include "model/kv_cache.hpp"
+#include "model/transformer.hpp"
+#include "model/weights.hpp"
+
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
-
-#include "kernels/sampling.hpp"
-#include "model/kv_cache.hpp"
-#include "model/transformer.hpp"
-#include "model/weights.hpp"
 
 namespace supernode::model {
 

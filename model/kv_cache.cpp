@@ -12,13 +12,11 @@ kv_block_pool::kv_block_pool(const kv_block_layout& layout, int64_t num_blocks)
   if (layout.block_size <= 0 || num_blocks <= 0)
     throw std::invalid_argument("kv_block_pool: block size and block count must be positive");
   free_.reserve(num_blocks);
-  for (int64_t b = num_blocks - 1; b >= 0; --b)
-    free_.push_back(static_cast<int32_t>(b));
+  for (int64_t b = num_blocks - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));
 }
 
 std::optional<int32_t> kv_block_pool::allocate() {
-  if (free_.empty())
-    return std::nullopt;
+  if (free_.empty()) return std::nullopt;
   int32_t b = free_.back();
   free_.pop_back();
   in_use_[b] = true;
@@ -51,18 +49,15 @@ void kv_block_pool::import_block(int32_t block, std::span<const float> in) {
 
 void kv_block_table::reserve(kv_block_pool& pool, int64_t tokens) {
   const int64_t need = pool.layout().blocks_for(tokens) - static_cast<int64_t>(blocks_.size());
-  if (need <= 0)
-    return;
+  if (need <= 0) return;
   if (need > pool.free_blocks())
     throw kv_cache_full("KV cache full: " + std::to_string(need) + " blocks needed, " +
                         std::to_string(pool.free_blocks()) + " free");
-  for (int64_t i = 0; i < need; ++i)
-    blocks_.push_back(*pool.allocate());
+  for (int64_t i = 0; i < need; ++i) blocks_.push_back(*pool.allocate());
 }
 
 void kv_block_table::release(kv_block_pool& pool) {
-  for (auto b : blocks_)
-    pool.release(b);
+  for (auto b : blocks_) pool.release(b);
   blocks_.clear();
   tokens_ = 0;
 }
@@ -78,8 +73,7 @@ kernels::latent_kv_view kv_block_table::view(const kv_block_pool& pool, int64_t 
                                              std::vector<const float*>& pointers) const {
   const auto& l = pool.layout();
   pointers.resize(l.blocks_for(length));
-  for (size_t i = 0; i < pointers.size(); ++i)
-    pointers[i] = pool.block_data(layer, blocks_.at(i));
+  for (size_t i = 0; i < pointers.size(); ++i) pointers[i] = pool.block_data(layer, blocks_.at(i));
   return {pointers, l.block_size, l.kv_lora, l.rope, length};
 }
 

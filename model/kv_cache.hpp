@@ -4,13 +4,13 @@
 // floats) and the rotated shared key k_pe (rope floats). This block is the unit prefill ships
 // to decode and EMS stores, so its layout is a type of its own.
 
+#include "kernels/attention.hpp"
+
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <stdexcept>
 #include <vector>
-
-#include "kernels/attention.hpp"
 
 namespace supernode::model {
 

@@ -5,13 +5,13 @@
 
 namespace supernode::model {
 
-const char* precision_name(precision p) { return p == precision::int8 ? "int8" : "fp32"; }
+const char* precision_name(precision p) {
+  return p == precision::int8 ? "int8" : "fp32";
+}
 
 precision parse_precision(const std::string& s) {
-  if (s == "int8")
-    return precision::int8;
-  if (s == "fp32")
-    return precision::fp32;
+  if (s == "int8") return precision::int8;
+  if (s == "fp32") return precision::fp32;
   throw std::invalid_argument("precision must be int8 or fp32, got '" + s + "'");
 }
 
@@ -36,8 +36,7 @@ size_t linear::bytes() const {
 
 void linear::forward(const float* x, int64_t m, int64_t ldx, float* y, int64_t ldy,
                      kernels::quantized_rows& scratch) const {
-  if (m == 0)
-    return;
+  if (m == 0) return;
   if (is_int8()) {
     kernels::quantize_rows(x, m, k(), ldx, scratch);
     kernels::gemm_int8(scratch, int8(), y, ldy);
@@ -47,8 +46,7 @@ void linear::forward(const float* x, int64_t m, int64_t ldx, float* y, int64_t l
 }
 
 void linear::forward(const kernels::quantized_rows& xq, float* y, int64_t ldy) const {
-  if (xq.rows == 0)
-    return;
+  if (xq.rows == 0) return;
   kernels::gemm_int8(xq, int8(), y, ldy);
 }
 

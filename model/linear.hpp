@@ -2,11 +2,11 @@
 // A matmul weight in the precision the engine runs: INT8 (per-channel weights, per-token
 // activations; the paper's §4.5) or FP32 (for comparison and for the reference numbers).
 
-#include <cstdint>
-#include <variant>
-
 #include "kernels/gemm_fp32.hpp"
 #include "kernels/gemm_int8.hpp"
+
+#include <cstdint>
+#include <variant>
 
 namespace supernode::model {
 

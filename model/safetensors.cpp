@@ -58,36 +58,51 @@ const std::array<float, 256> e4m3_table = make_e4m3_table();
 
 const char* dtype_name(dtype t) {
   switch (t) {
-  case dtype::f32: return "F32";
-  case dtype::f16: return "F16";
-  case dtype::bf16: return "BF16";
-  case dtype::f8_e4m3: return "F8_E4M3";
-  case dtype::i8: return "I8";
-  case dtype::i32: return "I32";
-  case dtype::i64: return "I64";
+  case dtype::f32:
+    return "F32";
+  case dtype::f16:
+    return "F16";
+  case dtype::bf16:
+    return "BF16";
+  case dtype::f8_e4m3:
+    return "F8_E4M3";
+  case dtype::i8:
+    return "I8";
+  case dtype::i32:
+    return "I32";
+  case dtype::i64:
+    return "I64";
   }
   return "?";
 }
 
 size_t dtype_size(dtype t) {
   switch (t) {
-  case dtype::f32: case dtype::i32: return 4;
-  case dtype::f16: case dtype::bf16: return 2;
-  case dtype::f8_e4m3: case dtype::i8: return 1;
-  case dtype::i64: return 8;
+  case dtype::f32:
+  case dtype::i32:
+    return 4;
+  case dtype::f16:
+  case dtype::bf16:
+    return 2;
+  case dtype::f8_e4m3:
+  case dtype::i8:
+    return 1;
+  case dtype::i64:
+    return 8;
   }
   return 0;
 }
 
 uint16_t float_to_bf16(float f) {
   uint32_t b = std::bit_cast<uint32_t>(f);
-  if (std::isnan(f))
-    return static_cast<uint16_t>((b >> 16) | 0x40);
+  if (std::isnan(f)) return static_cast<uint16_t>((b >> 16) | 0x40);
   b += 0x7FFF + ((b >> 16) & 1);
   return static_cast<uint16_t>(b >> 16);
 }
 
-float bf16_to_float(uint16_t v) { return std::bit_cast<float>(static_cast<uint32_t>(v) << 16); }
+float bf16_to_float(uint16_t v) {
+  return std::bit_cast<float>(static_cast<uint32_t>(v) << 16);
+}
 
 float f16_to_float(uint16_t h) {
   uint32_t sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1F, m = h & 0x3FF;
@@ -95,14 +110,12 @@ float f16_to_float(uint16_t h) {
     float mag = std::ldexp(static_cast<float>(m), -24);
     return sign ? -mag : mag;
   }
-  if (e == 31)
-    return std::bit_cast<float>(sign | 0x7F800000u | (m << 13));
+  if (e == 31) return std::bit_cast<float>(sign | 0x7F800000u | (m << 13));
   return std::bit_cast<float>(sign | ((e + 112) << 23) | (m << 13));
 }
 
 uint8_t float_to_e4m3(float f) {
-  if (std::isnan(f))
-    return 0x7F;
+  if (std::isnan(f)) return 0x7F;
   uint8_t sign = std::signbit(f) ? 0x80 : 0;
   float a = std::fabs(f);
   if (a >= 464.0f) // past the midpoint above 448 (the largest finite): saturate
@@ -113,17 +126,17 @@ uint8_t float_to_e4m3(float f) {
   b += 0x7FFFF + ((b >> 20) & 1); // round the mantissa to three bits, ties to even
   int e = static_cast<int>(b >> 23) - 127 + 7;
   uint32_t m = (b >> 20) & 7;
-  if (e > 15 || (e == 15 && m == 7))
-    return sign | 0x7E;
+  if (e > 15 || (e == 15 && m == 7)) return sign | 0x7E;
   return sign | static_cast<uint8_t>((e << 3) | m);
 }
 
-float e4m3_to_float(uint8_t v) { return e4m3_table[v]; }
+float e4m3_to_float(uint8_t v) {
+  return e4m3_table[v];
+}
 
 int64_t tensor_view::numel() const {
   int64_t n = 1;
-  for (auto d : shape)
-    n *= d;
+  for (auto d : shape) n *= d;
   return n;
 }
 
@@ -148,12 +161,10 @@ void tensor_view::to_float(float* out) const {
     }
     return;
   case dtype::f8_e4m3:
-    for (int64_t i = 0; i < n; ++i)
-      out[i] = e4m3_table[static_cast<uint8_t>(data[i])];
+    for (int64_t i = 0; i < n; ++i) out[i] = e4m3_table[static_cast<uint8_t>(data[i])];
     return;
   case dtype::i8:
-    for (int64_t i = 0; i < n; ++i)
-      out[i] = static_cast<float>(static_cast<int8_t>(data[i]));
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(static_cast<int8_t>(data[i]));
     return;
   default:
     fail(file, "tensor '" + name + "' of dtype " + dtype_name(type) + " cannot be read as floats");
@@ -164,8 +175,7 @@ std::shared_ptr<safetensors_file> safetensors_file::open(const std::filesystem::
   std::shared_ptr<safetensors_file> f(new safetensors_file());
   f->path_ = path;
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    fail(path, std::string("cannot open: ") + std::strerror(errno));
+  if (fd < 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     ::close(fd);
@@ -195,16 +205,14 @@ std::shared_ptr<safetensors_file> safetensors_file::open(const std::filesystem::
   } catch (const nlohmann::json::exception& e) {
     fail(path, std::string("header is not valid JSON: ") + e.what());
   }
-  if (!header.is_object())
-    fail(path, "header is not a JSON object");
+  if (!header.is_object()) fail(path, "header is not a JSON object");
   const size_t data_start = 8 + header_len;
   const size_t data_size = f->size_ - data_start;
   for (auto& [name, info] : header.items()) {
     if (name == "__metadata__") {
       if (info.is_object())
         for (auto& [k, v] : info.items())
-          if (v.is_string())
-            f->metadata_[k] = v.get<std::string>();
+          if (v.is_string()) f->metadata_[k] = v.get<std::string>();
       continue;
     }
     if (!info.is_object() || !info.contains("dtype") || !info.contains("shape") ||
@@ -217,8 +225,7 @@ std::shared_ptr<safetensors_file> safetensors_file::open(const std::filesystem::
       t.type = parse_dtype(info["dtype"].get<std::string>(), path, name);
       t.shape = info["shape"].get<std::vector<int64_t>>();
       auto off = info["data_offsets"].get<std::vector<uint64_t>>();
-      if (off.size() != 2)
-        fail(path, "tensor '" + name + "' data_offsets must have two entries");
+      if (off.size() != 2) fail(path, "tensor '" + name + "' data_offsets must have two entries");
       if (off[0] > off[1] || off[1] > data_size)
         fail(path, "tensor '" + name + "' offsets [" + std::to_string(off[0]) + ", " +
                        std::to_string(off[1]) + ") overrun the data section of " +
@@ -243,8 +250,7 @@ std::shared_ptr<safetensors_file> safetensors_file::open(const std::filesystem::
 }
 
 safetensors_file::~safetensors_file() {
-  if (map_)
-    ::munmap(map_, size_);
+  if (map_) ::munmap(map_, size_);
 }
 
 checkpoint_reader checkpoint_reader::open(const std::filesystem::path& dir) {
@@ -253,15 +259,12 @@ checkpoint_reader checkpoint_reader::open(const std::filesystem::path& dir) {
   std::vector<std::filesystem::path> files;
   std::error_code ec;
   for (auto& e : std::filesystem::directory_iterator(dir, ec))
-    if (e.path().extension() == ".safetensors")
-      files.push_back(e.path());
+    if (e.path().extension() == ".safetensors") files.push_back(e.path());
   if (ec)
     throw std::runtime_error(dir.string() + ": cannot list checkpoint folder: " + ec.message());
-  if (files.empty())
-    throw std::runtime_error(dir.string() + ": no *.safetensors files");
+  if (files.empty()) throw std::runtime_error(dir.string() + ": no *.safetensors files");
   std::sort(files.begin(), files.end());
-  for (auto& p : files)
-    r.files_.push_back(safetensors_file::open(p));
+  for (auto& p : files) r.files_.push_back(safetensors_file::open(p));
   for (auto& f : r.files_)
     for (auto& [name, t] : f->tensors()) {
       auto [it, inserted] = r.index_.emplace(name, &t);
@@ -283,8 +286,7 @@ const tensor_view& checkpoint_reader::get(const std::string& name) const {
 namespace {
 std::string shape_str(std::span<const int64_t> s) {
   std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i)
-    out += (i ? ", " : "") + std::to_string(s[i]);
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
   return out + "]";
 }
 } // namespace
@@ -312,22 +314,19 @@ safetensors_writer::safetensors_writer(const std::filesystem::path& path,
   impl_->path = path;
   impl_->entries = std::move(entries);
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  if (!metadata.empty())
-    header["__metadata__"] = metadata;
+  if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
   for (auto& e : impl_->entries) {
     uint64_t n = dtype_size(e.type);
-    for (auto d : e.shape)
-      n *= static_cast<uint64_t>(d);
-    header[e.name] = {{"dtype", dtype_name(e.type)}, {"shape", e.shape},
-                      {"data_offsets", {offset, offset + n}}};
+    for (auto d : e.shape) n *= static_cast<uint64_t>(d);
+    header[e.name] = {
+        {"dtype", dtype_name(e.type)}, {"shape", e.shape}, {"data_offsets", {offset, offset + n}}};
     offset += n;
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' '); // keeps the data 8-byte aligned, as HF does
   impl_->out.open(path, std::ios::binary | std::ios::trunc);
-  if (!impl_->out)
-    throw std::runtime_error(path.string() + ": cannot create");
+  if (!impl_->out) throw std::runtime_error(path.string() + ": cannot create");
   uint64_t len = text.size();
   impl_->out.write(reinterpret_cast<const char*>(&len), 8);
   impl_->out.write(text.data(), static_cast<std::streamsize>(text.size()));
@@ -340,8 +339,7 @@ void safetensors_writer::write_next(std::span<const std::byte> bytes) {
     throw std::logic_error(impl_->path.string() + ": more tensors written than declared");
   auto& e = impl_->entries[impl_->next];
   uint64_t n = dtype_size(e.type);
-  for (auto d : e.shape)
-    n *= static_cast<uint64_t>(d);
+  for (auto d : e.shape) n *= static_cast<uint64_t>(d);
   if (bytes.size() != n)
     throw std::logic_error(impl_->path.string() + ": tensor '" + e.name + "' given " +
                            std::to_string(bytes.size()) + " bytes, declared " + std::to_string(n));
@@ -355,8 +353,7 @@ void safetensors_writer::finish() {
     throw std::logic_error(impl_->path.string() + ": only " + std::to_string(impl_->next) + " of " +
                            std::to_string(impl_->entries.size()) + " tensors written");
   impl_->out.flush();
-  if (!impl_->out)
-    throw std::runtime_error(impl_->path.string() + ": write failed");
+  if (!impl_->out) throw std::runtime_error(impl_->path.string() + ": write failed");
   impl_->out.close();
 }
 

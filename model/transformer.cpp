@@ -1,15 +1,15 @@
 #include "model/transformer.hpp"
 
-#include <algorithm>
-#include <stdexcept>
-#include <string>
-
 #include "kernels/attention.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/gemm_fp32.hpp"
 #include "kernels/gemm_int8.hpp"
 #include "kernels/moe_gate.hpp"
 #include "kernels/thread_pool.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
 
 namespace supernode::model {
 
@@ -59,13 +59,11 @@ void transformer::positions_of(std::span<const sequence_step> steps, int64_t tot
     const int64_t capacity =
         static_cast<int64_t>(s.table ? s.table->blocks().size() : 0) * pool.layout().block_size;
     if (s.first_pos < 0 || s.n_tokens < 0 || s.first_pos + s.n_tokens > capacity)
-      throw std::invalid_argument("forward: sequence step at position " +
-                                  std::to_string(s.first_pos) + " with " +
-                                  std::to_string(s.n_tokens) +
-                                  " tokens has no KV room reserved (capacity " +
-                                  std::to_string(capacity) + ")");
-    for (int64_t i = 0; i < s.n_tokens; ++i)
-      pos_.push_back(s.first_pos + i);
+      throw std::invalid_argument(
+          "forward: sequence step at position " + std::to_string(s.first_pos) + " with " +
+          std::to_string(s.n_tokens) + " tokens has no KV room reserved (capacity " +
+          std::to_string(capacity) + ")");
+    for (int64_t i = 0; i < s.n_tokens; ++i) pos_.push_back(s.first_pos + i);
   }
   if (static_cast<int64_t>(pos_.size()) != total)
     throw std::invalid_argument("forward: " + std::to_string(total) +
@@ -139,20 +137,18 @@ void transformer::layer_forward(const layer_weights& w, int64_t kv_layer, float*
   proj_.resize(rows * h);
   kernels::rms_norm(x, rows, h, h, w.input_norm.data(), eps, h_.data(), h);
   attention(w.attn, kv_layer, h_.data(), rows, steps, pool, proj_.data());
-  for (int64_t i = 0; i < rows * h; ++i)
-    x[i] += proj_[i];
+  for (int64_t i = 0; i < rows * h; ++i) x[i] += proj_[i];
   kernels::rms_norm(x, rows, h, h, w.post_attention_norm.data(), eps, h_.data(), h);
   if (w.is_moe)
     moe(w.moe, h_.data(), rows, proj_.data());
   else
     mlp(w.dense, h_.data(), rows, proj_.data());
-  for (int64_t i = 0; i < rows * h; ++i)
-    x[i] += proj_[i];
+  for (int64_t i = 0; i < rows * h; ++i) x[i] += proj_[i];
 }
 
 void transformer::attention(const attention_weights& w, int64_t kv_layer, const float* hn,
-                            int64_t rows, std::span<const sequence_step> steps,
-                            kv_block_pool& pool, float* out) {
+                            int64_t rows, std::span<const sequence_step> steps, kv_block_pool& pool,
+                            float* out) {
   const auto& c = config();
   const int64_t h = c.hidden_size, nh = c.num_attention_heads, nope = c.qk_nope_head_dim,
                 rope = c.qk_rope_head_dim, vd = c.v_head_dim, lora = c.kv_lora_rank,
@@ -196,14 +192,12 @@ void transformer::attention(const attention_weights& w, int64_t kv_layer, const 
       // Expand every cached latent (prefix and new tokens alike) to per-head keys and values,
       // so a prefix served from a cache gives the same numbers as one computed here.
       std::vector<float> latent(keys * lora), kv(keys * nh * kvw);
-      for (int64_t t = 0; t < keys; ++t)
-        std::copy_n(view.token(t), lora, latent.data() + t * lora);
+      for (int64_t t = 0; t < keys; ++t) std::copy_n(view.token(t), lora, latent.data() + t * lora);
       kernels::gemm_fp32(latent.data(), keys, lora, w.kv_b_gemm, kv.data(), nh * kvw);
       streamed_bytes_ += w.kv_b_gemm.bytes();
       macs_ += static_cast<uint64_t>(keys) * w.kv_b_gemm.n() * w.kv_b_gemm.k();
-      kernels::mla_prefill({q_.data() + row * nh * qk, kv.data(), view, s.n_tokens, s.first_pos,
-                            nh, nope, rope, vd, softmax_scale_,
-                            attn_out_.data() + row * nh * vd});
+      kernels::mla_prefill({q_.data() + row * nh * qk, kv.data(), view, s.n_tokens, s.first_pos, nh,
+                            nope, rope, vd, softmax_scale_, attn_out_.data() + row * nh * vd});
     } else {
       // Weight absorption: q_nope·W_uk gives a query in the latent space, and the latent
       // output is mapped back through W_uv, so the cache is never expanded.
@@ -213,14 +207,13 @@ void transformer::attention(const attention_weights& w, int64_t kv_layer, const 
         std::vector<float> q_lat(lora, 0.0f), o_lat(lora);
         for (int64_t d = 0; d < nope; ++d)
           kernels::axpy(qn[d], w.kv_b.data() + (head * kvw + d) * lora, q_lat.data(), lora);
-        kernels::mla_decode({q_lat.data(), qn + nope, view, s.first_pos + i, 1, softmax_scale_,
-                             o_lat.data()});
+        kernels::mla_decode(
+            {q_lat.data(), qn + nope, view, s.first_pos + i, 1, softmax_scale_, o_lat.data()});
         float* o = attn_out_.data() + r * nh * vd + head * vd;
         for (int64_t j = 0; j < vd; ++j) {
           const float* wv = w.kv_b.data() + (head * kvw + nope + j) * lora;
           float acc = 0.0f;
-          for (int64_t cc = 0; cc < lora; ++cc)
-            acc += o_lat[cc] * wv[cc];
+          for (int64_t cc = 0; cc < lora; ++cc) acc += o_lat[cc] * wv[cc];
           o[j] = acc;
         }
       });
@@ -249,8 +242,13 @@ void transformer::moe(const moe_weights& w, const float* x, int64_t rows, float*
   kernels::gemm_fp32(x, rows, h, w.router, router_logits.data(), n_exp);
   streamed_bytes_ += w.router.bytes();
   macs_ += static_cast<uint64_t>(rows) * w.router.n() * w.router.k();
-  kernels::moe_gate_params gp{n_exp, k, c.n_group, c.topk_group, c.scoring_func == "sigmoid",
-                              c.norm_topk_prob, static_cast<float>(c.routed_scaling_factor)};
+  kernels::moe_gate_params gp{n_exp,
+                              k,
+                              c.n_group,
+                              c.topk_group,
+                              c.scoring_func == "sigmoid",
+                              c.norm_topk_prob,
+                              static_cast<float>(c.routed_scaling_factor)};
   std::vector<int32_t> route_expert(rows * k);
   std::vector<float> route_weight(rows * k);
   for (int64_t r = 0; r < rows; ++r)
@@ -268,8 +266,7 @@ void transformer::moe(const moe_weights& w, const float* x, int64_t rows, float*
     }
   std::vector<int64_t> active;
   for (int64_t e = 0; e < n_exp; ++e)
-    if (!expert_rows[e].empty())
-      active.push_back(e);
+    if (!expert_rows[e].empty()) active.push_back(e);
 
   std::vector<std::vector<float>> up(n_exp), act(n_exp), down(n_exp);
   for (auto e : active) {
@@ -281,12 +278,13 @@ void transformer::moe(const moe_weights& w, const float* x, int64_t rows, float*
     down[e].resize(n * h);
   }
   auto swiglu = [&] {
-    kernels::thread_pool::shared().parallel_for(static_cast<int64_t>(active.size()), [&](int64_t i) {
-      const int64_t e = active[i], n = static_cast<int64_t>(expert_rows[e].size());
-      for (int64_t r = 0; r < n; ++r)
-        kernels::silu_mul(up[e].data() + r * 2 * inter, up[e].data() + r * 2 * inter + inter,
-                          act[e].data() + r * inter, inter);
-    });
+    kernels::thread_pool::shared().parallel_for(
+        static_cast<int64_t>(active.size()), [&](int64_t i) {
+          const int64_t e = active[i], n = static_cast<int64_t>(expert_rows[e].size());
+          for (int64_t r = 0; r < n; ++r)
+            kernels::silu_mul(up[e].data() + r * 2 * inter, up[e].data() + r * 2 * inter + inter,
+                              act[e].data() + r * inter, inter);
+        });
   };
   if (w_->prec == precision::int8) {
     // Quantize each token once; experts receive copies of its INT8 row and scale, as the
@@ -325,7 +323,8 @@ void transformer::moe(const moe_weights& w, const float* x, int64_t rows, float*
       in[e].resize(n * h);
       for (int64_t i = 0; i < n; ++i)
         std::copy_n(x + expert_rows[e][i] * h, h, in[e].data() + i * h);
-      problems.push_back({in[e].data(), n, h, &w.experts[e].gate_up.fp32(), up[e].data(), 2 * inter});
+      problems.push_back(
+          {in[e].data(), n, h, &w.experts[e].gate_up.fp32(), up[e].data(), 2 * inter});
     }
     kernels::gemm_fp32_grouped(problems);
     swiglu();
@@ -342,14 +341,13 @@ void transformer::moe(const moe_weights& w, const float* x, int64_t rows, float*
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < k; ++j) {
       const int64_t e = route_expert[r * k + j];
-      kernels::axpy(route_weight[r * k + j], down[e].data() + route_row[r * k + j] * h,
-                    out + r * h, h);
+      kernels::axpy(route_weight[r * k + j], down[e].data() + route_row[r * k + j] * h, out + r * h,
+                    h);
     }
   if (w.has_shared) {
     moe_out_.resize(rows * h);
     mlp(w.shared, x, rows, moe_out_.data());
-    for (int64_t i = 0; i < rows * h; ++i)
-      out[i] += moe_out_[i];
+    for (int64_t i = 0; i < rows * h; ++i) out[i] += moe_out_[i];
   }
 }
 

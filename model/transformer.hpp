@@ -4,15 +4,15 @@
 // Every per-token computation is independent of the other tokens in the step, so a sequence's
 // results are bit-identical whatever it is batched with.
 
-#include <cstdint>
-#include <memory>
-#include <span>
-#include <vector>
-
 #include "kernels/quantize.hpp"
 #include "kernels/rope.hpp"
 #include "model/kv_cache.hpp"
 #include "model/weights.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
 
 namespace supernode::model {
 
@@ -62,8 +62,7 @@ public:
 
 private:
   void embed(const std::vector<float>& table, std::span<const int32_t> tokens, float* x);
-  void positions_of(std::span<const sequence_step> steps, int64_t total,
-                    const kv_block_pool& pool);
+  void positions_of(std::span<const sequence_step> steps, int64_t total, const kv_block_pool& pool);
   void count(const linear& l, int64_t rows);
   void matmul(const linear& l, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy);
   void layer_forward(const layer_weights& w, int64_t kv_layer, float* x, int64_t rows,

@@ -1,13 +1,13 @@
 #include "model/weights.hpp"
 
-#include <cstring>
-#include <mutex>
-#include <stdexcept>
-
 #include "kernels/thread_pool.hpp"
 #include "model/checkpoint_layout.hpp"
 #include "model/progress.hpp"
 #include "model/safetensors.hpp"
+
+#include <cstring>
+#include <mutex>
+#include <stdexcept>
 
 namespace supernode::model {
 
@@ -16,8 +16,7 @@ std::vector<float> read_tensor_float(const checkpoint_reader& ckpt, const model_
   const auto& t = ckpt.get(name, shape);
   std::vector<float> out(t.numel());
   t.to_float(out.data());
-  if (t.type != dtype::f8_e4m3)
-    return out;
+  if (t.type != dtype::f8_e4m3) return out;
   // DeepSeek's FP8 release: weight [rows][cols] E4M3 with a [ceil(rows/br)][ceil(cols/bc)]
   // tensor `<name>_scale_inv`; the real value is e4m3 * scale_inv of its block.
   if (shape.size() != 2)
@@ -27,12 +26,11 @@ std::vector<float> read_tensor_float(const checkpoint_reader& ckpt, const model_
   std::vector<int64_t> sshape{(rows + br - 1) / br, (cols + bc - 1) / bc};
   const std::string scale_name = name + "_scale_inv";
   if (!ckpt.contains(scale_name))
-    throw std::runtime_error(t.file.string() + ": FP8 tensor '" + name + "' has no '" +
-                             scale_name + "'");
+    throw std::runtime_error(t.file.string() + ": FP8 tensor '" + name + "' has no '" + scale_name +
+                             "'");
   std::vector<float> scale = read_tensor_float(ckpt, config, scale_name, sshape);
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c)
-      out[r * cols + c] *= scale[(r / br) * sshape[1] + c / bc];
+    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] *= scale[(r / br) * sshape[1] + c / bc];
   return out;
 }
 
@@ -102,7 +100,8 @@ struct loader {
     w.moe.experts.resize(c.n_routed_experts);
     // Experts are independent: load them across the pool (kernels called inside run inline).
     kernels::thread_pool::shared().parallel_for(c.n_routed_experts, [&](int64_t e) {
-      w.moe.experts[e] = read_mlp(m + "experts." + std::to_string(e) + ".", c.moe_intermediate_size);
+      w.moe.experts[e] =
+          read_mlp(m + "experts." + std::to_string(e) + ".", c.moe_intermediate_size);
     });
     if (c.n_shared_experts > 0) {
       w.moe.has_shared = true;
@@ -112,16 +111,16 @@ struct loader {
   }
 };
 
-size_t mlp_bytes(const mlp_weights& m) { return m.gate_up.bytes() + m.down.bytes(); }
+size_t mlp_bytes(const mlp_weights& m) {
+  return m.gate_up.bytes() + m.down.bytes();
+}
 
 size_t layer_bytes(const layer_weights& w) {
   const auto& a = w.attn;
   size_t b = a.q_a.bytes() + a.q_b.bytes() + a.kv_a.bytes() + a.kv_b.size() * 4 + a.o.bytes();
-  if (!w.is_moe)
-    return b + mlp_bytes(w.dense);
+  if (!w.is_moe) return b + mlp_bytes(w.dense);
   b += w.moe.router.bytes() + (w.moe.has_shared ? mlp_bytes(w.moe.shared) : 0);
-  for (auto& e : w.moe.experts)
-    b += mlp_bytes(e);
+  for (auto& e : w.moe.experts) b += mlp_bytes(e);
   return b;
 }
 
@@ -144,14 +143,12 @@ std::shared_ptr<const model_weights> model_weights::load(const std::filesystem::
   uint64_t total = 0;
   for (auto& s : checkpoint_layout(c)) {
     bool is_mtp_layer = false;
-    for (int64_t l = c.num_hidden_layers + n_mtp; l < c.num_hidden_layers + c.num_nextn_predict_layers;
-         ++l)
+    for (int64_t l = c.num_hidden_layers + n_mtp;
+         l < c.num_hidden_layers + c.num_nextn_predict_layers; ++l)
       is_mtp_layer |= s.name.rfind(layer_prefix(l), 0) == 0;
-    if (is_mtp_layer)
-      continue;
+    if (is_mtp_layer) continue;
     uint64_t n = 1;
-    for (auto d : s.shape)
-      n *= static_cast<uint64_t>(d);
+    for (auto d : s.shape) n *= static_cast<uint64_t>(d);
     total += n;
   }
   progress_bar bar("loading " + dir.filename().string(), total, o.progress);
@@ -160,8 +157,7 @@ std::shared_ptr<const model_weights> model_weights::load(const std::filesystem::
   const int64_t h = c.hidden_size, v = c.vocab_size;
   w->embedding = std::make_shared<std::vector<float>>(ld.read("model.embed_tokens.weight", {v, h}));
   w->layers.resize(c.num_hidden_layers);
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-    w->layers[l] = ld.read_layer(l);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) w->layers[l] = ld.read_layer(l);
   w->final_norm = ld.read("model.norm.weight", {h});
   {
     auto head = ld.read("lm_head.weight", {v, h});
@@ -194,8 +190,7 @@ std::shared_ptr<const model_weights> model_weights::load(const std::filesystem::
     w->mtp.push_back(std::move(m));
   }
   bar.finish();
-  for (auto& l : w->layers)
-    w->matmul_bytes += layer_bytes(l);
+  for (auto& l : w->layers) w->matmul_bytes += layer_bytes(l);
   w->matmul_bytes += w->lm_head->bytes();
   return w;
 }

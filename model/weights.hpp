@@ -2,14 +2,14 @@
 // The runtime form of a DeepSeek-V3 checkpoint: matmuls quantized (or packed) for our kernels,
 // everything that stays FP32 (norms, router, embedding, kv_b for MLA absorption) as floats.
 
+#include "kernels/gemm_fp32.hpp"
+#include "model/config.hpp"
+#include "model/linear.hpp"
+
 #include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <vector>
-
-#include "kernels/gemm_fp32.hpp"
-#include "model/config.hpp"
-#include "model/linear.hpp"
 
 namespace supernode::model {
 
@@ -29,13 +29,13 @@ struct attention_weights {
   std::vector<float> kv_a_norm;
   // kv_b stays FP32: prefill expands the latent cache with it, decode absorbs it into q and
   // the output; using one representation keeps the two paths numerically alike.
-  std::vector<float> kv_b;       // [heads * (nope + v)][kv_lora]
+  std::vector<float> kv_b;        // [heads * (nope + v)][kv_lora]
   kernels::fp32_weight kv_b_gemm; // the same, packed for the prefill expansion
   linear o;
 };
 
 struct moe_weights {
-  kernels::fp32_weight router;       // [experts][hidden], FP32 as the paper keeps gating
+  kernels::fp32_weight router;        // [experts][hidden], FP32 as the paper keeps gating
   std::vector<float> correction_bias; // empty when the checkpoint has none
   std::vector<mlp_weights> experts;
   bool has_shared = false;

@@ -1,10 +1,10 @@
 #pragma once
 // Role name (as written in a cluster config) -> its logic.
 
+#include "services/role_logic.hpp"
+
 #include <memory>
 #include <string>
-
-#include "services/role_logic.hpp"
 
 namespace supernode::services {
 

@@ -14,14 +14,12 @@ namespace {
   throw std::runtime_error(source + ": " + what);
 }
 
-template <class T>
+template<class T>
 T get_or(const toml::table& t, const char* key, T fallback, const std::string& source,
          const std::string& where) {
   const toml::node* n = t.get(key);
-  if (!n)
-    return fallback;
-  if (auto v = n->value<T>())
-    return *v;
+  if (!n) return fallback;
+  if (auto v = n->value<T>()) return *v;
   fail(source, where + "." + key + " has the wrong type");
 }
 
@@ -43,9 +41,8 @@ cluster_config cluster_config::parse(std::string_view text, const std::string& s
     c.run_dir = get_or<std::string>(*cl, "run_dir", c.run_dir.string(), source, "cluster");
     c.heartbeat_interval = std::chrono::milliseconds(
         get_or<int64_t>(*cl, "heartbeat_ms", c.heartbeat_interval.count(), source, "cluster"));
-    c.missed_heartbeats =
-        static_cast<int>(get_or<int64_t>(*cl, "missed_heartbeats", c.missed_heartbeats, source,
-                                         "cluster"));
+    c.missed_heartbeats = static_cast<int>(
+        get_or<int64_t>(*cl, "missed_heartbeats", c.missed_heartbeats, source, "cluster"));
     if (c.heartbeat_interval.count() <= 0 || c.missed_heartbeats <= 0)
       fail(source, "cluster.heartbeat_ms and cluster.missed_heartbeats must be positive");
   }
@@ -56,8 +53,7 @@ cluster_config cluster_config::parse(std::string_view text, const std::string& s
     for (auto& [key, node] : *planes) {
       const std::string where = "planes." + std::string(key.str());
       auto* t = node.as_table();
-      if (!t)
-        fail(source, where + " must be a table");
+      if (!t) fail(source, where + " must be a table");
       plane_config p;
       p.name = std::string(key.str());
       p.kind = get_or<std::string>(*t, "kind", "", source, where);
@@ -77,14 +73,12 @@ cluster_config cluster_config::parse(std::string_view text, const std::string& s
       c.planes[p.name] = p;
     }
   }
-  if (c.planes.empty())
-    c.planes["inproc"] = plane_config{"inproc", "inproc"};
+  if (c.planes.empty()) c.planes["inproc"] = plane_config{"inproc", "inproc"};
 
   if (auto* flows = root["flows"].as_table())
     for (auto& [key, node] : *flows) {
       auto v = node.value<std::string>();
-      if (!v)
-        fail(source, "flows." + std::string(key.str()) + " must name a plane");
+      if (!v) fail(source, "flows." + std::string(key.str()) + " must name a plane");
       if (!c.planes.count(*v))
         fail(source, "flows." + std::string(key.str()) + " names unknown plane '" + *v + "'");
       c.flows[std::string(key.str())] = *v;
@@ -95,20 +89,17 @@ cluster_config cluster_config::parse(std::string_view text, const std::string& s
     for (auto& [key, node] : *procs) {
       const std::string where = "process." + std::string(key.str());
       auto* t = node.as_table();
-      if (!t)
-        fail(source, where + " must be a table");
+      if (!t) fail(source, where + " must be a table");
       process_config p;
       p.name = std::string(key.str());
       p.count = static_cast<int>(get_or<int64_t>(*t, "count", 1, source, where));
-      if (p.count < 1 || p.count > 4096)
-        fail(source, where + ".count must be in [1, 4096]");
+      if (p.count < 1 || p.count > 4096) fail(source, where + ".count must be in [1, 4096]");
       auto* roles = t->get_as<toml::array>("roles");
       if (!roles || roles->empty())
         fail(source, where + ".roles must be a non-empty array of role names");
       for (auto& r : *roles) {
         auto v = r.value<std::string>();
-        if (!v || v->empty())
-          fail(source, where + ".roles must hold strings");
+        if (!v || v->empty()) fail(source, where + ".roles must hold strings");
         p.roles.push_back(*v);
       }
       c.processes.push_back(p);
@@ -128,14 +119,15 @@ cluster_config cluster_config::parse(std::string_view text, const std::string& s
 
 cluster_config cluster_config::load(const std::filesystem::path& file) {
   std::ifstream in(file);
-  if (!in)
-    throw std::runtime_error("cannot open cluster config " + file.string());
+  if (!in) throw std::runtime_error("cannot open cluster config " + file.string());
   std::stringstream ss;
   ss << in.rdbuf();
   return parse(ss.str(), file.string());
 }
 
-std::vector<instance_config> cluster_config::instances() const { return instances_; }
+std::vector<instance_config> cluster_config::instances() const {
+  return instances_;
+}
 
 std::vector<instance_config> cluster_config::instances_of(const std::string& process,
                                                           int index) const {
@@ -148,29 +140,23 @@ std::vector<instance_config> cluster_config::instances_of(const std::string& pro
         throw std::runtime_error("process '" + process + "' has " + std::to_string(p.count) +
                                  " instances; --id " + std::to_string(index) + " is out of range");
     }
-  if (!known)
-    throw std::runtime_error("no process '" + process + "' in cluster '" + name + "'");
+  if (!known) throw std::runtime_error("no process '" + process + "' in cluster '" + name + "'");
   for (auto& i : instances_)
-    if (i.process == process && i.index == index)
-      out.push_back(i);
+    if (i.process == process && i.index == index) out.push_back(i);
   return out;
 }
 
 const instance_config& cluster_config::instance(const std::string& n) const {
   for (auto& i : instances_)
-    if (i.name == n)
-      return i;
+    if (i.name == n) return i;
   throw std::runtime_error("no instance '" + n + "' in cluster '" + name + "'");
 }
 
 const plane_config& cluster_config::plane_for_flow(const std::string& flow) const {
   auto it = flows.find(flow);
-  if (it != flows.end())
-    return planes.at(it->second);
-  if (auto d = flows.find("default"); d != flows.end())
-    return planes.at(d->second);
-  if (planes.size() == 1)
-    return planes.begin()->second;
+  if (it != flows.end()) return planes.at(it->second);
+  if (auto d = flows.find("default"); d != flows.end()) return planes.at(d->second);
+  if (planes.size() == 1) return planes.begin()->second;
   throw std::runtime_error("cluster '" + name + "' assigns no plane to flow '" + flow + "'");
 }
 

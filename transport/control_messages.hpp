@@ -3,13 +3,13 @@
 // membership and liveness. Type ids 1-99 belong to transport; roles take theirs from 100 up
 // in their own protocol headers.
 
+#include "transport/shared_bytes.hpp"
+
 #include <cstdint>
 #include <map>
 #include <msgpack.hpp>
 #include <string>
 #include <vector>
-
-#include "transport/shared_bytes.hpp"
 
 namespace supernode::transport {
 

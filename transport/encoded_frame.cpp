@@ -11,8 +11,7 @@ thread_local frame_writer* active_writer = nullptr;
 
 size_t encoded_frame::size() const {
   size_t n = head.size;
-  for (auto& s : splices)
-    n += s.body.size();
+  for (auto& s : splices) n += s.body.size();
   return n;
 }
 
@@ -22,14 +21,11 @@ std::vector<std::span<const std::byte>> encoded_frame::pieces() const {
   const auto h = head.bytes();
   size_t from = 0;
   for (auto& s : splices) {
-    if (s.at > from)
-      out.push_back(h.subspan(from, s.at - from));
-    if (!s.body.empty())
-      out.push_back(s.body.bytes());
+    if (s.at > from) out.push_back(h.subspan(from, s.at - from));
+    if (!s.body.empty()) out.push_back(s.body.bytes());
     from = s.at;
   }
-  if (from < h.size())
-    out.push_back(h.subspan(from));
+  if (from < h.size()) out.push_back(h.subspan(from));
   return out;
 }
 
@@ -37,8 +33,7 @@ byte_buffer encoded_frame::flatten() const {
   byte_buffer b;
   b.size = size();
   b.data.reset(static_cast<char*>(std::malloc(std::max<size_t>(b.size, 1))));
-  if (!b.data)
-    throw std::bad_alloc();
+  if (!b.data) throw std::bad_alloc();
   size_t at = 0;
   for (auto piece : pieces()) {
     std::memcpy(b.data.get() + at, piece.data(), piece.size());
@@ -49,8 +44,7 @@ byte_buffer encoded_frame::flatten() const {
 
 frame_writer::frame_writer(bool splicing)
     : data_(static_cast<char*>(std::malloc(512))), capacity_(512), splicing_(splicing) {
-  if (!data_)
-    throw std::bad_alloc();
+  if (!data_) throw std::bad_alloc();
 }
 
 void frame_writer::grow(size_t needed) {
@@ -58,8 +52,7 @@ void frame_writer::grow(size_t needed) {
   // for the fields that may follow it.
   const size_t capacity = std::max(capacity_ * 2, needed + 4096);
   auto* bigger = static_cast<char*>(std::realloc(data_, capacity));
-  if (!bigger)
-    throw std::bad_alloc();
+  if (!bigger) throw std::bad_alloc();
   data_ = bigger;
   capacity_ = capacity;
 }
@@ -90,7 +83,9 @@ frame_writer::active_scope::active_scope(frame_writer& w) : previous_(active_wri
   active_writer = &w;
 }
 
-frame_writer::active_scope::~active_scope() { active_writer = previous_; }
+frame_writer::active_scope::~active_scope() {
+  active_writer = previous_;
+}
 
 namespace detail {
 bool splice_into_active_writer(const shared_bytes& b) {

@@ -5,14 +5,14 @@
 // next, ... — exactly the bytes a contiguous encoding would have; only a referenced body's BIN
 // header is always the 5-byte bin32 form, so a receiver of separate parts can find it.
 
+#include "transport/shared_bytes.hpp"
+
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <span>
 #include <vector>
-
-#include "transport/shared_bytes.hpp"
 
 namespace supernode::transport {
 
@@ -55,8 +55,7 @@ public:
   frame_writer(const frame_writer&) = delete;
   frame_writer& operator=(const frame_writer&) = delete;
   void write(const char* bytes, size_t n) {
-    if (size_ + n > capacity_)
-      grow(size_ + n);
+    if (size_ + n > capacity_) grow(size_ + n);
     std::memcpy(data_ + size_, bytes, n);
     size_ += n;
   }

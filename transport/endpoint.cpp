@@ -1,8 +1,8 @@
 #include "transport/endpoint.hpp"
 
-#include <chrono>
-
 #include "transport/control_messages.hpp"
+
+#include <chrono>
 
 namespace supernode::transport {
 
@@ -27,8 +27,7 @@ endpoint::endpoint(cluster_config cluster, const std::string& self, plane_factor
   // Every instance of the config is a member from the start: the config is the directory.
   const auto now = std::chrono::steady_clock::now();
   for (auto& inst : cluster_.instances()) {
-    if (inst.name == self_.name)
-      continue;
+    if (inst.name == self_.name) continue;
     member_join j{inst.name, inst.role, 0, {}};
     for (auto& [name, pc] : cluster_.planes)
       j.endpoints[name] = cluster_.address(inst, pc, "control");
@@ -36,19 +35,23 @@ endpoint::endpoint(cluster_config cluster, const std::string& self, plane_factor
   }
 }
 
-endpoint::~endpoint() { stop(); }
+endpoint::~endpoint() {
+  stop();
+}
 
-void endpoint::set_message_handler(message_handler h) { on_message_ = std::move(h); }
-void endpoint::set_event_handler(event_handler h) { on_event_ = std::move(h); }
+void endpoint::set_message_handler(message_handler h) {
+  on_message_ = std::move(h);
+}
+void endpoint::set_event_handler(event_handler h) {
+  on_event_ = std::move(h);
+}
 
 void endpoint::start() {
-  for (auto& [name, p] : planes_)
-    p->start();
+  for (auto& [name, p] : planes_) p->start();
 }
 
 void endpoint::stop() {
-  for (auto& [name, p] : planes_)
-    p->stop();
+  for (auto& [name, p] : planes_) p->stop();
 }
 
 bool endpoint::is_alive(const peer_id& peer) const {
@@ -65,10 +68,8 @@ send_status endpoint::send(const std::string& flow, const peer_id& to, const env
   {
     std::lock_guard lock(mutex_);
     const member* m = membership_.find(to);
-    if (!m)
-      return send_status::unknown_peer;
-    if (m->state != member_state::alive)
-      return send_status::peer_down;
+    if (!m) return send_status::unknown_peer;
+    if (m->state != member_state::alive) return send_status::peer_down;
   }
   return planes_.at(cluster_.plane_for_flow(flow).name)->send(to, message);
 }
@@ -92,8 +93,7 @@ void endpoint::on_message(const peer_id& from, envelope message) {
     std::lock_guard lock(mutex_);
     events = membership_.on_leave(*l, now);
   } else {
-    if (on_message_)
-      on_message_(from, std::move(message));
+    if (on_message_) on_message_(from, std::move(message));
     return;
   }
   emit(events);
@@ -101,10 +101,8 @@ void endpoint::on_message(const peer_id& from, envelope message) {
 
 void endpoint::emit(const std::vector<membership_event>& events) {
   for (auto& e : events) {
-    if (e.what != membership_event::kind::joined)
-      pending_.fail_peer(e.peer, e.reason);
-    if (on_event_)
-      on_event_(e);
+    if (e.what != membership_event::kind::joined) pending_.fail_peer(e.peer, e.reason);
+    if (on_event_) on_event_(e);
   }
 }
 
@@ -115,8 +113,7 @@ void endpoint::tick(steady_time now) {
     std::lock_guard lock(mutex_);
     events = membership_.tick(now);
     for (auto& inst : cluster_.instances())
-      if (inst.name != self_.name && membership_.is_alive(inst.name))
-        targets.push_back(inst.name);
+      if (inst.name != self_.name && membership_.is_alive(inst.name)) targets.push_back(inst.name);
   }
   emit(events);
   pending_.expire(now);
@@ -137,8 +134,7 @@ void endpoint::announce_join(const peer_id& peer) {
 void endpoint::announce_leave(const std::string& reason) {
   auto msg = make_envelope(member_leave{self_.name, reason});
   for (auto& inst : cluster_.instances())
-    if (inst.name != self_.name)
-      send("control", inst.name, msg);
+    if (inst.name != self_.name) send("control", inst.name, msg);
 }
 
 } // namespace supernode::transport

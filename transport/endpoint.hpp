@@ -5,16 +5,16 @@
 // an endpoint only relays: messages and membership events arrive through the two handlers (on
 // plane threads), and the actor calls tick() every heartbeat interval.
 
+#include "transport/cluster_config.hpp"
+#include "transport/membership.hpp"
+#include "transport/pending_requests.hpp"
+#include "transport/plane.hpp"
+
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
-
-#include "transport/cluster_config.hpp"
-#include "transport/membership.hpp"
-#include "transport/pending_requests.hpp"
-#include "transport/plane.hpp"
 
 namespace supernode::transport {
 
@@ -59,7 +59,7 @@ private:
   uint64_t incarnation_;
   uint64_t heartbeat_seq_ = 0;
   std::map<std::string, std::unique_ptr<plane>> planes_; // by plane name
-  mutable std::mutex mutex_;                              // guards membership_
+  mutable std::mutex mutex_;                             // guards membership_
   membership membership_;
   pending_requests pending_;
   message_handler on_message_;

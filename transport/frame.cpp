@@ -6,21 +6,27 @@ namespace supernode::transport {
 
 const char* to_string(frame_error e) {
   switch (e) {
-  case frame_error::truncated: return "truncated";
-  case frame_error::bad_magic: return "bad_magic";
-  case frame_error::wrong_version: return "wrong_version";
-  case frame_error::unknown_type: return "unknown_type";
-  case frame_error::oversized: return "oversized";
-  case frame_error::trailing_bytes: return "trailing_bytes";
-  case frame_error::malformed_payload: return "malformed_payload";
+  case frame_error::truncated:
+    return "truncated";
+  case frame_error::bad_magic:
+    return "bad_magic";
+  case frame_error::wrong_version:
+    return "wrong_version";
+  case frame_error::unknown_type:
+    return "unknown_type";
+  case frame_error::oversized:
+    return "oversized";
+  case frame_error::trailing_bytes:
+    return "trailing_bytes";
+  case frame_error::malformed_payload:
+    return "malformed_payload";
   }
   return "unknown";
 }
 
 uint64_t frame_error_counters::total() const {
   uint64_t n = 0;
-  for (auto& c : by_reason)
-    n += c.load();
+  for (auto& c : by_reason) n += c.load();
   return n;
 }
 

@@ -10,8 +10,7 @@ void inproc_hub::attach(const peer_id& id, inproc_plane* plane) {
 void inproc_hub::detach(const peer_id& id, inproc_plane* plane) {
   std::lock_guard lock(mutex_);
   auto it = planes_.find(id);
-  if (it != planes_.end() && it->second == plane)
-    planes_.erase(it);
+  if (it != planes_.end() && it->second == plane) planes_.erase(it);
 }
 
 inproc_plane* inproc_hub::find(const peer_id& id) {
@@ -33,8 +32,7 @@ send_status inproc_plane::send(const peer_id& to, const envelope& message) {
   // The hub lock keeps the target alive while we enqueue: detach takes the same lock.
   std::lock_guard lock(hub_->mutex());
   inproc_plane* target = hub_->find(to);
-  if (!target)
-    return send_status::unknown_peer;
+  if (!target) return send_status::unknown_peer;
   auto status = target->enqueue(self_, message);
   if (status == send_status::ok)
     counters_.messages_sent.fetch_add(1);
@@ -46,10 +44,8 @@ send_status inproc_plane::send(const peer_id& to, const envelope& message) {
 send_status inproc_plane::enqueue(const peer_id& from, const envelope& message) {
   {
     std::lock_guard lock(mutex_);
-    if (stopping_)
-      return send_status::closed;
-    if (queue_.size() >= queue_limit_)
-      return send_status::queue_full;
+    if (stopping_) return send_status::closed;
+    if (queue_.size() >= queue_limit_) return send_status::queue_full;
     queue_.emplace_back(from, message);
   }
   ready_.notify_one();
@@ -63,8 +59,7 @@ void inproc_plane::set_handler(message_handler handler) {
 
 void inproc_plane::start() {
   std::lock_guard lock(mutex_);
-  if (running_)
-    return;
+  if (running_) return;
   running_ = true;
   thread_ = std::thread([this] { run(); });
 }
@@ -72,21 +67,18 @@ void inproc_plane::start() {
 void inproc_plane::stop() {
   {
     std::lock_guard lock(mutex_);
-    if (stopping_)
-      return;
+    if (stopping_) return;
     stopping_ = true;
   }
   ready_.notify_all();
-  if (thread_.joinable())
-    thread_.join();
+  if (thread_.joinable()) thread_.join();
 }
 
 void inproc_plane::run() {
   std::unique_lock lock(mutex_);
   for (;;) {
     ready_.wait(lock, [&] { return stopping_ || (!queue_.empty() && handler_); });
-    if (stopping_)
-      return;
+    if (stopping_) return;
     auto [from, message] = std::move(queue_.front());
     queue_.pop_front();
     auto handler = handler_;

@@ -3,14 +3,14 @@
 // shared_ptr), with no copy and no encoding. A hub maps peer ids to their receiving planes;
 // each plane delivers on its own thread from a bounded queue, like the byte planes do.
 
+#include "transport/plane.hpp"
+
 #include <condition_variable>
 #include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
-
-#include "transport/plane.hpp"
 
 namespace supernode::transport {
 

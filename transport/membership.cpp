@@ -4,9 +4,12 @@ namespace supernode::transport {
 
 const char* to_string(member_state s) {
   switch (s) {
-  case member_state::alive: return "alive";
-  case member_state::down: return "down";
-  case member_state::left: return "left";
+  case member_state::alive:
+    return "alive";
+  case member_state::down:
+    return "down";
+  case member_state::left:
+    return "left";
   }
   return "unknown";
 }
@@ -29,16 +32,14 @@ std::vector<membership_event> membership::on_join(const member_join& m, steady_t
 
 std::vector<membership_event> membership::on_leave(const member_leave& m, steady_time) {
   auto it = members_.find(m.peer);
-  if (it == members_.end() || it->second.state != member_state::alive)
-    return {};
+  if (it == members_.end() || it->second.state != member_state::alive) return {};
   it->second.state = member_state::left;
   return {{membership_event::kind::left, m.peer, m.reason}};
 }
 
 std::vector<membership_event> membership::on_heartbeat(const heartbeat& h, steady_time now) {
   auto it = members_.find(h.sender);
-  if (it == members_.end())
-    return {}; // heartbeats do not make members; joins (or the config) do
+  if (it == members_.end()) return {}; // heartbeats do not make members; joins (or the config) do
   auto& m = it->second;
   if (m.incarnation == 0 && h.incarnation != 0) {
     // A member known from the config: its first heartbeat tells us which process it is.
@@ -67,8 +68,7 @@ std::vector<membership_event> membership::on_heartbeat(const heartbeat& h, stead
 std::vector<membership_event> membership::on_disconnect(const std::string& peer,
                                                         const std::string& reason, steady_time) {
   auto it = members_.find(peer);
-  if (it == members_.end() || it->second.state != member_state::alive)
-    return {};
+  if (it == members_.end() || it->second.state != member_state::alive) return {};
   it->second.state = member_state::down;
   return {{membership_event::kind::down, peer, reason}};
 }
@@ -102,8 +102,7 @@ bool membership::is_alive(const std::string& id) const {
 std::vector<const member*> membership::alive_with_role(const std::string& role) const {
   std::vector<const member*> out;
   for (auto& [id, m] : members_)
-    if (m.state == member_state::alive && m.role == role)
-      out.push_back(&m);
+    if (m.state == member_state::alive && m.role == role) out.push_back(&m);
   return out;
 }
 

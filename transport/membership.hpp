@@ -11,13 +11,13 @@
 //     one joins. Members from the config start with incarnation 0 ("not yet heard from") and
 //     take the incarnation of their first heartbeat.
 
+#include "transport/control_messages.hpp"
+
 #include <chrono>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include "transport/control_messages.hpp"
 
 namespace supernode::transport {
 

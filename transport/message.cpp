@@ -12,8 +12,7 @@ message_registry& message_registry::instance() {
 }
 
 void message_registry::add(const message_type_info& info) {
-  if (by_id_.size() <= info.id)
-    by_id_.resize(info.id + 1);
+  if (by_id_.size() <= info.id) by_id_.resize(info.id + 1);
   auto& slot = by_id_[info.id];
   if (slot && slot->cpp_type != info.cpp_type && *slot->cpp_type != *info.cpp_type)
     throw std::logic_error(std::string("message type id ") + std::to_string(info.id) +
@@ -28,8 +27,7 @@ const message_type_info* message_registry::find(uint16_t id) const {
 namespace {
 const message_type_info& info_for(uint16_t type) {
   const auto* info = message_registry::instance().find(type);
-  if (!info)
-    throw std::logic_error("message type " + std::to_string(type) + " is not registered");
+  if (!info) throw std::logic_error("message type " + std::to_string(type) + " is not registered");
   return *info;
 }
 } // namespace
@@ -39,7 +37,9 @@ byte_buffer envelope::encode() const {
   return std::move(frame.head);
 }
 
-encoded_frame envelope::encode_spliced() const { return info_for(type_).encode(object_.get(), true); }
+encoded_frame envelope::encode_spliced() const {
+  return info_for(type_).encode(object_.get(), true);
+}
 
 msgpack::unpack_limit unpack_limits_for(size_t payload_bytes) {
   // No container can hold more elements than the payload has bytes; depth 32 is plenty for
@@ -56,8 +56,7 @@ struct frame_judge {
 
   std::optional<envelope> fail(frame_error e, const std::string& why) {
     errors.add(e);
-    if (reason)
-      *reason = std::string(to_string(e)) + ": " + why;
+    if (reason) *reason = std::string(to_string(e)) + ": " + why;
     return std::nullopt;
   }
 
@@ -71,28 +70,28 @@ struct frame_judge {
   const message_type_info* check_header(std::span<const std::byte> first, size_t total,
                                         frame_header& h) {
     if (first.size() < frame_header_bytes)
-      return reject(frame_error::truncated, std::to_string(first.size()) + " bytes, no full header");
+      return reject(frame_error::truncated,
+                    std::to_string(first.size()) + " bytes, no full header");
     h = read_header(first.data());
-    if (h.magic != frame_magic)
-      return reject(frame_error::bad_magic, "magic does not match");
+    if (h.magic != frame_magic) return reject(frame_error::bad_magic, "magic does not match");
     if (h.version != protocol_version)
       return reject(frame_error::wrong_version, "version " + std::to_string(h.version) +
-                                                  ", expected " + std::to_string(protocol_version));
+                                                    ", expected " +
+                                                    std::to_string(protocol_version));
     const auto* info = message_registry::instance().find(h.type);
-    if (!info)
-      return reject(frame_error::unknown_type, "type " + std::to_string(h.type));
+    if (!info) return reject(frame_error::unknown_type, "type " + std::to_string(h.type));
     if (h.length > info->max_bytes)
       return reject(frame_error::oversized, std::string(info->name) + " of " +
-                                              std::to_string(h.length) + " bytes, limit " +
-                                              std::to_string(info->max_bytes));
+                                                std::to_string(h.length) + " bytes, limit " +
+                                                std::to_string(info->max_bytes));
     const size_t body = total - frame_header_bytes;
     if (body < h.length)
       return reject(frame_error::truncated, std::string(info->name) + " header says " +
-                                              std::to_string(h.length) + " bytes, " +
-                                              std::to_string(body) + " present");
+                                                std::to_string(h.length) + " bytes, " +
+                                                std::to_string(body) + " present");
     if (body > h.length)
       return reject(frame_error::trailing_bytes,
-                  std::to_string(body - h.length) + " bytes after " + info->name);
+                    std::to_string(body - h.length) + " bytes after " + info->name);
     return info;
   }
 
@@ -123,41 +122,35 @@ std::optional<envelope> decode_frame(std::span<const std::byte> frame,
   frame_judge judge{errors, reason};
   frame_header h;
   const auto* info = judge.check_header(frame, frame.size(), h);
-  if (!info)
-    return std::nullopt;
-  return judge.decode(*info, h.type, reinterpret_cast<const char*>(frame.data()) + frame_header_bytes,
-                      h.length, payload_source{std::move(owner), {}});
+  if (!info) return std::nullopt;
+  return judge.decode(*info, h.type,
+                      reinterpret_cast<const char*>(frame.data()) + frame_header_bytes, h.length,
+                      payload_source{std::move(owner), {}});
 }
 
 std::optional<envelope> decode_frame(std::span<const frame_part> parts,
                                      frame_error_counters& errors, std::string* reason) {
-  if (parts.size() == 1)
-    return decode_frame(parts[0].bytes, parts[0].owner, errors, reason);
+  if (parts.size() == 1) return decode_frame(parts[0].bytes, parts[0].owner, errors, reason);
   frame_judge judge{errors, reason};
-  if (parts.empty())
-    return judge.fail(frame_error::truncated, "no parts");
+  if (parts.empty()) return judge.fail(frame_error::truncated, "no parts");
   size_t total = 0;
-  for (auto& p : parts)
-    total += p.bytes.size();
+  for (auto& p : parts) total += p.bytes.size();
   frame_header h;
   const auto* info = judge.check_header(parts[0].bytes, total, h);
-  if (!info)
-    return std::nullopt;
+  if (!info) return std::nullopt;
   if (parts.size() > max_frame_parts)
-    return judge.fail(frame_error::malformed_payload, std::string(info->name) + " in " +
-                                                          std::to_string(parts.size()) + " parts");
+    return judge.fail(frame_error::malformed_payload,
+                      std::string(info->name) + " in " + std::to_string(parts.size()) + " parts");
   // The head parts, each body replaced by a 3-byte marker (fixext1 holding its index) where its
   // bin32 header was; the bodies stay in their parts and the decoded fields reference them.
   std::vector<char> skeleton;
   std::vector<frame_part> bodies;
   size_t head_bytes = 0;
-  for (size_t i = 0; i < parts.size(); i += 2)
-    head_bytes += parts[i].bytes.size();
+  for (size_t i = 0; i < parts.size(); i += 2) head_bytes += parts[i].bytes.size();
   skeleton.reserve(head_bytes + parts.size() * 2);
   for (size_t i = 0; i < parts.size(); i += 2) {
     auto head = parts[i].bytes;
-    if (i == 0)
-      head = head.subspan(frame_header_bytes);
+    if (i == 0) head = head.subspan(frame_header_bytes);
     if (i + 1 < parts.size()) {
       const auto& body = parts[i + 1];
       if (head.size() < 5 || head[head.size() - 5] != std::byte{0xc6} ||
@@ -177,7 +170,8 @@ std::optional<envelope> decode_frame(std::span<const frame_part> parts,
       skeleton.insert(skeleton.end(), p, p + head.size());
     }
   }
-  return judge.decode(*info, h.type, skeleton.data(), skeleton.size(), payload_source{nullptr, bodies});
+  return judge.decode(*info, h.type, skeleton.data(), skeleton.size(),
+                      payload_source{nullptr, bodies});
 }
 
 } // namespace supernode::transport

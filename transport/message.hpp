@@ -10,6 +10,10 @@
 // Large binary fields are shared_bytes: they travel by reference where the medium allows
 // (see encoded_frame.hpp) and a decoded message may reference the buffer it arrived in.
 
+#include "transport/encoded_frame.hpp"
+#include "transport/frame.hpp"
+#include "transport/shared_bytes.hpp"
+
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -20,10 +24,6 @@
 #include <string>
 #include <typeinfo>
 #include <vector>
-
-#include "transport/encoded_frame.hpp"
-#include "transport/frame.hpp"
-#include "transport/shared_bytes.hpp"
 
 namespace supernode::transport {
 
@@ -62,15 +62,20 @@ private:
 class envelope {
 public:
   envelope() = default;
-  envelope(uint16_t type, std::shared_ptr<const void> object) : type_(type), object_(std::move(object)) {}
+  envelope(uint16_t type, std::shared_ptr<const void> object)
+      : type_(type), object_(std::move(object)) {}
 
   uint16_t type() const { return type_; }
   bool empty() const { return !object_; }
-  template <class T>
-  bool is() const { return type_ == T::type_id; }
+  template<class T>
+  bool is() const {
+    return type_ == T::type_id;
+  }
   // The message as T, or nullptr when it is another type.
-  template <class T>
-  const T* get() const { return is<T>() ? static_cast<const T*>(object_.get()) : nullptr; }
+  template<class T>
+  const T* get() const {
+    return is<T>() ? static_cast<const T*>(object_.get()) : nullptr;
+  }
   const std::shared_ptr<const void>& object() const { return object_; }
   // Header + payload in one contiguous block (copies every body).
   byte_buffer encode() const;
@@ -82,7 +87,7 @@ private:
   std::shared_ptr<const void> object_;
 };
 
-template <class T>
+template<class T>
 envelope make_envelope(T message) {
   return envelope(T::type_id, std::make_shared<const T>(std::move(message)));
 }
@@ -115,7 +120,7 @@ inline bool unpack_in_place(msgpack::type::object_type type, std::size_t, void*)
   return type == msgpack::type::BIN || type == msgpack::type::STR;
 }
 
-template <class T>
+template<class T>
 void register_message() {
   message_type_info info;
   info.id = T::type_id;
@@ -139,10 +144,9 @@ void register_message() {
   info.decode = [](const char* payload, size_t size,
                    const payload_source& source) -> std::shared_ptr<const void> {
     size_t offset = 0;
-    auto handle = msgpack::unpack(payload, size, offset, &unpack_in_place, nullptr,
-                                  unpack_limits_for(size));
-    if (offset != size)
-      throw msgpack::unpack_error("trailing bytes after the payload");
+    auto handle =
+        msgpack::unpack(payload, size, offset, &unpack_in_place, nullptr, unpack_limits_for(size));
+    if (offset != size) throw msgpack::unpack_error("trailing bytes after the payload");
     auto object = std::make_shared<T>();
     detail::bytes_decode_scope scope(payload, size, source.owner, source.spliced);
     handle.get().convert(*object);

@@ -7,8 +7,7 @@ namespace supernode::transport {
 std::optional<uint64_t> pending_requests::add(const std::string& peer, steady_time deadline,
                                               completion done) {
   std::lock_guard lock(mutex_);
-  if (entries_.size() >= limit_)
-    return std::nullopt;
+  if (entries_.size() >= limit_) return std::nullopt;
   const uint64_t id = next_id_++;
   entries_.emplace(id, entry{peer, deadline, std::move(done)});
   return id;
@@ -19,8 +18,7 @@ bool pending_requests::complete(uint64_t id, envelope reply) {
   {
     std::lock_guard lock(mutex_);
     auto it = entries_.find(id);
-    if (it == entries_.end())
-      return false;
+    if (it == entries_.end()) return false;
     done = std::move(it->second.done);
     entries_.erase(it);
   }
@@ -28,8 +26,9 @@ bool pending_requests::complete(uint64_t id, envelope reply) {
   return true;
 }
 
-template <class Pred>
-size_t pending_requests::fail_where(Pred pred, const std::function<std::string(const entry&)>& why) {
+template<class Pred>
+size_t pending_requests::fail_where(Pred pred,
+                                    const std::function<std::string(const entry&)>& why) {
   std::vector<std::pair<completion, std::string>> failed;
   {
     std::lock_guard lock(mutex_);
@@ -43,8 +42,7 @@ size_t pending_requests::fail_where(Pred pred, const std::function<std::string(c
     }
   }
   // Completions run outside the lock: they may add new requests.
-  for (auto& [done, reason] : failed)
-    done(std::nullopt, reason);
+  for (auto& [done, reason] : failed) done(std::nullopt, reason);
   return failed.size();
 }
 
@@ -67,8 +65,7 @@ std::optional<steady_time> pending_requests::next_deadline() const {
   std::lock_guard lock(mutex_);
   std::optional<steady_time> next;
   for (auto& [id, e] : entries_)
-    if (!next || e.deadline < *next)
-      next = e.deadline;
+    if (!next || e.deadline < *next) next = e.deadline;
   return next;
 }
 

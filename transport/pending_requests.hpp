@@ -3,15 +3,15 @@
 // and fails with a named error when the deadline passes or when its peer is declared down
 // (ZeroMQ and CAF alike leave in-flight requests to a dead peer hanging otherwise).
 
+#include "transport/membership.hpp"
+#include "transport/message.hpp"
+
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <string>
-
-#include "transport/membership.hpp"
-#include "transport/message.hpp"
 
 namespace supernode::transport {
 
@@ -38,7 +38,7 @@ private:
     steady_time deadline;
     completion done;
   };
-  template <class Pred>
+  template<class Pred>
   size_t fail_where(Pred pred, const std::function<std::string(const entry&)>& why);
 
   mutable std::mutex mutex_;

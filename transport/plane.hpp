@@ -3,14 +3,14 @@
 // stand in for the supernode's networks: inproc (same process), shm (UB), zmq (RDMA and VPC).
 // Which plane carries which flow is chosen in the cluster config, never in the code that sends.
 
+#include "transport/frame.hpp"
+#include "transport/message.hpp"
+
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <string_view>
-
-#include "transport/frame.hpp"
-#include "transport/message.hpp"
 
 namespace supernode::transport {
 

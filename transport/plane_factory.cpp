@@ -1,12 +1,11 @@
 #include "transport/plane_factory.hpp"
 
-#include <stdexcept>
-
-#include <filesystem>
-
 #include "transport/inproc_plane.hpp"
 #include "transport/shm_plane.hpp"
 #include "transport/zmq_plane.hpp"
+
+#include <filesystem>
+#include <stdexcept>
 
 namespace supernode::transport {
 
@@ -20,8 +19,7 @@ std::unique_ptr<plane> make_plane(const cluster_config& cluster, const plane_con
   if (pc.kind == "inproc")
     return std::make_unique<inproc_plane>(process_inproc_hub(), self.name, pc.queue_limit);
   if (pc.kind == "zmq") {
-    if (pc.transport == "ipc")
-      std::filesystem::create_directories(cluster.run_dir);
+    if (pc.transport == "ipc") std::filesystem::create_directories(cluster.run_dir);
     zmq_plane_options o;
     o.self = self.name;
     o.control_endpoint = cluster.address(self, pc, "control");
@@ -32,7 +30,8 @@ std::unique_ptr<plane> make_plane(const cluster_config& cluster, const plane_con
     // binds and delivers once it does.
     for (auto& inst : cluster.instances())
       if (inst.name != self.name)
-        p->connect(inst.name, cluster.address(inst, pc, "control"), cluster.address(inst, pc, "bulk"));
+        p->connect(inst.name, cluster.address(inst, pc, "control"),
+                   cluster.address(inst, pc, "bulk"));
     return p;
   }
   if (pc.kind == "shm") {

@@ -2,10 +2,10 @@
 // Builds the plane a config names for one instance: the only place that knows the concrete
 // plane classes. Everything else sees transport::plane.
 
-#include <memory>
-
 #include "transport/cluster_config.hpp"
 #include "transport/plane.hpp"
+
+#include <memory>
 
 namespace supernode::transport {
 

@@ -9,8 +9,7 @@ thread_local detail::bytes_decode_scope* active_scope = nullptr;
 } // namespace
 
 shared_bytes::shared_bytes(std::vector<char> bytes) {
-  if (bytes.empty())
-    return;
+  if (bytes.empty()) return;
   auto held = std::make_shared<const std::vector<char>>(std::move(bytes));
   data_ = held->data();
   size_ = held->size();
@@ -18,8 +17,7 @@ shared_bytes::shared_bytes(std::vector<char> bytes) {
 }
 
 shared_bytes shared_bytes::copy_of(const void* data, size_t size) {
-  if (size == 0)
-    return {};
+  if (size == 0) return {};
   // Not a vector: it would zero the bytes before they are overwritten.
   std::shared_ptr<char[]> copy(new char[size]);
   std::memcpy(copy.get(), data, size);
@@ -37,7 +35,9 @@ bytes_decode_scope::bytes_decode_scope(const char* payload, size_t size,
   active_scope = this;
 }
 
-bytes_decode_scope::~bytes_decode_scope() { active_scope = previous_; }
+bytes_decode_scope::~bytes_decode_scope() {
+  active_scope = previous_;
+}
 
 bool bytes_decode_scope::all_spliced_used() const {
   return std::all_of(used.begin(), used.end(), [](bool u) { return u; });
@@ -63,8 +63,7 @@ shared_bytes bytes_from_object(const msgpack::object& o) {
       scope->used[index] = true;
       const auto& part = scope->spliced[index];
       const auto* p = reinterpret_cast<const char*>(part.bytes.data());
-      if (part.owner)
-        return shared_bytes(part.owner, p, part.bytes.size());
+      if (part.owner) return shared_bytes(part.owner, p, part.bytes.size());
       return shared_bytes::copy_of(p, part.bytes.size());
     }
   }

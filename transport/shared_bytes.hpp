@@ -98,32 +98,31 @@ inline constexpr int8_t splice_ext_type = 0x53;
 
 namespace msgpack {
 MSGPACK_API_VERSION_NAMESPACE(MSGPACK_DEFAULT_API_NS) {
-namespace adaptor {
+  namespace adaptor {
 
-template <>
-struct convert<supernode::transport::shared_bytes> {
-  const msgpack::object& operator()(const msgpack::object& o,
-                                    supernode::transport::shared_bytes& v) const {
-    v = supernode::transport::detail::bytes_from_object(o);
-    return o;
-  }
-};
+  template<>
+  struct convert<supernode::transport::shared_bytes> {
+    const msgpack::object& operator()(const msgpack::object& o,
+                                      supernode::transport::shared_bytes& v) const {
+      v = supernode::transport::detail::bytes_from_object(o);
+      return o;
+    }
+  };
 
-template <>
-struct pack<supernode::transport::shared_bytes> {
-  template <typename Stream>
-  msgpack::packer<Stream>& operator()(msgpack::packer<Stream>& o,
-                                      const supernode::transport::shared_bytes& v) const {
-    if constexpr (std::is_same_v<Stream, supernode::transport::frame_writer>)
-      if (supernode::transport::detail::splice_into_active_writer(v))
-        return o;
-    const auto n = static_cast<uint32_t>(v.size());
-    o.pack_bin(n);
-    o.pack_bin_body(v.data(), n);
-    return o;
-  }
-};
+  template<>
+  struct pack<supernode::transport::shared_bytes> {
+    template<typename Stream>
+    msgpack::packer<Stream>& operator()(msgpack::packer<Stream>& o,
+                                        const supernode::transport::shared_bytes& v) const {
+      if constexpr (std::is_same_v<Stream, supernode::transport::frame_writer>)
+        if (supernode::transport::detail::splice_into_active_writer(v)) return o;
+      const auto n = static_cast<uint32_t>(v.size());
+      o.pack_bin(n);
+      o.pack_bin_body(v.data(), n);
+      return o;
+    }
+  };
 
-} // namespace adaptor
+  } // namespace adaptor
 } // MSGPACK_API_VERSION_NAMESPACE(MSGPACK_DEFAULT_API_NS)
 } // namespace msgpack

@@ -1,11 +1,11 @@
 #include "transport/shm_plane.hpp"
 
+#include "transport/shm_sync.hpp"
+
 #include <cstdio>
 #include <cstring>
 #include <deque>
 #include <unistd.h>
-
-#include "transport/shm_sync.hpp"
 
 namespace supernode::transport {
 
@@ -39,7 +39,7 @@ std::string ring_name(const peer_id& to, const peer_id& from) {
 }
 
 // Reads a NUL-terminated name the other process wrote, never past the field.
-template <size_t N>
+template<size_t N>
 std::string field(const char (&f)[N]) {
   char copy[N + 1] = {};
   std::memcpy(copy, f, N);
@@ -51,8 +51,8 @@ std::string field(const char (&f)[N]) {
 struct shm_plane::inbox_control {
   uint64_t magic;
   uint32_t slot_count;
-  alignas(64) doorbell bell;                  // the receiving thread sleeps here
-  std::atomic<uint32_t> slots_changed;        // bumped on claim/close: rescan the slots
+  alignas(64) doorbell bell;           // the receiving thread sleeps here
+  std::atomic<uint32_t> slots_changed; // bumped on claim/close: rescan the slots
   alignas(64) inbox_slot slots[inbox_slot_count];
 };
 
@@ -102,8 +102,7 @@ public:
       std::lock_guard lock(mutex_);
       auto best = free_.end();
       for (auto it = free_.begin(); it != free_.end(); ++it)
-        if (it->second >= bytes && (best == free_.end() || it->second < best->second))
-          best = it;
+        if (it->second >= bytes && (best == free_.end() || it->second < best->second)) best = it;
       if (best != free_.end()) {
         block = best->first;
         capacity = best->second;
@@ -114,18 +113,16 @@ public:
       block = new std::byte[bytes]; // not value-initialised: every byte is written before use
       capacity = bytes;
     }
-    return std::shared_ptr<std::byte[]>(
-        block, [pool = weak_from_this(), capacity](std::byte* b) {
-          if (auto p = pool.lock())
-            p->give_back(b, capacity);
-          else
-            delete[] b;
-        });
+    return std::shared_ptr<std::byte[]>(block, [pool = weak_from_this(), capacity](std::byte* b) {
+      if (auto p = pool.lock())
+        p->give_back(b, capacity);
+      else
+        delete[] b;
+    });
   }
 
   ~buffer_pool() {
-    for (auto& [block, capacity] : free_)
-      delete[] block;
+    for (auto& [block, capacity] : free_) delete[] block;
   }
 
 private:
@@ -158,7 +155,9 @@ shm_plane::shm_plane(std::string cluster, peer_id self, shm_plane_options option
   inbox_->magic = inbox_magic;
 }
 
-shm_plane::~shm_plane() { stop(); }
+shm_plane::~shm_plane() {
+  stop();
+}
 
 void shm_plane::set_handler(message_handler handler) {
   {
@@ -166,8 +165,7 @@ void shm_plane::set_handler(message_handler handler) {
     handler_ = std::move(handler);
   }
   handler_generation_.fetch_add(1, std::memory_order_release);
-  if (inbox_)
-    inbox_->bell.ring();
+  if (inbox_) inbox_->bell.ring();
 }
 
 void shm_plane::set_disconnect_handler(disconnect_handler handler) {
@@ -177,26 +175,22 @@ void shm_plane::set_disconnect_handler(disconnect_handler handler) {
 
 void shm_plane::start() {
   std::lock_guard lock(lifecycle_mutex_);
-  if (started_ || stopped_)
-    return;
+  if (started_ || stopped_) return;
   started_ = true;
   receiver_ = std::thread([this] { receive_loop(); });
-  if (!writer_.joinable())
-    writer_ = std::thread([this] { write_loop(); });
+  if (!writer_.joinable()) writer_ = std::thread([this] { write_loop(); });
 }
 
 // Senders may queue big frames before start(); they go out as soon as they are queued.
 void shm_plane::ensure_writer() {
   std::lock_guard lock(lifecycle_mutex_);
-  if (!stopped_ && !writer_.joinable())
-    writer_ = std::thread([this] { write_loop(); });
+  if (!stopped_ && !writer_.joinable()) writer_ = std::thread([this] { write_loop(); });
 }
 
 void shm_plane::stop() {
   {
     std::lock_guard lock(lifecycle_mutex_);
-    if (stopped_)
-      return;
+    if (stopped_) return;
     stopped_ = true;
   }
   stopping_.store(true);
@@ -206,18 +200,15 @@ void shm_plane::stop() {
     writer_kicked_ = true;
   }
   writer_wake_.notify_all();
-  if (receiver_.joinable())
-    receiver_.join();
-  if (writer_.joinable())
-    writer_.join();
+  if (receiver_.joinable()) receiver_.join();
+  if (writer_.joinable()) writer_.join();
   // Tell our receivers we left cleanly, then drop our rings (we created them, so we unlink).
   std::map<peer_id, std::shared_ptr<outbound>> out;
   {
     std::lock_guard lock(out_mutex_);
     out.swap(out_);
   }
-  for (auto& [id, o] : out)
-    close_outbound(*o);
+  for (auto& [id, o] : out) close_outbound(*o);
   out.clear();
   in_.clear();
   inbox_segment_.mark_closed();
@@ -240,19 +231,16 @@ void shm_plane::report_down(const peer_id& peer) {
       out_.erase(it);
     }
   }
-  if (o)
-    close_outbound(*o);
+  if (o) close_outbound(*o);
   disconnect_handler handler;
   {
     std::lock_guard lock(handler_mutex_);
-    if (!reported_down_.insert(peer).second)
-      return;
+    if (!reported_down_.insert(peer).second) return;
     handler = disconnect_handler_;
   }
   std::fprintf(stderr, "[shm %s/%s] peer %s disconnected\n", cluster_.c_str(), self_.c_str(),
                peer.c_str());
-  if (handler)
-    handler(peer);
+  if (handler) handler(peer);
   if (on_disconnect_) // the plane-independent signal the endpoint's liveness listens to
     on_disconnect_(peer, "shm peer process exited or closed its rings");
 }
@@ -260,13 +248,11 @@ void shm_plane::report_down(const peer_id& peer) {
 // ---- sending ------------------------------------------------------------------------------
 
 send_status shm_plane::send(const peer_id& to, const envelope& message) {
-  if (stopping_.load(std::memory_order_relaxed))
-    return send_status::closed;
+  if (stopping_.load(std::memory_order_relaxed)) return send_status::closed;
   encoded_frame frame = message.encode_spliced();
   const frame_header h = read_header(frame.head.bytes().data());
   const auto* info = message_registry::instance().find(h.type);
-  if (info && h.length > info->max_bytes)
-    return send_status::too_large;
+  if (info && h.length > info->max_bytes) return send_status::too_large;
   const auto pieces = frame.pieces();
   return send_pieces(to, pieces, &frame);
 }
@@ -277,20 +263,15 @@ send_status shm_plane::send_frame(const peer_id& to, std::span<const std::byte> 
 }
 
 send_status shm_plane::send_pieces(const peer_id& to, pieces_view pieces, encoded_frame* owned) {
-  if (stopping_.load(std::memory_order_relaxed))
-    return send_status::closed;
+  if (stopping_.load(std::memory_order_relaxed)) return send_status::closed;
   size_t size = 0;
-  for (auto piece : pieces)
-    size += piece.size();
-  if (size > options_.max_frame_bytes)
-    return send_status::too_large;
+  for (auto piece : pieces) size += piece.size();
+  if (size > options_.max_frame_bytes) return send_status::too_large;
   send_status status = send_status::ok;
   auto o = connection(to, status);
-  if (!o)
-    return status;
+  if (!o) return status;
   std::unique_lock lock(o->mutex);
-  if (o->down)
-    return send_status::peer_down;
+  if (o->down) return send_status::peer_down;
   auto full = [&] {
     lock.unlock();
     // A full ring may mean a dead receiver: answer that rather than an endless queue_full.
@@ -302,13 +283,11 @@ send_status shm_plane::send_pieces(const peer_id& to, pieces_view pieces, encode
     return send_status::queue_full;
   };
   if (o->pending.empty() && size <= o->ring.max_record_bytes()) {
-    if (o->ring.try_push_gather(whole, pieces, false) != ring_status::ok)
-      return full();
+    if (o->ring.try_push_gather(whole, pieces, false) != ring_status::ok) return full();
     lock.unlock();
     o->inbox->bell.ring();
   } else {
-    if (o->pending_bytes + size > options_.outbound_limit_bytes)
-      return full();
+    if (o->pending_bytes + size > options_.outbound_limit_bytes) return full();
     outbound::queued q;
     if (owned) {
       // The frame's bodies are shared with the message, so queueing copies nothing.
@@ -316,8 +295,7 @@ send_status shm_plane::send_pieces(const peer_id& to, pieces_view pieces, encode
       q.pieces.assign(pieces.begin(), pieces.end());
     } else {
       q.frame.head.data.reset(static_cast<char*>(std::malloc(std::max<size_t>(size, 1))));
-      if (!q.frame.head.data)
-        throw std::bad_alloc();
+      if (!q.frame.head.data) throw std::bad_alloc();
       q.frame.head.size = size;
       size_t at = 0;
       for (auto piece : pieces) {
@@ -348,8 +326,7 @@ bool shm_plane::receiver_alive(const outbound& o) const {
 
 bool shm_plane::close_outbound(outbound& o) {
   std::lock_guard lock(o.mutex);
-  if (o.down.exchange(true))
-    return false;
+  if (o.down.exchange(true)) return false;
   o.pending.clear();
   o.pending_bytes = o.front_offset = 0;
   // Hand the slot back so the receiver frees it; the ring goes when the last user drops `o`.
@@ -362,8 +339,7 @@ bool shm_plane::close_outbound(outbound& o) {
 }
 
 void shm_plane::mark_down(outbound& o) {
-  if (close_outbound(o))
-    report_down(o.id);
+  if (close_outbound(o)) report_down(o.id);
 }
 
 std::shared_ptr<shm_plane::outbound> shm_plane::connection(const peer_id& to, send_status& status) {
@@ -374,21 +350,17 @@ std::shared_ptr<shm_plane::outbound> shm_plane::connection(const peer_id& to, se
     if (it != out_.end()) {
       // Only the inbox's closed flag here (one shared read); the creator's liveness costs a
       // /proc read and is checked by the sweep and when the ring is full.
-      if (!it->second->down && !it->second->inbox_segment.closed())
-        return it->second;
+      if (!it->second->down && !it->second->inbox_segment.closed()) return it->second;
       stale = it->second;
       out_.erase(it);
     }
   }
-  if (stale)
-    mark_down(*stale); // reports once; the peer may have come back, so connect afresh
+  if (stale) mark_down(*stale); // reports once; the peer may have come back, so connect afresh
   std::lock_guard lock(out_mutex_);
   auto it = out_.find(to);
-  if (it != out_.end())
-    return it->second;
+  if (it != out_.end()) return it->second;
   auto o = connect(to, status);
-  if (o)
-    out_[to] = o;
+  if (o) out_[to] = o;
   return o;
 }
 
@@ -410,8 +382,7 @@ std::shared_ptr<shm_plane::outbound> shm_plane::connect(const peer_id& to, send_
   if (!seg) {
     // A peer we saw die stays "down" (not "unknown") until it comes back.
     std::lock_guard lock(handler_mutex_);
-    if (reported_down_.count(to))
-      status = send_status::peer_down;
+    if (reported_down_.count(to)) status = send_status::peer_down;
     return nullptr;
   }
   auto* inbox = reinterpret_cast<inbox_control*>(seg->data());
@@ -422,8 +393,7 @@ std::shared_ptr<shm_plane::outbound> shm_plane::connect(const peer_id& to, send_
     return nullptr;
   }
   if (seg->closed() || !seg->creator_alive()) {
-    if (!seg->creator_alive())
-      seg->unlink(); // stale: its creator cannot remove it any more
+    if (!seg->creator_alive()) seg->unlink(); // stale: its creator cannot remove it any more
     status = send_status::peer_down;
     return nullptr;
   }
@@ -473,8 +443,7 @@ namespace {
 void slice(std::span<const std::span<const std::byte>> pieces, size_t offset, size_t n,
            std::vector<std::span<const std::byte>>& out) {
   for (auto piece : pieces) {
-    if (n == 0)
-      return;
+    if (n == 0) return;
     if (offset >= piece.size()) {
       offset -= piece.size();
       continue;
@@ -513,8 +482,7 @@ bool shm_plane::flush(outbound& o, bool& still_pending) {
     }
     slice(frame.pieces, o.front_offset, piece, record);
     st = o.ring.try_push_gather(tag, record, false);
-    if (st != ring_status::ok)
-      break;
+    if (st != ring_status::ok) break;
     pushed = true;
     o.front_offset += piece;
     if (o.front_offset == frame.size) {
@@ -525,8 +493,7 @@ bool shm_plane::flush(outbound& o, bool& still_pending) {
   }
   still_pending = !o.down && !o.pending.empty();
   lock.unlock();
-  if (pushed)
-    o.inbox->bell.ring();
+  if (pushed) o.inbox->bell.ring();
   return pushed;
 }
 
@@ -541,8 +508,7 @@ void shm_plane::write_loop() {
       std::vector<std::shared_ptr<outbound>> peers;
       {
         std::lock_guard lock(out_mutex_);
-        for (auto& [id, o] : out_)
-          peers.push_back(o);
+        for (auto& [id, o] : out_) peers.push_back(o);
       }
       bool progress = false, any_pending = false;
       std::shared_ptr<outbound> stalled;
@@ -554,8 +520,7 @@ void shm_plane::write_loop() {
           stalled = o;
         }
       }
-      if (!any_pending || stopping_.load())
-        break;
+      if (!any_pending || stopping_.load()) break;
       if (!progress) {
         // Short slices: other peers may have pending frames too, and stop() must not wait long.
         const size_t piece = std::min(options_.fragment_bytes, stalled->ring.max_record_bytes());
@@ -575,7 +540,8 @@ void shm_plane::receive_loop() {
   message_handler handler;
   auto next_sweep = clock::now() + options_.liveness_interval;
   while (!stopping_.load(std::memory_order_relaxed)) {
-    if (const uint32_t g = handler_generation_.load(std::memory_order_acquire); g != seen_generation) {
+    if (const uint32_t g = handler_generation_.load(std::memory_order_acquire);
+        g != seen_generation) {
       seen_generation = g;
       std::lock_guard lock(handler_mutex_);
       handler = handler_;
@@ -586,14 +552,12 @@ void shm_plane::receive_loop() {
     }
     bool worked = false;
     if (handler)
-      for (size_t i = 0; i < in_.size(); ++i)
-        worked |= drain(*in_[i], handler, 64);
+      for (size_t i = 0; i < in_.size(); ++i) worked |= drain(*in_[i], handler, 64);
     if (clock::now() >= next_sweep) {
       sweep();
       next_sweep = clock::now() + options_.liveness_interval;
     }
-    if (worked)
-      continue;
+    if (worked) continue;
     inbox_->bell.wait(
         [&] {
           if (stopping_.load(std::memory_order_relaxed) ||
@@ -602,8 +566,7 @@ void shm_plane::receive_loop() {
             return true;
           if (handler)
             for (auto& in : in_)
-              if (in->ring.has_data())
-                return true;
+              if (in->ring.has_data()) return true;
           return false;
         },
         options_.spin, next_sweep);
@@ -614,12 +577,10 @@ void shm_plane::scan_slots() {
   for (uint32_t i = 0; i < inbox_slot_count; ++i) {
     auto& slot = inbox_->slots[i];
     const uint32_t state = slot.state.load(std::memory_order_acquire);
-    if (state == slot_free)
-      continue;
+    if (state == slot_free) continue;
     size_t index = in_.size();
     for (size_t k = 0; k < in_.size(); ++k)
-      if (in_[k]->slot == i)
-        index = k;
+      if (in_[k]->slot == i) index = k;
     const bool known = index < in_.size();
     if (state == slot_claiming) {
       if (!process_alive(slot.claimer_pid.load(), slot.claimer_start.load()))
@@ -635,7 +596,8 @@ void shm_plane::scan_slots() {
           throw shm_error("ring name '" + rname + "' does not match the slot");
         auto ring = shm_ring::try_open(cluster_, rname, ring_role::consumer);
         if (!ring)
-          throw shm_error("its ring " + shm_segment::full_name(cluster_, rname) + " does not exist");
+          throw shm_error("its ring " + shm_segment::full_name(cluster_, rname) +
+                          " does not exist");
         in->ring = std::move(*ring);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "[shm %s/%s] ignoring inbox slot %u from '%s': %s\n", cluster_.c_str(),
@@ -656,8 +618,7 @@ void shm_plane::scan_slots() {
           handler = handler_;
         }
         // A clean close: what the sender wrote before closing is still delivered.
-        while (handler && drain(*in_[index], handler, 1024)) {
-        }
+        while (handler && drain(*in_[index], handler, 1024)) {}
         const peer_id from = in_[index]->from;
         remove_inbound(index, false);
         report_down(from);
@@ -670,8 +631,7 @@ void shm_plane::scan_slots() {
 
 void shm_plane::remove_inbound(size_t index, bool unlink_ring) {
   auto& in = *in_[index];
-  if (unlink_ring)
-    in.ring.segment().unlink();
+  if (unlink_ring) in.ring.segment().unlink();
   inbox_->slots[in.slot].state.store(slot_free, std::memory_order_release);
   in_.erase(in_.begin() + static_cast<std::ptrdiff_t>(index));
 }
@@ -679,16 +639,14 @@ void shm_plane::remove_inbound(size_t index, bool unlink_ring) {
 void shm_plane::sweep() {
   for (size_t i = in_.size(); i-- > 0;) {
     auto& in = *in_[i];
-    if (in.ring.segment().creator_alive())
-      continue;
+    if (in.ring.segment().creator_alive()) continue;
     // Whole records the sender finished before dying are delivered; a half-sent frame is not.
     message_handler handler;
     {
       std::lock_guard lock(handler_mutex_);
       handler = handler_;
     }
-    while (handler && drain(in, handler, 1024)) {
-    }
+    while (handler && drain(in, handler, 1024)) {}
     const peer_id from = in.from;
     remove_inbound(i, true);
     report_down(from);
@@ -705,8 +663,7 @@ void shm_plane::sweep() {
       it = out_.erase(it);
     }
   }
-  for (auto& o : dead)
-    mark_down(*o);
+  for (auto& o : dead) mark_down(*o);
 }
 
 void shm_plane::bad_frame(inbound& in, frame_error e, const std::string& why) {
@@ -731,18 +688,16 @@ bool shm_plane::drain(inbound& in, const message_handler& handler, size_t budget
       inbox_->slots_changed.fetch_add(1, std::memory_order_release);
       return n > 0;
     }
-    if (!r)
-      break;
+    if (!r) break;
     auto message = take_record(in, *r);
     in.ring.pop();
-    if (!message)
-      continue;
+    if (!message) continue;
     counters_.messages_received.fetch_add(1, std::memory_order_relaxed);
     try {
       handler(in.from, std::move(*message));
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "[shm %s/%s] handler threw on a message from %s: %s\n",
-                   cluster_.c_str(), self_.c_str(), in.from.c_str(), e.what());
+      std::fprintf(stderr, "[shm %s/%s] handler threw on a message from %s: %s\n", cluster_.c_str(),
+                   self_.c_str(), in.from.c_str(), e.what());
     }
   }
   return n > 0;
@@ -760,8 +715,8 @@ std::optional<envelope> shm_plane::take_record(inbound& in, const ring_record& r
       ++in.bad_frames; // decode_frame counted the reason
       if (in.bad_frames <= 16 || (in.bad_frames & (in.bad_frames - 1)) == 0)
         std::fprintf(stderr, "[shm %s/%s] bad frame #%llu from %s: %s\n", cluster_.c_str(),
-                     self_.c_str(), static_cast<unsigned long long>(in.bad_frames),
-                     in.from.c_str(), why.c_str());
+                     self_.c_str(), static_cast<unsigned long long>(in.bad_frames), in.from.c_str(),
+                     why.c_str());
     }
     return m;
   };
@@ -813,27 +768,26 @@ std::optional<envelope> shm_plane::take_record(inbound& in, const ring_record& r
   case middle_piece:
   case last_piece: {
     if (!in.assembling) {
-      if (!in.discarding)
-        bad_frame(in, frame_error::truncated, "a piece without its first piece");
+      if (!in.discarding) bad_frame(in, frame_error::truncated, "a piece without its first piece");
       in.discarding = r.tag == middle_piece;
       return std::nullopt;
     }
     if (in.assembled + r.bytes.size() > in.expected) {
-      bad_frame(in, frame_error::trailing_bytes, "pieces longer than the announced " +
-                                                     std::to_string(in.expected) + " bytes");
+      bad_frame(in, frame_error::trailing_bytes,
+                "pieces longer than the announced " + std::to_string(in.expected) + " bytes");
       in.assembling = false;
       in.discarding = r.tag == middle_piece;
       return std::nullopt;
     }
     std::memcpy(in.assembly.get() + in.assembled, r.bytes.data(), r.bytes.size());
     in.assembled += r.bytes.size();
-    if (r.tag == middle_piece)
-      return std::nullopt;
+    if (r.tag == middle_piece) return std::nullopt;
     in.assembling = false;
     auto assembly = std::move(in.assembly); // the message, if any, owns it from here
     if (in.assembled != in.expected) {
-      bad_frame(in, frame_error::truncated, "last piece at " + std::to_string(in.assembled) +
-                                                " of " + std::to_string(in.expected) + " bytes");
+      bad_frame(in, frame_error::truncated,
+                "last piece at " + std::to_string(in.assembled) + " of " +
+                    std::to_string(in.expected) + " bytes");
       return std::nullopt;
     }
     const std::span<const std::byte> frame(assembly.get(), in.expected);

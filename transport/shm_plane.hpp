@@ -25,6 +25,10 @@
 // disconnect handler, its partial frame is dropped and the segments it can no longer remove are
 // unlinked. The handler runs on the receiving thread or inside send().
 
+#include "transport/plane.hpp"
+#include "transport/shm_ring.hpp"
+#include "transport/shm_segment.hpp"
+
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -36,18 +40,14 @@
 #include <thread>
 #include <vector>
 
-#include "transport/plane.hpp"
-#include "transport/shm_ring.hpp"
-#include "transport/shm_segment.hpp"
-
 namespace supernode::transport {
 
 struct shm_plane_options {
-  size_t ring_bytes = 8u << 20;                      // per ordered pair of peers
+  size_t ring_bytes = 8u << 20;                       // per ordered pair of peers
   size_t max_frame_bytes = (64u << 20) + (64u << 10); // a 64 MiB bulk_chunk plus its framing
-  size_t fragment_bytes = 1u << 20;                  // pieces of frames that exceed one record
-  size_t outbound_limit_bytes = 256u << 20;          // queued big frames per peer
-  std::chrono::microseconds spin{50};                // busy-wait before sleeping on the futex
+  size_t fragment_bytes = 1u << 20;                   // pieces of frames that exceed one record
+  size_t outbound_limit_bytes = 256u << 20;           // queued big frames per peer
+  std::chrono::microseconds spin{50};                 // busy-wait before sleeping on the futex
   std::chrono::milliseconds liveness_interval{100};
 };
 

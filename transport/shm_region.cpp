@@ -9,7 +9,9 @@ namespace supernode::transport {
 namespace {
 constexpr uint64_t region_magic = 0x4E474552444F4E53ull; // "SNODREGN"
 constexpr size_t page = 4096;
-size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+size_t round_up(size_t n, size_t to) {
+  return (n + to - 1) / to * to;
+}
 
 struct region_control {
   uint64_t magic;
@@ -26,7 +28,9 @@ struct alignas(64) shm_region::flag {
 };
 
 namespace {
-size_t flags_offset() { return 64; }
+size_t flags_offset() {
+  return 64;
+}
 size_t data_offset(size_t flags) {
   return round_up(flags_offset() + flags * 64, page); // 64 = sizeof(flag), page-aligned data
 }
@@ -50,8 +54,7 @@ shm_region shm_region::create(std::string_view cluster, std::string_view name, s
   auto* ctl = new (seg.data()) region_control{region_magic, bytes, flags};
   (void)ctl;
   auto* f = reinterpret_cast<flag*>(seg.data() + flags_offset());
-  for (size_t i = 0; i < flags; ++i)
-    new (f + i) flag{};
+  for (size_t i = 0; i < flags; ++i) new (f + i) flag{};
   return shm_region(std::move(seg));
 }
 
@@ -76,8 +79,7 @@ std::span<std::byte> shm_region::span(size_t offset, size_t size) {
 
 void shm_region::write(size_t offset, std::span<const std::byte> bytes) {
   auto dst = span(offset, bytes.size());
-  if (!bytes.empty())
-    std::memcpy(dst.data(), bytes.data(), bytes.size());
+  if (!bytes.empty()) std::memcpy(dst.data(), bytes.data(), bytes.size());
 }
 
 void shm_region::check_flag(size_t index) const {

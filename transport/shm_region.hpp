@@ -17,13 +17,13 @@
 // Sleeping: each flag has its own futex word and sleeper count (doorbell); publish() makes the
 // wake syscall only when someone sleeps on that flag, so a spinning owner costs writers nothing.
 
+#include "transport/shm_segment.hpp"
+#include "transport/shm_sync.hpp"
+
 #include <chrono>
 #include <cstdint>
 #include <span>
 #include <string_view>
-
-#include "transport/shm_segment.hpp"
-#include "transport/shm_sync.hpp"
 
 namespace supernode::transport {
 

@@ -10,7 +10,9 @@ namespace supernode::transport {
 namespace {
 constexpr uint64_t ring_magic = 0x474E4952444F4E53ull; // "SNODRING"
 constexpr size_t data_offset = 4096;
-size_t align8(size_t n) { return (n + 7) & ~size_t{7}; }
+size_t align8(size_t n) {
+  return (n + 7) & ~size_t{7};
+}
 } // namespace
 
 struct shm_ring::control {
@@ -26,9 +28,12 @@ struct shm_ring::control {
 
 const char* to_string(ring_status s) {
   switch (s) {
-  case ring_status::ok: return "ok";
-  case ring_status::queue_full: return "queue_full";
-  case ring_status::too_large: return "too_large";
+  case ring_status::ok:
+    return "ok";
+  case ring_status::queue_full:
+    return "queue_full";
+  case ring_status::too_large:
+    return "too_large";
   }
   return "unknown";
 }
@@ -53,8 +58,7 @@ shm_ring shm_ring::create(std::string_view cluster, std::string_view name, size_
 std::optional<shm_ring> shm_ring::try_open(std::string_view cluster, std::string_view name,
                                            ring_role role) {
   auto seg = shm_segment::try_open(cluster, name, segment_kind::ring);
-  if (!seg)
-    return std::nullopt;
+  if (!seg) return std::nullopt;
   auto* ctl = reinterpret_cast<control*>(seg->data());
   const size_t room = seg->data_bytes();
   if (room < data_offset || ctl->magic != ring_magic || !std::has_single_bit(ctl->capacity) ||
@@ -72,8 +76,7 @@ std::optional<shm_ring> shm_ring::try_open(std::string_view cluster, std::string
 
 shm_ring shm_ring::open(std::string_view cluster, std::string_view name, ring_role role) {
   auto r = try_open(cluster, name, role);
-  if (!r)
-    throw shm_error("shm ring " + shm_segment::full_name(cluster, name) + " does not exist");
+  if (!r) throw shm_error("shm ring " + shm_segment::full_name(cluster, name) + " does not exist");
   return std::move(*r);
 }
 
@@ -85,13 +88,12 @@ void shm_ring::attach(ring_role role) {
   head_ = ctl_->head.load(std::memory_order_acquire);
   tail_ = next_tail_ = ctl_->tail.load(std::memory_order_acquire);
   cached_other_ = role == ring_role::producer ? tail_ : head_;
-  if (role == ring_role::producer)
-    tail_ = cached_other_;
+  if (role == ring_role::producer) tail_ = cached_other_;
 }
 
 bool shm_ring::peer_alive() const {
-  const auto other = static_cast<size_t>(role_ == ring_role::producer ? ring_role::consumer
-                                                                      : ring_role::producer);
+  const auto other =
+      static_cast<size_t>(role_ == ring_role::producer ? ring_role::consumer : ring_role::producer);
   const pid_t pid = ctl_->pid[other].load(std::memory_order_acquire);
   return pid == 0 || process_alive(pid, ctl_->start[other].load(std::memory_order_relaxed));
 }
@@ -115,15 +117,12 @@ ring_status shm_ring::try_push_gather(uint32_t tag,
                                       std::span<const std::span<const std::byte>> pieces,
                                       bool notify) {
   size_t n = 0;
-  for (auto piece : pieces)
-    n += piece.size();
-  if (n > max_record_bytes())
-    return ring_status::too_large;
+  for (auto piece : pieces) n += piece.size();
+  if (n > max_record_bytes()) return ring_status::too_large;
   const size_t need = align8(record_header_bytes + n);
   if (!fits(need, cached_other_)) {
     cached_other_ = ctl_->tail.load(std::memory_order_acquire);
-    if (!fits(need, cached_other_))
-      return ring_status::queue_full;
+    if (!fits(need, cached_other_)) return ring_status::queue_full;
   }
   if (const size_t pad = padding_for(need)) {
     const uint32_t hdr[2] = {static_cast<uint32_t>(pad - record_header_bytes), padding_tag};
@@ -135,14 +134,12 @@ ring_status shm_ring::try_push_gather(uint32_t tag,
   std::memcpy(p, hdr, sizeof hdr);
   p += record_header_bytes;
   for (auto piece : pieces) {
-    if (!piece.empty())
-      std::memcpy(p, piece.data(), piece.size());
+    if (!piece.empty()) std::memcpy(p, piece.data(), piece.size());
     p += piece.size();
   }
   head_ += need;
   ctl_->head.store(head_, std::memory_order_release);
-  if (notify)
-    ctl_->data_bell.ring();
+  if (notify) ctl_->data_bell.ring();
   return ring_status::ok;
 }
 
@@ -157,14 +154,15 @@ bool shm_ring::wait_for_space(size_t record_bytes, std::chrono::nanoseconds time
       spin, std::chrono::steady_clock::now() + timeout);
 }
 
-bool shm_ring::has_data() const { return ctl_->head.load(std::memory_order_acquire) != tail_; }
+bool shm_ring::has_data() const {
+  return ctl_->head.load(std::memory_order_acquire) != tail_;
+}
 
 std::optional<ring_record> shm_ring::peek() {
   for (;;) {
     if (tail_ == cached_other_) {
       cached_other_ = ctl_->head.load(std::memory_order_acquire);
-      if (tail_ == cached_other_)
-        return std::nullopt;
+      if (tail_ == cached_other_) return std::nullopt;
     }
     const size_t pos = tail_ & (capacity_ - 1);
     uint32_t hdr[2];

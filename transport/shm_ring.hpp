@@ -17,14 +17,14 @@
 // then sleep on a shared futex, and the other side calls futex_wake only when a sleeper is
 // registered (see doorbell in shm_sync.hpp).
 
+#include "transport/shm_segment.hpp"
+#include "transport/shm_sync.hpp"
+
 #include <chrono>
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <string_view>
-
-#include "transport/shm_segment.hpp"
-#include "transport/shm_sync.hpp"
 
 namespace supernode::transport {
 
@@ -57,8 +57,8 @@ public:
 
   // Producer. Copies `a` then `b` into one record; never blocks. With `notify` false the caller
   // signals the consumer some other way (the shm plane rings the receiver's inbox doorbell).
-  ring_status try_push(uint32_t tag, std::span<const std::byte> a, std::span<const std::byte> b = {},
-                       bool notify = true);
+  ring_status try_push(uint32_t tag, std::span<const std::byte> a,
+                       std::span<const std::byte> b = {}, bool notify = true);
   // The same, gathering any number of pieces into one record: a frame goes from wherever its
   // pieces are straight into the ring, one copy.
   ring_status try_push_gather(uint32_t tag, std::span<const std::span<const std::byte>> pieces,
@@ -72,7 +72,8 @@ public:
   std::optional<ring_record> peek();
   void pop();
   bool has_data() const;
-  bool wait_for_data(std::chrono::nanoseconds timeout, std::chrono::nanoseconds spin = default_spin);
+  bool wait_for_data(std::chrono::nanoseconds timeout,
+                     std::chrono::nanoseconds spin = default_spin);
 
   // The process at the other end is still running (true while the other end never attached).
   bool peer_alive() const;
@@ -90,9 +91,9 @@ private:
   std::byte* data_ = nullptr;
   size_t capacity_ = 0;
   ring_role role_ = ring_role::producer;
-  uint64_t head_ = 0, tail_ = 0;  // our own index (producer: head, consumer: tail)
-  uint64_t cached_other_ = 0;     // last seen index of the other side
-  uint64_t next_tail_ = 0;        // consumer: tail after the record returned by peek()
+  uint64_t head_ = 0, tail_ = 0; // our own index (producer: head, consumer: tail)
+  uint64_t cached_other_ = 0;    // last seen index of the other side
+  uint64_t next_tail_ = 0;       // consumer: tail after the record returned by peek()
 };
 
 } // namespace supernode::transport

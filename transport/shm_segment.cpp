@@ -1,5 +1,7 @@
 #include "transport/shm_segment.hpp"
 
+#include "transport/shm_sync.hpp"
+
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -10,8 +12,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <utility>
-
-#include "transport/shm_sync.hpp"
 
 namespace supernode::transport {
 
@@ -35,9 +35,13 @@ struct segment_header {
 };
 static_assert(sizeof(segment_header) <= segment_header_bytes);
 
-segment_header* header_of(void* base) { return static_cast<segment_header*>(base); }
+segment_header* header_of(void* base) {
+  return static_cast<segment_header*>(base);
+}
 
-std::string errno_text() { return std::strerror(errno); }
+std::string errno_text() {
+  return std::strerror(errno);
+}
 
 struct mapped {
   void* base = nullptr;
@@ -56,8 +60,7 @@ mapped map_existing(const std::string& full, int fd, uint32_t kind) {
                     " bytes, smaller than its " + std::to_string(segment_header_bytes) +
                     "-byte header");
   void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (base == MAP_FAILED)
-    throw shm_error("shm segment " + full + ": mmap failed: " + errno_text());
+  if (base == MAP_FAILED) throw shm_error("shm segment " + full + ": mmap failed: " + errno_text());
   auto fail = [&](const std::string& why) {
     munmap(base, size);
     throw shm_error("shm segment " + full + ": " + why);
@@ -82,22 +85,20 @@ enum class leftover { missing, alive, stale, garbage_young, garbage_old };
 // What a segment name currently holds, without keeping it mapped.
 leftover inspect(const std::string& full, std::string* detail = nullptr) {
   const int fd = shm_open(full.c_str(), O_RDWR, 0);
-  if (fd < 0)
-    return leftover::missing;
+  if (fd < 0) return leftover::missing;
   leftover result;
   try {
     auto m = map_existing(full, fd, 0);
     const auto* h = header_of(m.base);
     const bool alive = process_alive(h->creator_pid, h->creator_start);
-    if (detail)
-      *detail = "pid " + std::to_string(h->creator_pid);
+    if (detail) *detail = "pid " + std::to_string(h->creator_pid);
     munmap(m.base, m.bytes);
     result = alive ? leftover::alive : leftover::stale;
   } catch (const shm_error& e) {
     struct stat st {};
-    const bool old = fstat(fd, &st) == 0 && std::time(nullptr) - st.st_mtime > garbage_grace_seconds;
-    if (detail)
-      *detail = e.what();
+    const bool old =
+        fstat(fd, &st) == 0 && std::time(nullptr) - st.st_mtime > garbage_grace_seconds;
+    if (detail) *detail = e.what();
     result = old ? leftover::garbage_old : leftover::garbage_young;
   }
   close(fd);
@@ -108,9 +109,12 @@ leftover inspect(const std::string& full, std::string* detail = nullptr) {
 
 const char* to_string(segment_kind k) {
   switch (k) {
-  case segment_kind::ring: return "ring";
-  case segment_kind::inbox: return "inbox";
-  case segment_kind::region: return "region";
+  case segment_kind::ring:
+    return "ring";
+  case segment_kind::inbox:
+    return "inbox";
+  case segment_kind::region:
+    return "region";
   }
   return "segment of unknown kind";
 }
@@ -141,13 +145,13 @@ shm_segment& shm_segment::operator=(shm_segment&& other) noexcept {
   return *this;
 }
 
-shm_segment::~shm_segment() { release(); }
+shm_segment::~shm_segment() {
+  release();
+}
 
 void shm_segment::release() {
-  if (!base_)
-    return;
-  if (creator_)
-    unlink();
+  if (!base_) return;
+  if (creator_) unlink();
   munmap(base_, total_bytes_);
   base_ = nullptr;
 }
@@ -156,8 +160,7 @@ void shm_segment::unlink() {
   // Only our own inode: after a crash another process may own a new segment of this name.
   struct stat st {};
   const std::string path = "/dev/shm" + name_;
-  if (::stat(path.c_str(), &st) == 0 && st.st_ino == inode_)
-    shm_unlink(name_.c_str());
+  if (::stat(path.c_str(), &st) == 0 && st.st_ino == inode_) shm_unlink(name_.c_str());
   creator_ = false;
 }
 
@@ -169,8 +172,7 @@ shm_segment shm_segment::create(std::string_view cluster, std::string_view name,
   int fd = -1;
   for (int attempt = 0; attempt < 3 && fd < 0; ++attempt) {
     fd = shm_open(full.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd >= 0 || errno != EEXIST)
-      break;
+    if (fd >= 0 || errno != EEXIST) break;
     std::string detail;
     switch (inspect(full, &detail)) {
     case leftover::alive:
@@ -180,12 +182,14 @@ shm_segment shm_segment::create(std::string_view cluster, std::string_view name,
       throw shm_error("shm segment " + full + " already exists and is unreadable (" + detail +
                       "); another process may be creating it");
     case leftover::stale:
-    case leftover::garbage_old: shm_unlink(full.c_str()); break;
-    case leftover::missing: break;
+    case leftover::garbage_old:
+      shm_unlink(full.c_str());
+      break;
+    case leftover::missing:
+      break;
     }
   }
-  if (fd < 0)
-    throw shm_error("shm segment " + full + ": shm_open failed: " + errno_text());
+  if (fd < 0) throw shm_error("shm segment " + full + ": shm_open failed: " + errno_text());
   if (ftruncate(fd, static_cast<off_t>(total)) != 0) {
     const std::string why = errno_text();
     close(fd);
@@ -224,8 +228,7 @@ std::optional<shm_segment> shm_segment::try_open(std::string_view cluster, std::
   const std::string full = full_name(cluster, name);
   const int fd = shm_open(full.c_str(), O_RDWR, 0);
   if (fd < 0) {
-    if (errno == ENOENT)
-      return std::nullopt;
+    if (errno == ENOENT) return std::nullopt;
     throw shm_error("shm segment " + full + ": shm_open failed: " + errno_text());
   }
   mapped m;
@@ -246,19 +249,22 @@ std::optional<shm_segment> shm_segment::try_open(std::string_view cluster, std::
 
 shm_segment shm_segment::open(std::string_view cluster, std::string_view name, segment_kind kind) {
   auto s = try_open(cluster, name, kind);
-  if (!s)
-    throw shm_error("shm segment " + full_name(cluster, name) + " does not exist");
+  if (!s) throw shm_error("shm segment " + full_name(cluster, name) + " does not exist");
   return std::move(*s);
 }
 
-pid_t shm_segment::creator_pid() const { return header_of(base_)->creator_pid; }
+pid_t shm_segment::creator_pid() const {
+  return header_of(base_)->creator_pid;
+}
 
 bool shm_segment::creator_alive() const {
   const auto* h = header_of(base_);
   return process_alive(h->creator_pid, h->creator_start);
 }
 
-void shm_segment::mark_closed() { header_of(base_)->closed.store(1, std::memory_order_release); }
+void shm_segment::mark_closed() {
+  header_of(base_)->closed.store(1, std::memory_order_release);
+}
 
 bool shm_segment::closed() const {
   return header_of(base_)->closed.load(std::memory_order_acquire) != 0;
@@ -268,11 +274,9 @@ std::vector<std::string> list_segments(std::string_view cluster) {
   std::vector<std::string> out;
   const std::string prefix = "supernode." + std::string(cluster) + ".";
   DIR* d = opendir("/dev/shm");
-  if (!d)
-    return out;
+  if (!d) return out;
   while (dirent* e = readdir(d)) {
-    if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0)
-      out.emplace_back(e->d_name);
+    if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0) out.emplace_back(e->d_name);
   }
   closedir(d);
   return out;

@@ -10,7 +10,8 @@
 
 namespace supernode::transport {
 
-static_assert(std::atomic<uint32_t>::is_always_lock_free && std::atomic<uint64_t>::is_always_lock_free,
+static_assert(std::atomic<uint32_t>::is_always_lock_free &&
+                  std::atomic<uint64_t>::is_always_lock_free,
               "shared-memory atomics must be lock-free to be address-free across processes");
 
 inline void cpu_relax() {
@@ -51,27 +52,24 @@ struct doorbell {
 
   // True once ready() holds; false at the deadline. Spins for `spin` first, because a futex
   // wake-up costs several microseconds and most waits on a busy plane are shorter than that.
-  template <class Ready>
-  bool wait(Ready ready, std::chrono::nanoseconds spin, std::chrono::steady_clock::time_point deadline) {
+  template<class Ready>
+  bool wait(Ready ready, std::chrono::nanoseconds spin,
+            std::chrono::steady_clock::time_point deadline) {
     using clock = std::chrono::steady_clock;
-    if (ready())
-      return true;
+    if (ready()) return true;
     if (spin.count() > 0) {
       const auto spin_start = clock::now();
       const auto spin_end = spin_start + spin;
       for (unsigned i = 1;; ++i) {
-        if (ready())
-          return true;
+        if (ready()) return true;
         cpu_relax();
         if ((i & 63) == 0) {
           const auto t = clock::now();
-          if (t >= spin_end || t >= deadline)
-            break;
+          if (t >= spin_end || t >= deadline) break;
           // After a few microseconds, let a thread that shares our core run: when both ends
           // of a ring land on one core, the other end is waiting for exactly this core, and
           // without yielding every round trip costs two full spins.
-          if (t - spin_start > std::chrono::microseconds(5))
-            yield_cpu();
+          if (t - spin_start > std::chrono::microseconds(5)) yield_cpu();
         }
       }
     }
@@ -90,8 +88,7 @@ struct doorbell {
       }
       futex_wait(&seq, s, deadline - t);
       waiters.fetch_sub(1, std::memory_order_relaxed);
-      if (ready())
-        return true;
+      if (ready()) return true;
     }
   }
 };

@@ -42,12 +42,13 @@ struct in_flight {
   ~in_flight() { link->release(bytes); }
 };
 
-void release_part(void*, void* hint) { delete static_cast<std::shared_ptr<in_flight>*>(hint); }
+void release_part(void*, void* hint) {
+  delete static_cast<std::shared_ptr<in_flight>*>(hint);
+}
 
 int open_eventfd() {
   int fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (fd < 0)
-    throw std::system_error(errno, std::generic_category(), "eventfd");
+  if (fd < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
   return fd;
 }
 
@@ -69,8 +70,7 @@ void poll_retrying(std::vector<zmq::pollitem_t>& items) {
       zmq::poll(items, std::chrono::milliseconds{-1});
       return;
     } catch (const zmq::error_t& e) {
-      if (e.num() != EINTR)
-        throw;
+      if (e.num() != EINTR) throw;
     }
   }
 }
@@ -99,12 +99,13 @@ zmq_path::zmq_path(path_settings settings, path_callbacks callbacks)
   receiver_fd_ = open_eventfd();
 }
 
-zmq_path::~zmq_path() { stop(); }
+zmq_path::~zmq_path() {
+  stop();
+}
 
 void zmq_path::start() {
   std::lock_guard lock(mutex_);
-  if (started_ || stopped_)
-    return;
+  if (started_ || stopped_) return;
   started_ = true;
   sender_ = std::thread([this] {
     name_thread("tx");
@@ -119,17 +120,14 @@ void zmq_path::start() {
 void zmq_path::stop() {
   {
     std::lock_guard lock(mutex_);
-    if (stopped_)
-      return;
+    if (stopped_) return;
     stopped_ = true;
   }
   stopping_ = true;
   signal(command_fd_);
   signal(receiver_fd_);
-  if (sender_.joinable())
-    sender_.join();
-  if (receiver_.joinable())
-    receiver_.join();
+  if (sender_.joinable()) sender_.join();
+  if (receiver_.joinable()) receiver_.join();
   // The threads are gone, so their sockets can be closed here.
   for (auto& [key, d] : dealers_) {
     zmq_socket_monitor(d.socket.handle(), nullptr, 0);
@@ -141,13 +139,11 @@ void zmq_path::stop() {
   {
     std::lock_guard lock(mutex_);
     for (auto& c : commands_)
-      if (c.kind == op::send)
-        c.link->release(c.frame.size());
+      if (c.kind == op::send) c.link->release(c.frame.size());
     commands_.clear();
   }
   context_.close();
-  if (!ipc_file_.empty())
-    ::unlink(ipc_file_.c_str()); // zmq leaves the socket file behind
+  if (!ipc_file_.empty()) ::unlink(ipc_file_.c_str()); // zmq leaves the socket file behind
   ::close(command_fd_);
   ::close(receiver_fd_);
 }
@@ -169,16 +165,14 @@ void zmq_path::push(command c) {
   {
     std::lock_guard lock(mutex_);
     if (stopped_) {
-      if (c.kind == op::send)
-        c.link->release(c.frame.size());
+      if (c.kind == op::send) c.link->release(c.frame.size());
       return;
     }
     was_empty = commands_.empty();
     commands_.push_back(std::move(c));
   }
   // Only the first command of a batch needs a wake-up: the thread drains the whole queue.
-  if (was_empty)
-    signal(command_fd_);
+  if (was_empty) signal(command_fd_);
 }
 
 void zmq_path::run_sender() {
@@ -199,8 +193,7 @@ void zmq_path::run_sender() {
     poll_retrying(items);
     // Sockets first: executing commands may close a dealer and invalidate `owners`.
     for (size_t i = 1; i < items.size(); ++i) {
-      if (!items[i].revents)
-        continue;
+      if (!items[i].revents) continue;
       auto [d, is_monitor] = owners[i - 1];
       if (is_monitor)
         drain_monitor(*d);
@@ -214,8 +207,7 @@ void zmq_path::run_sender() {
         std::lock_guard lock(mutex_);
         batch.swap(commands_);
       }
-      for (auto& c : batch)
-        execute(c);
+      for (auto& c : batch) execute(c);
       batch.clear();
     }
   }
@@ -234,8 +226,7 @@ void zmq_path::execute(command& c) {
     return;
   case op::disconnect: {
     auto it = dealers_.find(c.link.get());
-    if (it == dealers_.end())
-      return;
+    if (it == dealers_.end()) return;
     zmq_socket_monitor(it->second.socket.handle(), nullptr, 0);
     it->second.socket.close();
     it->second.monitor.close();
@@ -262,8 +253,10 @@ void zmq_path::execute(command& c) {
 }
 
 void zmq_path::open_dealer(const std::shared_ptr<peer_link>& link, const std::string& endpoint) {
-  dealer d{link, zmq::socket_t(context_, zmq::socket_type::dealer),
-           zmq::socket_t(context_, zmq::socket_type::pair), {}};
+  dealer d{link,
+           zmq::socket_t(context_, zmq::socket_type::dealer),
+           zmq::socket_t(context_, zmq::socket_type::pair),
+           {}};
   d.socket.set(zmq::sockopt::routing_id, settings_.self);
   d.socket.set(zmq::sockopt::linger, 0);
   // No zmq bound: peer_link counts every message until it is on the wire and bounds that.
@@ -286,8 +279,7 @@ void zmq_path::open_dealer(const std::shared_ptr<peer_link>& link, const std::st
 void zmq_path::drain_monitor(dealer& d) {
   for (;;) {
     zmq::message_t event, where;
-    if (!d.monitor.recv(event, zmq::recv_flags::dontwait))
-      return;
+    if (!d.monitor.recv(event, zmq::recv_flags::dontwait)) return;
     if (!event.more() || !d.monitor.recv(where, zmq::recv_flags::none) || event.size() < 6)
       continue;
     uint16_t id;
@@ -329,12 +321,10 @@ void zmq_path::run_receiver() {
         if (!zmq::recv_multipart(router_, std::back_inserter(parts), zmq::recv_flags::dontwait))
           break;
       } catch (const zmq::error_t& e) {
-        if (e.num() == EINTR)
-          continue;
+        if (e.num() == EINTR) continue;
         throw;
       }
-      if (parts.size() < 2)
-        continue; // a ROUTER always prefixes the routing id; nothing to deliver
+      if (parts.size() < 2) continue; // a ROUTER always prefixes the routing id; nothing to deliver
       callbacks_.on_message(parts[0].to_string(), std::span(parts).subspan(1));
     }
   }

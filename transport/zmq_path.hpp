@@ -5,6 +5,8 @@
 // DEALERs and their monitors. Other threads talk to the send thread through a command queue
 // and an eventfd, which zmq::poll watches next to the sockets.
 
+#include "transport/message.hpp"
+
 #include <atomic>
 #include <cstddef>
 #include <deque>
@@ -17,8 +19,6 @@
 #include <unordered_map>
 #include <vector>
 #include <zmq.hpp>
-
-#include "transport/message.hpp"
 
 namespace supernode::transport::detail {
 
@@ -45,7 +45,7 @@ struct path_settings {
   std::string bind_endpoint; // ipc://..., tcp://host:port or tcp://host:*
   int receive_hwm = 1000;    // messages the ROUTER buffers per peer before pushing back
   int64_t max_message_bytes = -1;
-  bool heartbeats = false;   // zmq-level PING/PONG, so a silent tcp peer is noticed too
+  bool heartbeats = false; // zmq-level PING/PONG, so a silent tcp peer is noticed too
 };
 
 struct path_callbacks {

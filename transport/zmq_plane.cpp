@@ -1,9 +1,9 @@
 #include "transport/zmq_plane.hpp"
 
+#include "transport/zmq_path.hpp"
+
 #include <cstdio>
 #include <vector>
-
-#include "transport/zmq_path.hpp"
 
 namespace supernode::transport {
 
@@ -25,7 +25,9 @@ std::string printable(const std::string& s) {
 }
 
 constexpr int control_path = 0, bulk_path = 1;
-const char* path_name(int path) { return path == control_path ? "control" : "bulk"; }
+const char* path_name(int path) {
+  return path == control_path ? "control" : "bulk";
+}
 
 } // namespace
 
@@ -49,10 +51,16 @@ zmq_plane::zmq_plane(zmq_plane_options options) : options_(std::move(options)) {
   bulk_ = std::make_unique<detail::zmq_path>(std::move(bulk), callbacks(bulk_path));
 }
 
-zmq_plane::~zmq_plane() { stop(); }
+zmq_plane::~zmq_plane() {
+  stop();
+}
 
-std::string zmq_plane::control_endpoint() const { return control_->endpoint(); }
-std::string zmq_plane::bulk_endpoint() const { return bulk_->endpoint(); }
+std::string zmq_plane::control_endpoint() const {
+  return control_->endpoint();
+}
+std::string zmq_plane::bulk_endpoint() const {
+  return bulk_->endpoint();
+}
 
 void zmq_plane::set_handler(message_handler handler) {
   {
@@ -75,8 +83,7 @@ void zmq_plane::start() {
 void zmq_plane::stop() {
   {
     std::lock_guard lock(mutex_);
-    if (stopped_)
-      return;
+    if (stopped_) return;
     stopped_ = true;
     peers_.clear();
   }
@@ -90,8 +97,7 @@ void zmq_plane::connect(const peer_id& peer, const std::string& control_endpoint
   auto link = std::make_shared<detail::peer_link>(peer);
   // Under the lock, so no send() can queue a message for the link ahead of its connect.
   std::lock_guard lock(mutex_);
-  if (stopped_)
-    return;
+  if (stopped_) return;
   auto& slot = peers_[peer];
   if (slot) {
     control_->disconnect(slot);
@@ -105,8 +111,7 @@ void zmq_plane::connect(const peer_id& peer, const std::string& control_endpoint
 void zmq_plane::disconnect(const peer_id& peer) {
   std::lock_guard lock(mutex_);
   auto it = peers_.find(peer);
-  if (it == peers_.end())
-    return;
+  if (it == peers_.end()) return;
   control_->disconnect(it->second);
   bulk_->disconnect(it->second);
   peers_.erase(it);
@@ -116,15 +121,12 @@ send_status zmq_plane::send(const peer_id& to, const envelope& message) {
   std::shared_ptr<detail::peer_link> link;
   {
     std::lock_guard lock(mutex_);
-    if (stopped_)
-      return send_status::closed;
+    if (stopped_) return send_status::closed;
     auto it = peers_.find(to);
-    if (it == peers_.end())
-      return send_status::unknown_peer;
+    if (it == peers_.end()) return send_status::unknown_peer;
     link = it->second;
   }
-  if (link->down)
-    return send_status::peer_down;
+  if (link->down) return send_status::peer_down;
   // Checked before encoding too, so a full queue costs the caller nothing.
   if (link->queued_messages.load() >= options_.queue_limit) {
     counters_.queue_full.fetch_add(1);
@@ -134,8 +136,7 @@ send_status zmq_plane::send(const peer_id& to, const envelope& message) {
   encoded_frame frame = message.encode_spliced();
   const size_t size = frame.size();
   const auto* info = message_registry::instance().find(message.type());
-  if (size - frame_header_bytes > info->max_bytes)
-    return send_status::too_large;
+  if (size - frame_header_bytes > info->max_bytes) return send_status::too_large;
   if (!link->reserve(size, options_.queue_limit, options_.queue_bytes_limit)) {
     counters_.queue_full.fetch_add(1);
     return send_status::queue_full;
@@ -177,8 +178,7 @@ void zmq_plane::on_message(const char* path, const std::string& from,
   counters_.messages_received.fetch_add(1);
   counters_.bytes_received.fetch_add(total);
   auto handler = wait_for_handler();
-  if (!handler)
-    return;
+  if (!handler) return;
   try {
     (*handler)(from, std::move(*message));
   } catch (const std::exception& e) {
@@ -188,16 +188,14 @@ void zmq_plane::on_message(const char* path, const std::string& from,
   }
 }
 
-void zmq_plane::on_link(int path, const std::shared_ptr<detail::peer_link>& link,
-                        bool connected, const std::string& where) {
+void zmq_plane::on_link(int path, const std::shared_ptr<detail::peer_link>& link, bool connected,
+                        const std::string& where) {
   link->connected[path] = connected;
   if (connected) {
-    if (link->connected[control_path] && link->connected[bulk_path])
-      link->down = false;
+    if (link->connected[control_path] && link->connected[bulk_path]) link->down = false;
     return;
   }
-  if (link->down.exchange(true))
-    return; // the other path already reported it
+  if (link->down.exchange(true)) return; // the other path already reported it
   {
     std::lock_guard lock(mutex_);
     auto it = peers_.find(link->id);

@@ -16,14 +16,14 @@
 // Handlers run on the paths' receive threads, so control and bulk messages can be delivered
 // concurrently; the disconnect handler runs on a send thread and must not call stop().
 
+#include "transport/plane.hpp"
+
 #include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <string>
-
-#include "transport/plane.hpp"
 
 namespace zmq {
 class message_t;

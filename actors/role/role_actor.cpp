@@ -21,9 +21,8 @@ role_actor::behavior_type role_behavior(role_actor::stateful_pointer<role_state>
   endpoint->set_message_handler([handle](const transport::peer_id& from, transport::envelope m) {
     caf::anon_send(handle, inbound_atom_v, from, std::move(m));
   });
-  endpoint->set_event_handler([handle](const transport::membership_event& e) {
-    caf::anon_send(handle, member_atom_v, e);
-  });
+  endpoint->set_event_handler(
+      [handle](const transport::membership_event& e) { caf::anon_send(handle, member_atom_v, e); });
   endpoint->start();
   self->send(self, tick_atom_v);
   return {

@@ -4,11 +4,11 @@
 //   planes stopped). The actor only relays: plane threads post inbound/member messages to it,
 //   it calls the role's logic, which replies through the endpoint.
 
-#include <memory>
-
 #include "actors/role/role_interface.hpp"
 #include "services/role_logic.hpp"
 #include "transport/endpoint.hpp"
+
+#include <memory>
 
 namespace supernode::actors {
 

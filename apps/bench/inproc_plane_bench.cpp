@@ -1,11 +1,11 @@
 #include "apps/bench/inproc_plane_bench.hpp"
 
+#include "transport/control_messages.hpp"
+#include "transport/inproc_plane.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <future>
-
-#include "transport/control_messages.hpp"
-#include "transport/inproc_plane.hpp"
 
 namespace supernode::apps {
 
@@ -16,15 +16,13 @@ nlohmann::json run_inproc_plane_bench(bool quick) {
   auto hub = inproc_hub::create();
   inproc_plane a(hub, "bench-a"), b(hub, "bench-b");
   b.set_handler([&](const peer_id& from, envelope m) {
-    if (auto* p = m.get<ping>())
-      b.send(from, make_envelope(pong{p->seq, p->sent_ns, {}}));
+    if (auto* p = m.get<ping>()) b.send(from, make_envelope(pong{p->seq, p->sent_ns, {}}));
   });
   std::promise<void>* waiting = nullptr;
   std::mutex mu;
   a.set_handler([&](const peer_id&, envelope) {
     std::lock_guard lock(mu);
-    if (waiting)
-      waiting->set_value();
+    if (waiting) waiting->set_value();
     waiting = nullptr;
   });
   a.start();
@@ -44,8 +42,8 @@ nlohmann::json run_inproc_plane_bench(bool quick) {
     auto t0 = std::chrono::steady_clock::now();
     a.send("bench-b", msg);
     f.wait();
-    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
-                     .count());
+    us.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
   }
   std::sort(us.begin(), us.end());
   a.stop();

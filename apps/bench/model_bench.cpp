@@ -1,16 +1,16 @@
 #include "apps/bench/model_bench.hpp"
 
-#include <algorithm>
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
-#include <nlohmann/json.hpp>
-
 #include "apps/bench/kernel_bench_machine.hpp"
 #include "apps/cli_args.hpp"
 #include "kernels/thread_pool.hpp"
 #include "model/checkpoint_maker.hpp"
 #include "model/engine.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
 
 namespace supernode::apps {
 
@@ -24,8 +24,7 @@ double median(std::vector<double> v) {
 }
 
 std::filesystem::path small_model_dir(const std::optional<std::string>& arg) {
-  if (arg)
-    return *arg;
+  if (arg) return *arg;
   const char* home = std::getenv("SUPERNODE_HOME");
   return model::ensure_checkpoint(std::filesystem::path(home ? home : ".") / "models" / "small",
                                   "small", 1);
@@ -103,8 +102,7 @@ int run_model_bench(cli_args& args) {
       times.push_back(std::chrono::duration<double>(clock_type::now() - t0).count());
       bytes = m.streamed_weight_bytes();
     }
-    for (auto& t : tables)
-      t.release(engine.pool());
+    for (auto& t : tables) t.release(engine.pool());
     const double step = median(times);
     out["decode"].push_back({{"batch", batch},
                              {"step_ms", step * 1e3},
@@ -115,7 +113,8 @@ int run_model_bench(cli_args& args) {
   }
 
   // Prefill: one prompt of N tokens, timed end to end (matmuls, attention, lm_head of the last).
-  std::vector<int64_t> lengths = quick ? std::vector<int64_t>{512} : std::vector<int64_t>{512, 2048};
+  std::vector<int64_t> lengths =
+      quick ? std::vector<int64_t>{512} : std::vector<int64_t>{512, 2048};
   for (int64_t n : lengths) {
     model::engine_options pe;
     pe.block_size = 16;

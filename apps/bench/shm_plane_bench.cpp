@@ -1,5 +1,10 @@
 #include "apps/bench/shm_plane_bench.hpp"
 
+#include "transport/control_messages.hpp"
+#include "transport/shm_plane.hpp"
+#include "transport/shm_region.hpp"
+#include "transport/shm_ring.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -11,11 +16,6 @@
 #include <thread>
 #include <unistd.h>
 #include <vector>
-
-#include "transport/control_messages.hpp"
-#include "transport/shm_plane.hpp"
-#include "transport/shm_region.hpp"
-#include "transport/shm_ring.hpp"
 
 namespace supernode::apps {
 
@@ -32,8 +32,7 @@ double seconds_since(clock_type::time_point t0) {
 nlohmann::json latency_summary(std::vector<double> us) {
   std::sort(us.begin(), us.end());
   double sum = 0;
-  for (double v : us)
-    sum += v;
+  for (double v : us) sum += v;
   return {{"median_us", us[us.size() / 2]},
           {"p99_us", us[std::min(us.size() - 1, us.size() * 99 / 100)]},
           {"mean_us", sum / static_cast<double>(us.size())},
@@ -82,8 +81,7 @@ enum bw_flag : size_t { written = 0, seen = 1 };
     auto rsp = shm_ring::open(cluster, "bench.rsp", ring_role::producer);
     control.publish(child_ready, 1);
     for (int i = 0; i < s.rtt_warmup + s.rtt_iterations; ++i) {
-      if (!req.wait_for_data(10s))
-        throw std::runtime_error("bare ring: no request");
+      if (!req.wait_for_data(10s)) throw std::runtime_error("bare ring: no request");
       auto r = req.peek();
       while (rsp.try_push(r->tag, r->bytes) != ring_status::ok)
         rsp.wait_for_space(r->bytes.size(), 1s);
@@ -115,12 +113,10 @@ nlohmann::json bare_ring_rtt(const schedule& s, shm_ring& req, shm_ring& rsp) {
     const auto t0 = clock_type::now();
     while (req.try_push(static_cast<uint32_t>(i), msg) != ring_status::ok)
       req.wait_for_space(msg.size(), 1s);
-    if (!rsp.wait_for_data(10s))
-      throw std::runtime_error("bare ring: no reply");
+    if (!rsp.wait_for_data(10s)) throw std::runtime_error("bare ring: no reply");
     rsp.peek();
     rsp.pop();
-    if (i >= s.rtt_warmup)
-      us.push_back(seconds_since(t0) * 1e6);
+    if (i >= s.rtt_warmup) us.push_back(seconds_since(t0) * 1e6);
   }
   return latency_summary(std::move(us));
 }
@@ -156,8 +152,7 @@ double plane_bandwidth(shm_plane& plane, client& c, size_t size, size_t reps, ui
   const auto e = make_envelope(bulk_chunk{transfer, 0, size * reps, std::vector<char>(size, 'b')});
   const auto t0 = clock_type::now();
   for (size_t i = 0; i < reps; ++i) {
-    while (plane.send("bench-server", e) == send_status::queue_full)
-      std::this_thread::yield();
+    while (plane.send("bench-server", e) == send_status::queue_full) std::this_thread::yield();
   }
   std::unique_lock lock(c.m);
   if (!c.cv.wait_for(lock, 60s, [&] { return c.acked.count(transfer) > 0; }))
@@ -178,8 +173,7 @@ double region_bandwidth(shm_region& bw, const std::vector<std::byte>& src, size_
     bw.write((round % 2) * (bw.size() / 2), std::span(src.data(), size));
     bw.publish(written, round);
   }
-  if (!bw.wait(seen, round, 20s))
-    throw std::runtime_error("region: last round not acknowledged");
+  if (!bw.wait(seen, round, 20s)) throw std::runtime_error("region: last round not acknowledged");
   return static_cast<double>(size * reps) / seconds_since(t0) / 1e9;
 }
 
@@ -215,10 +209,8 @@ nlohmann::json run_shm_plane_bench(bool quick) {
   auto req = shm_ring::create(cluster, "bench.req", 1 << 16, ring_role::producer);
   auto rsp = shm_ring::create(cluster, "bench.rsp", 1 << 16, ring_role::consumer);
   const pid_t child = fork();
-  if (child < 0)
-    throw std::runtime_error("shm bench: fork failed");
-  if (child == 0)
-    run_child(cluster, s, control, bw);
+  if (child < 0) throw std::runtime_error("shm bench: fork failed");
+  if (child == 0) run_child(cluster, s, control, bw);
 
   nlohmann::json out;
   out["processes"] = 2;
@@ -265,8 +257,7 @@ nlohmann::json run_shm_plane_bench(bool quick) {
         (static_cast<double>(std::clock() - cpu0) / CLOCKS_PER_SEC) / seconds_since(idle_t0);
 
     std::vector<std::byte> src(max_size), dst(2 * max_size);
-    for (size_t i = 0; i < src.size(); ++i)
-      src[i] = std::byte(i * 131);
+    for (size_t i = 0; i < src.size(); ++i) src[i] = std::byte(i * 131);
     std::memset(dst.data(), 0, dst.size());
     uint64_t round = 0, transfer = 0;
     nlohmann::json rows = nlohmann::json::array();
@@ -292,8 +283,7 @@ nlohmann::json run_shm_plane_bench(bool quick) {
       auto t0 = clock_type::now();
       auto spliced = e.encode_spliced();
       const double encode_ms = seconds_since(t0) * 1e3;
-      std::shared_ptr<const byte_buffer> frame =
-          std::make_shared<byte_buffer>(spliced.flatten());
+      std::shared_ptr<const byte_buffer> frame = std::make_shared<byte_buffer>(spliced.flatten());
       frame_error_counters errors;
       t0 = clock_type::now();
       auto back = decode_frame(frame->bytes(), frame, errors);
@@ -301,8 +291,10 @@ nlohmann::json run_shm_plane_bench(bool quick) {
       t0 = clock_type::now();
       std::memcpy(dst.data(), src.data(), max_size);
       const double memcpy_ms = seconds_since(t0) * 1e3;
-      out["plane_cost_64MiB_ms"] = {
-          {"encode", encode_ms}, {"decode", decode_ms}, {"one_memcpy", memcpy_ms}, {"ok", back.has_value()}};
+      out["plane_cost_64MiB_ms"] = {{"encode", encode_ms},
+                                    {"decode", decode_ms},
+                                    {"one_memcpy", memcpy_ms},
+                                    {"ok", back.has_value()}};
     }
     out["plane_bad_frames"] = plane.counters().bad_frames.total();
     control.publish(quit, 1);

@@ -1,5 +1,8 @@
 #include "apps/bench/zmq_plane_bench.hpp"
 
+#include "transport/control_messages.hpp"
+#include "transport/zmq_plane.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -17,9 +20,6 @@
 #include <unistd.h>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
-
-#include "transport/control_messages.hpp"
-#include "transport/zmq_plane.hpp"
 
 namespace supernode::apps {
 
@@ -61,8 +61,7 @@ const auto wait_limit = std::chrono::seconds(60);
 
 pid_t spawn(const std::function<int()>& body) {
   const pid_t pid = fork();
-  if (pid < 0)
-    throw std::runtime_error("fork failed");
+  if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     // Receivers reuse their heap instead of faulting in fresh pages for every large message
@@ -138,8 +137,7 @@ int raw_child(const endpoints& ep, const schedule& s) {
   }
   for (size_t k = 0; k < s.sizes.size(); ++k)
     for (int rep = 0; rep < s.reps; ++rep) {
-      for (size_t i = 0; i < s.counts[k]; ++i)
-        receive();
+      for (size_t i = 0; i < s.counts[k]; ++i) receive();
       router.send(parts[0], zmq::send_flags::sndmore);
       router.send(zmq::str_buffer("k"), zmq::send_flags::none);
     }
@@ -157,7 +155,7 @@ struct replies {
   std::set<uint64_t> acks;
   bool joined = false;
 
-  template <class Pred>
+  template<class Pred>
   void wait(Pred pred, const char* what) {
     std::unique_lock lock(m);
     if (!cv.wait_for(lock, wait_limit, pred))
@@ -165,7 +163,9 @@ struct replies {
   }
 };
 
-double micros(clock_type::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
+double micros(clock_type::duration d) {
+  return std::chrono::duration<double, std::micro>(d).count();
+}
 
 nlohmann::json summary(std::vector<double> us) {
   std::sort(us.begin(), us.end());
@@ -204,8 +204,7 @@ nlohmann::json measure(const endpoints& ep, const schedule& s) {
   dealer.connect(ep.raw);
   auto raw_receive = [&] {
     zmq::message_t reply;
-    if (!dealer.recv(reply))
-      throw std::runtime_error("zmq plane bench: raw child timed out");
+    if (!dealer.recv(reply)) throw std::runtime_error("zmq plane bench: raw child timed out");
   };
 
   // 64 B round trips.
@@ -216,18 +215,17 @@ nlohmann::json measure(const endpoints& ep, const schedule& s) {
     if (plane.send("bench-child", make_envelope(ping{uint64_t(i), 0, payload})) != send_status::ok)
       throw std::runtime_error("zmq plane bench: ping not accepted");
     got.wait([&] { return got.last_pong == uint64_t(i); }, "a pong");
-    if (i > s.warmup)
-      ours_us.push_back(micros(clock_type::now() - t0));
+    if (i > s.warmup) ours_us.push_back(micros(clock_type::now() - t0));
   }
   for (int i = 1; i <= s.warmup + s.rounds; ++i) {
     const auto t0 = clock_type::now();
     dealer.send(zmq::message_t(payload.data(), payload.size()), zmq::send_flags::none);
     raw_receive();
-    if (i > s.warmup)
-      raw_us.push_back(micros(clock_type::now() - t0));
+    if (i > s.warmup) raw_us.push_back(micros(clock_type::now() - t0));
   }
   nlohmann::json latency = {{"ours", summary(ours_us)}, {"raw", summary(raw_us)}};
-  latency["ratio_median"] = latency["ours"]["median"].get<double>() / latency["raw"]["median"].get<double>();
+  latency["ratio_median"] =
+      latency["ours"]["median"].get<double>() / latency["raw"]["median"].get<double>();
 
   // Bursts of one size, ours and raw interleaved so that load from elsewhere hits both alike.
   nlohmann::json bandwidth = nlohmann::json::array();
@@ -261,8 +259,7 @@ nlohmann::json measure(const endpoints& ep, const schedule& s) {
     }
     const double ours = *std::max_element(ours_gibps.begin(), ours_gibps.end());
     const double raw = *std::max_element(raw_gibps.begin(), raw_gibps.end());
-    if (size >= (size_t{64} << 10) && ours < 0.9 * raw)
-      target_met = false;
+    if (size >= (size_t{64} << 10) && ours < 0.9 * raw) target_met = false;
     bandwidth.push_back({{"bytes", size},
                          {"messages", count},
                          {"ours_GiB_per_s", ours},
@@ -281,10 +278,8 @@ nlohmann::json measure(const endpoints& ep, const schedule& s) {
 }
 
 void reap(pid_t pid, bool force) {
-  if (pid <= 0)
-    return;
-  if (force)
-    kill(pid, SIGKILL);
+  if (pid <= 0) return;
+  if (force) kill(pid, SIGKILL);
   int status = 0;
   waitpid(pid, &status, 0);
 }
@@ -305,19 +300,19 @@ nlohmann::json run_zmq_plane_bench(bool quick) {
   } catch (const std::exception& e) {
     reap(ours, true);
     reap(raw, true);
-    for (auto* f : {&ep.child_control, &ep.child_bulk, &ep.raw})
-      ::unlink(f->substr(6).c_str());
+    for (auto* f : {&ep.child_control, &ep.child_bulk, &ep.raw}) ::unlink(f->substr(6).c_str());
     result = {{"error", e.what()}};
   }
   result["plane"] = "zmq";
   result["transport"] = "ipc, two processes";
   result["quick"] = quick;
-  result["note"] = "ours: zmq_plane with frame + MessagePack (bulk_chunk/ping); bodies of 32 KiB "
-                   "and up are sent as their own zero-copy part and the decoded message references "
-                   "the received zmq message (no copy either way); raw: cppzmq DEALER/ROUTER, "
-                   "payload copied into a zmq message, not touched on receive. Bandwidth: best of reps, one-way "
-                   "bursts acknowledged at the end; ratio = ours / raw. Both receiving children "
-                   "reuse their heap (mallopt: one arena, no mmap); our sender may queue 1 GiB";
+  result["note"] =
+      "ours: zmq_plane with frame + MessagePack (bulk_chunk/ping); bodies of 32 KiB "
+      "and up are sent as their own zero-copy part and the decoded message references "
+      "the received zmq message (no copy either way); raw: cppzmq DEALER/ROUTER, "
+      "payload copied into a zmq message, not touched on receive. Bandwidth: best of reps, one-way "
+      "bursts acknowledged at the end; ratio = ours / raw. Both receiving children "
+      "reuse their heap (mallopt: one arena, no mmap); our sender may queue 1 GiB";
   return result;
 }
 

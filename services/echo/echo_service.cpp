@@ -1,8 +1,8 @@
 #include "services/echo/echo_service.hpp"
 
-#include <cstring>
-
 #include "transport/control_messages.hpp"
+
+#include <cstring>
 
 namespace supernode::services {
 
@@ -27,14 +27,13 @@ void echo_service::on_message(const transport::peer_id& from, const transport::e
       transfers_.erase({from, c->transfer_id});
       return;
     }
-    if (t.bytes.size() != c->total_bytes)
-      t.bytes.resize(c->total_bytes);
+    if (t.bytes.size() != c->total_bytes) t.bytes.resize(c->total_bytes);
     std::memcpy(t.bytes.data() + c->offset, c->data.data(), c->data.size());
     t.received += c->data.size();
     if (t.received >= c->total_bytes) {
       out.send("control", from,
-               make_envelope(bulk_ack{c->transfer_id, t.received,
-                                      fnv1a(t.bytes.data(), t.bytes.size())}));
+               make_envelope(
+                   bulk_ack{c->transfer_id, t.received, fnv1a(t.bytes.data(), t.bytes.size())}));
       transfers_.erase({from, c->transfer_id});
     }
   }

@@ -3,12 +3,12 @@
 // transfers, acknowledging each complete one with its byte count and FNV-1a checksum. It is the
 // peer the plane tests and benchmarks talk to.
 
+#include "services/role_logic.hpp"
+
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <vector>
-
-#include "services/role_logic.hpp"
 
 namespace supernode::services {
 

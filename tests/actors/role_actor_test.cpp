@@ -2,24 +2,24 @@
 // over inproc, or in a child process started from the real binary), talked to by a probe
 // endpoint in the test.
 
-#include <csignal>
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <future>
-#include <thread>
-#include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
+#include "../support/child_process.hpp"
+#include "../transport/inbox.hpp"
 #include "actors/protocol/type_ids.hpp"
 #include "actors/role/role_actor.hpp"
 #include "services/echo/echo_service.hpp"
 #include "services/role_registry.hpp"
 #include "transport/control_messages.hpp"
 #include "transport/plane_factory.hpp"
-#include "../support/child_process.hpp"
-#include "../transport/inbox.hpp"
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
 
 using namespace supernode;
 using namespace supernode::transport;
@@ -79,8 +79,7 @@ void exchange_every_message(endpoint& probe, inbox& in, const std::string& flow)
   c.transfer_id = 99;
   c.total_bytes = 64u << 20;
   std::vector<char> data(c.total_bytes);
-  for (size_t i = 0; i < data.size(); ++i)
-    data[i] = static_cast<char>(i * 131 + (i >> 12));
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 131 + (i >> 12));
   const uint64_t sum = services::fnv1a(data.data(), data.size());
   c.data = std::move(data);
   ASSERT_EQ(probe.send(flow, "echo-0", make_envelope(std::move(c))), send_status::ok);
@@ -102,8 +101,8 @@ void exchange_every_message(endpoint& probe, inbox& in, const std::string& flow)
 } // namespace
 
 TEST(role_actor, echo_instance_over_inproc_in_one_process) {
-  auto cluster = cluster_config::parse(config_text("role-inproc", "[planes.local]\nkind = \"inproc\"\n"),
-                                       "inproc.toml");
+  auto cluster = cluster_config::parse(
+      config_text("role-inproc", "[planes.local]\nkind = \"inproc\"\n"), "inproc.toml");
   test_system_config cfg;
   caf::actor_system sys{cfg};
   auto ep = std::make_shared<endpoint>(cluster, "echo-0", make_plane, 1);
@@ -116,8 +115,7 @@ TEST(role_actor, echo_instance_over_inproc_in_one_process) {
   caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
   ASSERT_TRUE(in.wait_for([&] {
     for (auto& e : in.events)
-      if (e.peer == "echo-0" && e.what == membership_event::kind::left)
-        return true;
+      if (e.peer == "echo-0" && e.what == membership_event::kind::left) return true;
     return false;
   }));
   EXPECT_EQ(p.ep.send("control", "echo-0", make_envelope(ping{})), send_status::peer_down);
@@ -146,12 +144,11 @@ struct two_process_cluster {
     config_file = std::filesystem::path("/tmp/" + name) / "cluster.toml";
     std::ofstream(config_file) << config_text(name, planes);
     cluster = cluster_config::load(config_file);
-    child = std::make_unique<supernode::testing::child_process>(std::vector<std::string>{
-        std::string(SUPERNODE_BINARY_DIR) + "/apps/supernode", "role", "echo", "--config",
-        config_file.string(), "--id", "0"});
+    child = std::make_unique<supernode::testing::child_process>(
+        std::vector<std::string>{std::string(SUPERNODE_BINARY_DIR) + "/apps/supernode", "role",
+                                 "echo", "--config", config_file.string(), "--id", "0"});
     auto ready = child->wait_for_line("ready", 20s);
-    if (!ready)
-      throw std::runtime_error("echo process did not get ready");
+    if (!ready) throw std::runtime_error("echo process did not get ready");
     prober = std::make_unique<probe>(cluster);
   }
   ~two_process_cluster() {
@@ -163,8 +160,7 @@ struct two_process_cluster {
 
 bool saw_down(inbox& in, const std::string& peer) {
   for (auto& e : in.events)
-    if (e.peer == peer && e.what == membership_event::kind::down)
-      return true;
+    if (e.peer == peer && e.what == membership_event::kind::down) return true;
   return false;
 }
 
@@ -177,8 +173,7 @@ void two_process_round_trips(const std::string& name, const std::string& planes)
   auto& in = c.prober->in;
   ASSERT_TRUE(in.wait_for([&] {
     for (auto& e : in.events)
-      if (e.peer == "echo-0" && e.what != membership_event::kind::joined)
-        return true;
+      if (e.peer == "echo-0" && e.what != membership_event::kind::joined) return true;
     return false;
   }));
 }
@@ -187,11 +182,11 @@ void peer_killed_mid_transfer(const std::string& name, const std::string& planes
   two_process_cluster c(name, planes);
   // Start a long transfer, and a request that waits for its acknowledgement.
   std::promise<std::string> outcome;
-  auto id = c.prober->ep.pending().add(
-      "echo-0", std::chrono::steady_clock::now() + 60s,
-      [&](std::optional<envelope> reply, const std::string& error) {
-        outcome.set_value(reply ? "reply" : error);
-      });
+  auto id =
+      c.prober->ep.pending().add("echo-0", std::chrono::steady_clock::now() + 60s,
+                                 [&](std::optional<envelope> reply, const std::string& error) {
+                                   outcome.set_value(reply ? "reply" : error);
+                                 });
   ASSERT_TRUE(id);
   bulk_chunk chunk{1, 0, 64u << 20, std::vector<char>(16u << 20, 'k')};
   for (int i = 0; i < 3; ++i) {

@@ -1,14 +1,14 @@
 // The `supernode` binary as a user runs it: real processes, real exit codes, JSON on stdout.
 
+#include "../model/tiny_model.hpp"
+#include "model/engine.hpp"
+
 #include <array>
 #include <cstdio>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <sys/wait.h>
-
-#include "model/engine.hpp"
-#include "../model/tiny_model.hpp"
 
 using namespace supernode;
 
@@ -20,19 +20,19 @@ struct run_result {
 };
 
 run_result run(const std::string& args) {
-  const std::string cmd =
-      std::string(SUPERNODE_BINARY_DIR) + "/apps/supernode " + args + " 2>&1";
+  const std::string cmd = std::string(SUPERNODE_BINARY_DIR) + "/apps/supernode " + args + " 2>&1";
   FILE* p = ::popen(cmd.c_str(), "r");
   std::string out;
   std::array<char, 4096> buf;
   size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0)
-    out.append(buf.data(), n);
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
   int status = ::pclose(p);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
-std::string model_arg() { return "--model " + supernode::testing::tiny_model_dir().string(); }
+std::string model_arg() {
+  return "--model " + supernode::testing::tiny_model_dir().string();
+}
 
 } // namespace
 
@@ -40,7 +40,8 @@ TEST(cli, generate_json_equals_the_reference_engine) {
   auto r = run("generate " + model_arg() + " --prompt-ids 0,1000,2000,3000 --max-tokens 5 --json");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   auto j = nlohmann::json::parse(r.out);
-  EXPECT_EQ(j["prompt_tokens"].get<std::vector<int32_t>>(), (std::vector<int32_t>{0, 1000, 2000, 3000}));
+  EXPECT_EQ(j["prompt_tokens"].get<std::vector<int32_t>>(),
+            (std::vector<int32_t>{0, 1000, 2000, 3000}));
   EXPECT_TRUE(j.contains("prefill_ms"));
   EXPECT_TRUE(j.contains("decode_ms_per_token"));
   EXPECT_TRUE(j["text"].is_string());
@@ -53,7 +54,8 @@ TEST(cli, generate_json_equals_the_reference_engine) {
 }
 
 TEST(cli, text_prompts_and_fp32_precision) {
-  auto r = run("generate " + model_arg() + " --prompt 'Hello, 世界' --max-tokens 3 --precision fp32 --json");
+  auto r = run("generate " + model_arg() +
+               " --prompt 'Hello, 世界' --max-tokens 3 --precision fp32 --json");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["precision"], "fp32");
@@ -66,8 +68,7 @@ TEST(cli, tokenize_and_detokenize_round_trip) {
   ASSERT_EQ(r.exit_code, 0) << r.out;
   auto ids = nlohmann::json::parse(r.out)["ids"].get<std::vector<int32_t>>();
   std::string list;
-  for (auto id : ids)
-    list += (list.empty() ? "" : ",") + std::to_string(id);
+  for (auto id : ids) list += (list.empty() ? "" : ",") + std::to_string(id);
   r = run("detokenize " + model_arg() + " --ids " + list);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(r.out, "Supernode serves DeepSeek\n");

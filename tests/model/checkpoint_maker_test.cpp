@@ -1,15 +1,14 @@
+#include "model/checkpoint_layout.hpp"
 #include "model/checkpoint_maker.hpp"
+#include "model/safetensors.hpp"
+#include "model/weights.hpp"
+#include "tiny_model.hpp"
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <gtest/gtest.h>
 #include <unistd.h>
-
-#include "model/checkpoint_layout.hpp"
-#include "model/safetensors.hpp"
-#include "model/weights.hpp"
-#include "tiny_model.hpp"
 
 using namespace supernode::model;
 namespace fs = std::filesystem;
@@ -22,7 +21,8 @@ std::string file_bytes(const fs::path& p) {
 }
 
 fs::path scratch_dir(const std::string& name) {
-  auto d = fs::temp_directory_path() / ("supernode-ckpt-" + std::to_string(::getpid()) + "-" + name);
+  auto d =
+      fs::temp_directory_path() / ("supernode-ckpt-" + std::to_string(::getpid()) + "-" + name);
   fs::remove_all(d);
   return d;
 }
@@ -78,7 +78,8 @@ TEST(checkpoint_maker, loader_names_a_missing_tensor_and_a_wrong_shape) {
   const int64_t v = config.vocab_size, h = config.hidden_size;
   {
     // Only the embedding: the first layer's norm is the first thing missing.
-    safetensors_writer w(dir / "model.safetensors", {{"model.embed_tokens.weight", dtype::bf16, {v, h}}});
+    safetensors_writer w(dir / "model.safetensors",
+                         {{"model.embed_tokens.weight", dtype::bf16, {v, h}}});
     std::vector<uint16_t> zeros(v * h, 0);
     w.write_next(std::as_bytes(std::span(zeros)));
     w.finish();
@@ -102,7 +103,8 @@ TEST(checkpoint_maker, loader_names_a_missing_tensor_and_a_wrong_shape) {
     model_weights::load(dir);
     ADD_FAILURE() << "loaded an embedding of the wrong width";
   } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("'model.embed_tokens.weight' has shape"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("'model.embed_tokens.weight' has shape"),
+              std::string::npos)
         << e.what();
     EXPECT_NE(std::string(e.what()).find("model.safetensors"), std::string::npos) << e.what();
   }
@@ -128,8 +130,7 @@ TEST(checkpoint_maker, bf16_and_fp8_checkpoints_load_alike) {
   auto wa = read_tensor_float(a, plain, name, {config.moe_intermediate_size, config.hidden_size});
   auto wb = read_tensor_float(b, config, name, {config.moe_intermediate_size, config.hidden_size});
   float amax = 0;
-  for (auto x : wa)
-    amax = std::max(amax, std::fabs(x));
+  for (auto x : wa) amax = std::max(amax, std::fabs(x));
   for (size_t i = 0; i < wa.size(); ++i)
     EXPECT_NEAR(wa[i], wb[i], std::max(std::fabs(wa[i]) * 0.07f, amax * 0.004f)) << i;
   fs::remove_all(dir);

@@ -1,9 +1,8 @@
+#include "model/checkpoint_maker.hpp"
 #include "model/config.hpp"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
-
-#include "model/checkpoint_maker.hpp"
 
 using namespace supernode::model;
 

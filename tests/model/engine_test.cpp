@@ -1,8 +1,7 @@
 #include "model/engine.hpp"
+#include "tiny_model.hpp"
 
 #include <gtest/gtest.h>
-
-#include "tiny_model.hpp"
 
 using namespace supernode;
 using namespace supernode::model;

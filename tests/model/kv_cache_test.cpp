@@ -32,13 +32,11 @@ TEST(kv_cache, token_slots_and_views_address_the_same_memory) {
   for (int64_t layer = 0; layer < 2; ++layer)
     for (int64_t pos = 0; pos < 10; ++pos) {
       float* s = t.token_slot(pool, layer, pos);
-      for (int64_t i = 0; i < 5; ++i)
-        s[i] = static_cast<float>(layer * 1000 + pos * 10 + i);
+      for (int64_t i = 0; i < 5; ++i) s[i] = static_cast<float>(layer * 1000 + pos * 10 + i);
     }
   std::vector<const float*> ptrs;
   auto v = t.view(pool, 1, 10, ptrs);
-  for (int64_t pos = 0; pos < 10; ++pos)
-    EXPECT_EQ(v.token(pos)[4], 1000 + pos * 10 + 4);
+  for (int64_t pos = 0; pos < 10; ++pos) EXPECT_EQ(v.token(pos)[4], 1000 + pos * 10 + 4);
 }
 
 TEST(kv_cache, blocks_export_and_import_across_pools) {

@@ -28,8 +28,7 @@ protected:
     auto path = dir_ / name;
     safetensors_writer w(path, {{"a", dtype::f32, {2, 3}}, {"b", dtype::bf16, {4}}});
     std::vector<float> a{0, 1, 2, 3, 4, 5};
-    std::vector<uint16_t> b{float_to_bf16(1), float_to_bf16(2), float_to_bf16(3),
-                            float_to_bf16(4)};
+    std::vector<uint16_t> b{float_to_bf16(1), float_to_bf16(2), float_to_bf16(3), float_to_bf16(4)};
     w.write_next(std::as_bytes(std::span(a)));
     w.write_next(std::as_bytes(std::span(b)));
     w.finish();
@@ -56,7 +55,7 @@ protected:
     write_all(p, out + header + data);
   }
 
-  template <class F>
+  template<class F>
   std::string error_of(F&& f) {
     try {
       f();
@@ -94,11 +93,9 @@ TEST_F(safetensors_fixture, number_formats_match_their_definitions) {
   EXPECT_EQ(float_to_e4m3(1000.0f), 0x7E); // saturates
   EXPECT_EQ(float_to_e4m3(-448.0f), 0xFE);
   for (int v = 0; v < 256; ++v) {
-    if ((v & 0x7F) == 0x7F)
-      continue;
+    if ((v & 0x7F) == 0x7F) continue;
     float f = e4m3_to_float(static_cast<uint8_t>(v));
-    if (f == 0.0f)
-      continue; // -0 and +0
+    if (f == 0.0f) continue; // -0 and +0
     EXPECT_EQ(float_to_e4m3(f), v) << "code " << v;
   }
   EXPECT_EQ(float_to_e4m3(1.0625f), 0x38); // tie between 1 and 1.125 rounds to even

@@ -1,11 +1,11 @@
 #pragma once
 // The tiny checkpoint made by the `make_tiny_model` ctest fixture, loaded once per process.
 
+#include "model/weights.hpp"
+
 #include <filesystem>
 #include <map>
 #include <memory>
-
-#include "model/weights.hpp"
 
 namespace supernode::testing {
 

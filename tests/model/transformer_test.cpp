@@ -1,14 +1,13 @@
+#include "kernels/sampling.hpp"
+#include "model/engine.hpp"
 #include "model/transformer.hpp"
+#include "tiny_model.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <gtest/gtest.h>
 #include <iostream>
-
-#include "kernels/sampling.hpp"
-#include "model/engine.hpp"
-#include "tiny_model.hpp"
 
 using namespace supernode;
 using namespace supernode::model;
@@ -28,8 +27,8 @@ struct runner {
   std::vector<float> prefill_logits(const std::vector<int32_t>& tokens) {
     kv_block_table table;
     table.reserve(pool, static_cast<int64_t>(tokens.size()));
-    std::vector<sequence_step> s{{&table, 0, static_cast<int64_t>(tokens.size()),
-                                  attention_mode::prefill}};
+    std::vector<sequence_step> s{
+        {&table, 0, static_cast<int64_t>(tokens.size()), attention_mode::prefill}};
     std::vector<float> hidden, logits;
     try {
       t.forward(tokens, s, pool, hidden);
@@ -45,14 +44,12 @@ struct runner {
 
 double max_abs_diff(const float* a, const float* b, int64_t n) {
   double m = 0;
-  for (int64_t i = 0; i < n; ++i)
-    m = std::max(m, static_cast<double>(std::fabs(a[i] - b[i])));
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, static_cast<double>(std::fabs(a[i] - b[i])));
   return m;
 }
 double max_abs(const float* a, int64_t n) {
   double m = 0;
-  for (int64_t i = 0; i < n; ++i)
-    m = std::max(m, static_cast<double>(std::fabs(a[i])));
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, static_cast<double>(std::fabs(a[i])));
   return m;
 }
 
@@ -125,13 +122,11 @@ TEST(transformer, sequences_are_batch_invariant_bitwise) {
 
   // One decode step for all three against the same step for `a` alone.
   std::vector<int32_t> next{11, 22, 33};
-  for (int i = 0; i < 3; ++i)
-    s[i] = {&tables[i], s[i].n_tokens, 1, attention_mode::decode};
+  for (int i = 0; i < 3; ++i) s[i] = {&tables[i], s[i].n_tokens, 1, attention_mode::decode};
   r.t.forward(next, s, r.pool, hidden);
   r.t.logits(hidden.data(), 3, logits);
   std::vector<float> batched(logits.begin() + vocab, logits.begin() + 2 * vocab);
-  for (auto& t : tables)
-    t.release(r.pool);
+  for (auto& t : tables) t.release(r.pool);
 
   kv_block_table ta;
   ta.reserve(r.pool, static_cast<int64_t>(a.size()) + 1);
@@ -171,8 +166,8 @@ TEST(transformer, int8_logit_error_against_fp32) {
   }
   const double rel_rms = std::sqrt(err2 / ref2);
   std::cout << "INT8 vs FP32 logits over " << prompt.size() << " positions: relative RMS error "
-            << rel_rms << ", max abs error " << max_err << ", top-1 agreement " << top1_agree
-            << "/" << prompt.size() << "\n";
+            << rel_rms << ", max abs error " << max_err << ", top-1 agreement " << top1_agree << "/"
+            << prompt.size() << "\n";
   ::testing::Test::RecordProperty("int8_rel_rms_error", std::to_string(rel_rms));
   EXPECT_LT(rel_rms, 0.08);
   EXPECT_GE(top1_agree, static_cast<int>(prompt.size() * 3 / 4));

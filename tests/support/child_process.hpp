@@ -20,16 +20,13 @@ class child_process {
 public:
   explicit child_process(std::vector<std::string> argv) {
     int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0)
-      throw std::runtime_error("pipe failed");
+    if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
     pid_ = ::fork();
-    if (pid_ < 0)
-      throw std::runtime_error("fork failed");
+    if (pid_ < 0) throw std::runtime_error("fork failed");
     if (pid_ == 0) {
       ::dup2(fds[1], STDOUT_FILENO);
       std::vector<char*> args;
-      for (auto& a : argv)
-        args.push_back(a.data());
+      for (auto& a : argv) args.push_back(a.data());
       args.push_back(nullptr);
       ::execv(args[0], args.data());
       ::_exit(127);
@@ -42,8 +39,7 @@ public:
       ::kill(pid_, SIGKILL);
       ::waitpid(pid_, nullptr, 0);
     }
-    if (out_ >= 0)
-      ::close(out_);
+    if (out_ >= 0) ::close(out_);
   }
   child_process(const child_process&) = delete;
   child_process& operator=(const child_process&) = delete;
@@ -58,20 +54,16 @@ public:
       for (size_t nl; (nl = buffer_.find('\n')) != std::string::npos;) {
         std::string line = buffer_.substr(0, nl);
         buffer_.erase(0, nl + 1);
-        if (line.rfind(prefix, 0) == 0)
-          return line;
+        if (line.rfind(prefix, 0) == 0) return line;
       }
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
           deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0)
-        return std::nullopt;
+      if (left.count() <= 0) return std::nullopt;
       pollfd p{out_, POLLIN, 0};
-      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0)
-        return std::nullopt;
+      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return std::nullopt;
       char buf[4096];
       const ssize_t n = ::read(out_, buf, sizeof buf);
-      if (n <= 0)
-        return std::nullopt;
+      if (n <= 0) return std::nullopt;
       buffer_.append(buf, static_cast<size_t>(n));
     }
   }

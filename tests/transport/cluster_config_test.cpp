@@ -57,7 +57,8 @@ TEST(cluster_config, expands_processes_into_instances_and_addresses) {
   auto d = c.instances_of("decode", 0);
   ASSERT_EQ(d.size(), 2u);
   EXPECT_EQ(c.plane_for_flow("control").name, "vpc");
-  EXPECT_EQ(c.address(all[3], c.planes.at("vpc"), "control"), "ipc:///tmp/sn-t1/prefill-1.vpc.control");
+  EXPECT_EQ(c.address(all[3], c.planes.at("vpc"), "control"),
+            "ipc:///tmp/sn-t1/prefill-1.vpc.control");
   EXPECT_EQ(c.address(all[3], c.planes.at("rdma"), "bulk"), "tcp://127.0.0.1:20007");
   EXPECT_THROW(c.instances_of("decode", 1), std::runtime_error);
   EXPECT_THROW(c.instances_of("gateway", 0), std::runtime_error);
@@ -66,8 +67,9 @@ TEST(cluster_config, expands_processes_into_instances_and_addresses) {
 
 TEST(cluster_config, malformed_shapes_name_the_key) {
   EXPECT_NE(error_of("[planes.x]\nkind = \"rdma\"\n").find("planes.x.kind"), std::string::npos);
-  EXPECT_NE(error_of("[planes.x]\nkind = \"zmq\"\n[flows]\ncontrol = \"y\"\n").find("unknown plane 'y'"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of("[planes.x]\nkind = \"zmq\"\n[flows]\ncontrol = \"y\"\n").find("unknown plane 'y'"),
+      std::string::npos);
   EXPECT_NE(error_of("[process.a]\ncount = 2\n").find("process.a.roles"), std::string::npos);
   EXPECT_NE(error_of("[process.a]\nroles = [\"x\"]\n[process.b]\nroles = [\"x\"]\n")
                 .find("'x-0' is hosted by two processes"),

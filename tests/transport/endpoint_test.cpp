@@ -1,10 +1,9 @@
+#include "inbox.hpp"
+#include "transport/control_messages.hpp"
 #include "transport/endpoint.hpp"
+#include "transport/plane_factory.hpp"
 
 #include <gtest/gtest.h>
-
-#include "transport/control_messages.hpp"
-#include "transport/plane_factory.hpp"
-#include "inbox.hpp"
 
 using namespace supernode::transport;
 using namespace std::chrono_literals;
@@ -57,9 +56,8 @@ TEST(endpoint, messages_heartbeats_and_down_peers) {
 
   // A request to beta fails as soon as beta is declared down (it stops ticking).
   std::string outcome;
-  auto id = a->pending().add("beta-0", t + 10s, [&](std::optional<envelope>, const std::string& e) {
-    outcome = e;
-  });
+  auto id = a->pending().add("beta-0", t + 10s,
+                             [&](std::optional<envelope>, const std::string& e) { outcome = e; });
   ASSERT_TRUE(id);
   b->stop();
   // Heartbeats are stamped on arrival, so "61 ms from now" is past the 3 × 20 ms limit.

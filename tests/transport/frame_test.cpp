@@ -1,8 +1,8 @@
-#include <cstring>
-#include <gtest/gtest.h>
-
 #include "transport/control_messages.hpp"
 #include "transport/message.hpp"
+
+#include <cstring>
+#include <gtest/gtest.h>
 
 using namespace supernode::transport;
 
@@ -61,8 +61,7 @@ TEST_F(frame_fixture, bad_frames_are_rejected_counted_and_named) {
   EXPECT_EQ(errors.get(frame_error::truncated), 2u);
 
   std::vector<std::byte> garbage(64);
-  for (size_t i = 0; i < garbage.size(); ++i)
-    garbage[i] = std::byte(i * 37 + 11);
+  for (size_t i = 0; i < garbage.size(); ++i) garbage[i] = std::byte(i * 37 + 11);
   EXPECT_FALSE(decode_frame(garbage, errors));
   EXPECT_EQ(errors.get(frame_error::bad_magic), 1u);
 

@@ -2,12 +2,12 @@
 // Collects what an endpoint's handlers deliver, so tests wait on conditions with a timeout
 // instead of sleeping.
 
+#include "transport/endpoint.hpp"
+
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <vector>
-
-#include "transport/endpoint.hpp"
 
 namespace supernode::testing {
 
@@ -17,16 +17,15 @@ struct inbox {
   std::vector<std::pair<transport::peer_id, transport::envelope>> messages;
   std::vector<transport::membership_event> events;
 
-  template <class Pred>
+  template<class Pred>
   bool wait_for(Pred pred, std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
     std::unique_lock lock(m);
     return cv.wait_for(lock, timeout, [&] { return pred(); });
   }
-  template <class T>
+  template<class T>
   size_t count() {
     size_t n = 0;
-    for (auto& [from, msg] : messages)
-      n += msg.template is<T>();
+    for (auto& [from, msg] : messages) n += msg.template is<T>();
     return n;
   }
   void attach(transport::endpoint& e) {

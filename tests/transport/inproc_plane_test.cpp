@@ -1,9 +1,8 @@
+#include "transport/control_messages.hpp"
 #include "transport/inproc_plane.hpp"
 
 #include <future>
 #include <gtest/gtest.h>
-
-#include "transport/control_messages.hpp"
 
 using namespace supernode::transport;
 using namespace std::chrono_literals;

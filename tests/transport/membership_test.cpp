@@ -77,8 +77,8 @@ TEST(pending_requests, replies_timeouts_and_dead_peers) {
   EXPECT_EQ(*p.next_deadline(), t0 + 50ms);
   EXPECT_TRUE(p.complete(*a, make_envelope(pong{})));
   EXPECT_FALSE(p.complete(*a, make_envelope(pong{}))); // late duplicate dropped
-  EXPECT_EQ(p.expire(t0 + 60ms), 1u);                 // b
-  EXPECT_EQ(p.fail_peer("d1", "no heartbeat"), 1u);   // c
+  EXPECT_EQ(p.expire(t0 + 60ms), 1u);                  // b
+  EXPECT_EQ(p.fail_peer("d1", "no heartbeat"), 1u);    // c
   ASSERT_EQ(outcomes.size(), 3u);
   EXPECT_EQ(outcomes[0], "reply");
   EXPECT_EQ(outcomes[1], "request to d1 timed out");

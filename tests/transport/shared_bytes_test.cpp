@@ -1,10 +1,10 @@
 // shared_bytes and spliced frames: large bodies are referenced on encode and on decode, and a
 // frame received in parts is judged as strictly as one received whole.
-#include <cstring>
-#include <gtest/gtest.h>
-
 #include "transport/control_messages.hpp"
 #include "transport/message.hpp"
+
+#include <cstring>
+#include <gtest/gtest.h>
 
 using namespace supernode::transport;
 
@@ -12,8 +12,7 @@ namespace {
 
 std::vector<char> pattern(size_t n, unsigned seed) {
   std::vector<char> v(n);
-  for (size_t i = 0; i < n; ++i)
-    v[i] = static_cast<char>(i * 131 + seed + (i >> 12));
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<char>(i * 131 + seed + (i >> 12));
   return v;
 }
 
@@ -153,8 +152,8 @@ TEST_F(shared_bytes_fixture, bad_frames_in_parts_are_rejected_and_counted) {
   EXPECT_EQ(errors.get(frame_error::malformed_payload), 2u) << why;
 
   // The receiver's own splice marker sent as data in a single part claims nothing.
-  auto forged = std::make_shared<std::vector<std::byte>>(good[0].bytes.begin(),
-                                                         good[0].bytes.end() - 5);
+  auto forged =
+      std::make_shared<std::vector<std::byte>>(good[0].bytes.begin(), good[0].bytes.end() - 5);
   const std::byte marker[3] = {std::byte{0xd4}, std::byte(detail::splice_ext_type), std::byte{0}};
   forged->insert(forged->end(), marker, marker + 3);
   length = static_cast<uint32_t>(forged->size() - frame_header_bytes);

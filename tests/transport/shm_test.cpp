@@ -2,6 +2,12 @@
 // in one process and between real processes (fork). Children report through exit codes and
 // region flags; every wait has a timeout, nothing sleeps to synchronise.
 
+#include "transport/control_messages.hpp"
+#include "transport/shm_plane.hpp"
+#include "transport/shm_region.hpp"
+#include "transport/shm_ring.hpp"
+#include "transport/shm_segment.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -16,12 +22,6 @@
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
-
-#include "transport/control_messages.hpp"
-#include "transport/shm_plane.hpp"
-#include "transport/shm_region.hpp"
-#include "transport/shm_ring.hpp"
-#include "transport/shm_segment.hpp"
 
 using namespace supernode::transport;
 using namespace std::chrono_literals;
@@ -169,7 +169,8 @@ TEST_F(shm_fixture, segment_validates_what_it_opens) {
     EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
   }
   shm_unlink(garbage.c_str());
-  EXPECT_THROW(shm_segment::create("bad.cluster", "x", segment_kind::ring, 1), std::invalid_argument);
+  EXPECT_THROW(shm_segment::create("bad.cluster", "x", segment_kind::ring, 1),
+               std::invalid_argument);
 }
 
 TEST_F(shm_fixture, stale_segments_of_a_dead_creator_are_cleaned_up) {
@@ -209,8 +210,8 @@ TEST_F(shm_fixture, ring_wraps_around_with_random_sizes_byte_for_byte) {
   while (popped < 3000) {
     if (coin(rng) != 0 && pushed < 3000) {
       auto rec = pattern(coin(rng) == 0 ? size(rng) : size(rng) % 512, pushed);
-      const auto st = producer.try_push(static_cast<uint32_t>(pushed),
-                                        std::as_bytes(std::span(rec)));
+      const auto st =
+          producer.try_push(static_cast<uint32_t>(pushed), std::as_bytes(std::span(rec)));
       if (st == ring_status::ok) {
         in_flight.push_back(std::move(rec));
         ++pushed;
@@ -240,8 +241,7 @@ TEST_F(shm_fixture, ring_wraps_around_with_random_sizes_byte_for_byte) {
   EXPECT_EQ(producer.try_push(0, big), ring_status::too_large);
   std::vector<std::byte> quarter(producer.capacity() / 4);
   int accepted = 0;
-  while (producer.try_push(1, quarter) == ring_status::ok)
-    ++accepted;
+  while (producer.try_push(1, quarter) == ring_status::ok) ++accepted;
   EXPECT_GE(accepted, 2);
   EXPECT_EQ(producer.try_push(1, quarter), ring_status::queue_full);
   EXPECT_FALSE(producer.wait_for_space(quarter.size(), 1ms));
@@ -258,8 +258,7 @@ TEST_F(shm_fixture, ring_streams_between_processes_and_sleeps_when_idle) {
     for (int i = 0; i < records; ++i) {
       auto rec = pattern(static_cast<size_t>(i * 7919) % 3000, i);
       while (p.try_push(i, std::as_bytes(std::span(rec))) == ring_status::queue_full)
-        if (!p.wait_for_space(rec.size(), 5s))
-          return 2;
+        if (!p.wait_for_space(rec.size(), 5s)) return 2;
     }
     return 0;
   });
@@ -270,7 +269,8 @@ TEST_F(shm_fixture, ring_streams_between_processes_and_sleeps_when_idle) {
     ASSERT_EQ(r->tag, static_cast<uint32_t>(i));
     auto want = pattern(static_cast<size_t>(i * 7919) % 3000, i);
     ASSERT_EQ(r->bytes.size(), want.size());
-    ASSERT_TRUE(std::equal(r->bytes.begin(), r->bytes.end(), std::as_bytes(std::span(want)).begin()));
+    ASSERT_TRUE(
+        std::equal(r->bytes.begin(), r->bytes.end(), std::as_bytes(std::span(want)).begin()));
     consumer.pop();
   }
   EXPECT_EQ(wait_child(child), 0);
@@ -312,10 +312,8 @@ TEST_F(shm_fixture, one_sided_writes_are_visible_after_the_flag_and_not_before) 
     auto r = shm_region::open(cluster, "dispatch");
     std::vector<uint64_t> src(words);
     for (uint64_t round = 1; round <= rounds; ++round) {
-      if (!r.wait(1, round - 1, 10s))
-        return 3;
-      for (size_t i = 0; i < words; ++i)
-        src[i] = round * 0x100000001ull + i;
+      if (!r.wait(1, round - 1, 10s)) return 3;
+      for (size_t i = 0; i < words; ++i) src[i] = round * 0x100000001ull + i;
       r.write(0, std::as_bytes(std::span(src)));
       r.publish(0, round);
     }
@@ -329,8 +327,7 @@ TEST_F(shm_fixture, one_sided_writes_are_visible_after_the_flag_and_not_before) 
     // holds this round's pattern: no word of it is stale, none is from the next round.
     ASSERT_EQ(region.load(0), round);
     size_t bad = 0;
-    for (size_t i = 0; i < words; ++i)
-      bad += data[i] != round * 0x100000001ull + i;
+    for (size_t i = 0; i < words; ++i) bad += data[i] != round * 0x100000001ull + i;
     ASSERT_EQ(bad, 0u) << "round " << round;
     checked += words;
     region.publish(1, round);
@@ -348,8 +345,7 @@ TEST_F(shm_fixture, plane_round_trips_every_control_message_in_one_process) {
   a.start();
   b.start();
   auto messages = every_control_message(64u << 20);
-  for (auto& m : messages)
-    ASSERT_EQ(send_retrying(a, "b", m), send_status::ok);
+  for (auto& m : messages) ASSERT_EQ(send_retrying(a, "b", m), send_status::ok);
   ASSERT_TRUE(log.wait_for(messages.size()));
   for (size_t i = 0; i < messages.size(); ++i) {
     EXPECT_EQ(log.got[i].first, "a");
@@ -374,8 +370,7 @@ TEST_F(shm_fixture, plane_full_ring_pushes_back) {
   auto m = make_envelope(ping{1, 2, std::vector<char>(1000)});
   int sent = 0;
   send_status s;
-  while ((s = a.send("b", m)) == send_status::ok)
-    ++sent;
+  while ((s = a.send("b", m)) == send_status::ok) ++sent;
   EXPECT_EQ(s, send_status::queue_full);
   EXPECT_GT(sent, 20);
   EXPECT_GE(a.counters().queue_full.load(), 1u);
@@ -408,8 +403,7 @@ TEST_F(shm_fixture, reassembled_bulk_data_is_referenced_and_outlives_the_plane) 
               send_status::ok);
     ASSERT_TRUE(log.wait_for(2));
     std::lock_guard lock(log.m);
-    for (auto& [from, e] : log.got)
-      kept.push_back(e);
+    for (auto& [from, e] : log.got) kept.push_back(e);
     EXPECT_EQ(b.counters().bad_frames.total(), 0u);
   }
   ASSERT_EQ(kept.size(), 2u);
@@ -433,8 +427,7 @@ TEST_F(shm_fixture, bad_frames_are_counted_by_reason_and_the_next_good_frame_is_
   auto truncated = good;
   truncated.resize(good.size() - 1);
   std::vector<std::byte> garbage(100);
-  for (size_t i = 0; i < garbage.size(); ++i)
-    garbage[i] = std::byte(i * 31 + 5);
+  for (size_t i = 0; i < garbage.size(); ++i) garbage[i] = std::byte(i * 31 + 5);
   auto wrong_version = good;
   wrong_version[4] = std::byte{9};
   auto unknown = good;
@@ -444,8 +437,7 @@ TEST_F(shm_fixture, bad_frames_are_counted_by_reason_and_the_next_good_frame_is_
   const std::vector<std::byte> empty;
   const std::vector<const std::vector<std::byte>*> frames = {
       &truncated, &garbage, &wrong_version, &unknown, &oversized, &empty, &good};
-  for (const auto* f : frames)
-    ASSERT_EQ(evil.send_frame("b", *f), send_status::ok);
+  for (const auto* f : frames) ASSERT_EQ(evil.send_frame("b", *f), send_status::ok);
   // Frames past the plane's limit never leave the sender.
   EXPECT_EQ(evil.send_frame("b", std::vector<std::byte>((64u << 20) + (128u << 10))),
             send_status::too_large);
@@ -473,14 +465,12 @@ TEST_F(shm_fixture, plane_round_trips_between_two_processes) {
     register_control_messages();
     shm_plane plane(cluster, "child");
     plane.set_handler([&](const peer_id& from, envelope e) {
-      if (send_retrying(plane, from, e) != send_status::ok)
-        _exit(4);
+      if (send_retrying(plane, from, e) != send_status::ok) _exit(4);
     });
     plane.start();
     auto r = shm_region::open(cluster, "sync");
     r.publish(0, 1);
-    if (!r.wait(1, 1, 50s))
-      return 5;
+    if (!r.wait(1, 1, 50s)) return 5;
     plane.stop();
     return 0;
   });
@@ -497,8 +487,7 @@ TEST_F(shm_fixture, plane_round_trips_between_two_processes) {
   parent.start();
   auto messages = every_control_message(64u << 20);
   const auto t0 = clock_type::now();
-  for (auto& m : messages)
-    ASSERT_EQ(send_retrying(parent, "child", m), send_status::ok);
+  for (auto& m : messages) ASSERT_EQ(send_retrying(parent, "child", m), send_status::ok);
   ASSERT_TRUE(log.wait_for(messages.size(), 30s));
   std::printf("[ info ] 7 messages incl. 64 MiB there and back: %.1f ms\n",
               std::chrono::duration<double, std::milli>(clock_type::now() - t0).count());
@@ -530,8 +519,7 @@ TEST_F(shm_fixture, a_peer_killed_mid_transfer_is_reported_and_leaves_nothing_be
     // Streams 64 MiB chunks until it is killed.
     auto chunk = make_envelope(bulk_chunk{1, 0, 64u << 20, std::vector<char>(64u << 20, 'v')});
     for (;;)
-      if (send_retrying(plane, "survivor", chunk, 30s) != send_status::ok)
-        return 6;
+      if (send_retrying(plane, "survivor", chunk, 30s) != send_status::ok) return 6;
   });
   shm_plane survivor(cluster, "survivor");
   std::mutex m;
@@ -552,7 +540,8 @@ TEST_F(shm_fixture, a_peer_killed_mid_transfer_is_reported_and_leaves_nothing_be
   });
   survivor.start();
   ASSERT_TRUE(sync.wait(0, 1, 20s));
-  ASSERT_EQ(survivor.send("victim", make_envelope(ping{})), send_status::ok); // an outbound ring too
+  ASSERT_EQ(survivor.send("victim", make_envelope(ping{})),
+            send_status::ok); // an outbound ring too
   {
     std::unique_lock lock(m);
     ASSERT_TRUE(cv.wait_for(lock, 20s, [&] { return chunks >= 1; }));

@@ -4,6 +4,9 @@
 // bulk_ack (FNV-1a of the bytes, in offset order), echoes any other message, and exits on
 // member_leave or when the parent's connection drops.
 
+#include "transport/control_messages.hpp"
+#include "transport/zmq_plane.hpp"
+
 #include <cstdio>
 #include <cstdlib>
 #include <future>
@@ -12,9 +15,6 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
-
-#include "transport/control_messages.hpp"
-#include "transport/zmq_plane.hpp"
 
 using namespace supernode::transport;
 
@@ -29,14 +29,14 @@ struct transfer {
 
 int main(int argc, char** argv) {
   if (argc != 8) {
-    std::fprintf(stderr, "usage: %s SELF CONTROL_EP BULK_EP PARENT PARENT_CONTROL PARENT_BULK PID\n",
+    std::fprintf(stderr,
+                 "usage: %s SELF CONTROL_EP BULK_EP PARENT PARENT_CONTROL PARENT_BULK PID\n",
                  argv[0]);
     return 2;
   }
   // Never outlive the test, even when it dies before reaping us.
   prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != static_cast<pid_t>(std::atoll(argv[7])))
-    return 3;
+  if (getppid() != static_cast<pid_t>(std::atoll(argv[7]))) return 3;
   register_control_messages();
 
   zmq_plane_options options;
@@ -54,8 +54,7 @@ int main(int argc, char** argv) {
   std::map<uint64_t, transfer> transfers;
 
   plane.set_disconnect_handler([&](const peer_id& peer) {
-    if (peer == parent)
-      finish();
+    if (peer == parent) finish();
   });
   plane.set_handler([&](const peer_id& from, envelope message) {
     if (const auto* p = message.get<ping>()) {
@@ -80,7 +79,9 @@ int main(int argc, char** argv) {
   });
   plane.connect(parent, argv[5], argv[6]);
   plane.start();
-  member_join hello{options.self, "echo", static_cast<uint64_t>(getpid()),
+  member_join hello{options.self,
+                    "echo",
+                    static_cast<uint64_t>(getpid()),
                     {{"control", plane.control_endpoint()}, {"bulk", plane.bulk_endpoint()}}};
   plane.send(parent, make_envelope(hello));
   done.get_future().wait();

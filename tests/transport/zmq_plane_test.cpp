@@ -1,3 +1,6 @@
+#include "transport/control_messages.hpp"
+#include "transport/zmq_plane.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -10,9 +13,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.hpp>
-
-#include "transport/control_messages.hpp"
-#include "transport/zmq_plane.hpp"
 
 using namespace supernode::transport;
 using namespace std::chrono_literals;
@@ -33,31 +33,28 @@ struct collector {
       cv.notify_all();
     };
   }
-  template <class T>
+  template<class T>
   size_t count_locked() const {
     size_t n = 0;
-    for (auto& [from, msg] : messages)
-      n += msg.template is<T>();
+    for (auto& [from, msg] : messages) n += msg.template is<T>();
     return n;
   }
   // Waits for the n-th message of type T (1-based) and returns it, or nullptr on timeout.
-  template <class T>
+  template<class T>
   const T* wait_nth(size_t n, std::chrono::milliseconds timeout = 10s) {
     std::unique_lock lock(m);
-    if (!cv.wait_for(lock, timeout, [&] { return count_locked<T>() >= n; }))
-      return nullptr;
+    if (!cv.wait_for(lock, timeout, [&] { return count_locked<T>() >= n; })) return nullptr;
     size_t seen = 0;
     for (auto& [from, msg] : messages)
-      if (msg.template is<T>() && ++seen == n)
-        return msg.template get<T>();
+      if (msg.template is<T>() && ++seen == n) return msg.template get<T>();
     return nullptr;
   }
 };
 
 std::string ipc_endpoint(const std::string& tag) {
   static std::atomic<int> next{0};
-  return "ipc:///tmp/sn-zmq-test-" + std::to_string(getpid()) + "-" + std::to_string(next++) +
-         "-" + tag + ".sock";
+  return "ipc:///tmp/sn-zmq-test-" + std::to_string(getpid()) + "-" + std::to_string(next++) + "-" +
+         tag + ".sock";
 }
 
 zmq_plane_options options_for(const std::string& self, bool ipc) {
@@ -99,13 +96,16 @@ struct child_peer {
   child_peer(const peer_id& self, zmq_plane& parent) : id(self) {
     control = ipc_endpoint(self + "-control");
     bulk = ipc_endpoint(self + "-bulk");
-    std::vector<std::string> args = {SUPERNODE_ZMQ_PEER,       self,
-                                      control,                  bulk,
-                                      parent.options().self,    parent.control_endpoint(),
-                                      parent.bulk_endpoint(),   std::to_string(getpid())};
+    std::vector<std::string> args = {SUPERNODE_ZMQ_PEER,
+                                     self,
+                                     control,
+                                     bulk,
+                                     parent.options().self,
+                                     parent.control_endpoint(),
+                                     parent.bulk_endpoint(),
+                                     std::to_string(getpid())};
     std::vector<char*> argv;
-    for (auto& a : args)
-      argv.push_back(a.data());
+    for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     pid = fork();
     if (pid == 0) {
@@ -116,15 +116,13 @@ struct child_peer {
   }
   // Reaps the child, killing it if it does not exit within `grace`; returns its wait status.
   int reap(std::chrono::milliseconds grace = 5s) {
-    if (pid < 0)
-      return -1;
+    if (pid < 0) return -1;
     auto status = std::async(std::launch::async, [p = pid] {
       int s = 0;
       waitpid(p, &s, 0);
       return s;
     });
-    if (status.wait_for(grace) != std::future_status::ready)
-      kill(pid, SIGKILL);
+    if (status.wait_for(grace) != std::future_status::ready) kill(pid, SIGKILL);
     pid = -1;
     // A killed peer cannot remove its ipc files.
     std::filesystem::remove(control.substr(6));
@@ -200,8 +198,7 @@ void round_trip_every_message(bool ipc) {
   EXPECT_EQ(leave->reason, "drain");
   {
     std::lock_guard lock(got.m);
-    for (auto& [from, m] : got.messages)
-      EXPECT_EQ(from, "rt-b");
+    for (auto& [from, m] : got.messages) EXPECT_EQ(from, "rt-b");
   }
   EXPECT_EQ(a.counters().bad_frames.total(), 0u);
   EXPECT_EQ(b.counters().bad_frames.total(), 0u);
@@ -215,15 +212,18 @@ void round_trip_every_message(bool ipc) {
   b.stop();
   EXPECT_EQ(a.send("rt-b", make_envelope(ping{})), send_status::closed);
   if (ipc) {
-    for (auto& f : files)
-      EXPECT_FALSE(std::filesystem::exists(f.substr(6))) << f << " left behind";
+    for (auto& f : files) EXPECT_FALSE(std::filesystem::exists(f.substr(6))) << f << " left behind";
   }
 }
 
 } // namespace
 
-TEST_F(zmq_plane_fixture, every_control_message_round_trips_over_ipc) { round_trip_every_message(true); }
-TEST_F(zmq_plane_fixture, every_control_message_round_trips_over_tcp) { round_trip_every_message(false); }
+TEST_F(zmq_plane_fixture, every_control_message_round_trips_over_ipc) {
+  round_trip_every_message(true);
+}
+TEST_F(zmq_plane_fixture, every_control_message_round_trips_over_tcp) {
+  round_trip_every_message(false);
+}
 
 TEST_F(zmq_plane_fixture, unknown_peer_before_connect_and_after_disconnect) {
   zmq_plane a(options_for("solo", true));
@@ -327,16 +327,15 @@ TEST_F(zmq_plane_fixture, a_peer_killed_mid_transfer_is_reported_within_two_seco
   ASSERT_EQ(signal.wait_for(5s), std::future_status::ready) << "no disconnect signal";
   const auto detect_ms = std::chrono::duration<double, std::milli>(steady::now() - killed).count();
   auto [peer, reason] = signal.get();
-  std::printf("disconnect of %s seen after %.1f ms: %s\n", peer.c_str(), detect_ms,
-              reason.c_str());
+  std::printf("disconnect of %s seen after %.1f ms: %s\n", peer.c_str(), detect_ms, reason.c_str());
   EXPECT_EQ(peer, child.id);
   EXPECT_LT(detect_ms, 2000.0);
 
   const auto t0 = steady::now();
   EXPECT_EQ(parent.send(child.id, make_envelope(ping{})), send_status::peer_down);
-  EXPECT_EQ(parent.send(child.id, make_envelope(bulk_chunk{300, 0, 1 << 20,
-                                                            std::vector<char>(1 << 20)})),
-            send_status::peer_down);
+  EXPECT_EQ(
+      parent.send(child.id, make_envelope(bulk_chunk{300, 0, 1 << 20, std::vector<char>(1 << 20)})),
+      send_status::peer_down);
   EXPECT_LT(steady::now() - t0, 100ms);
   int status = child.reap();
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
@@ -379,8 +378,7 @@ TEST_F(zmq_plane_fixture, bad_frames_are_counted_and_the_connection_keeps_servin
   serve_next_good_frame();
 
   std::vector<std::byte> garbage(100);
-  for (size_t i = 0; i < garbage.size(); ++i)
-    garbage[i] = std::byte(i * 31 + 7);
+  for (size_t i = 0; i < garbage.size(); ++i) garbage[i] = std::byte(i * 31 + 7);
   send_raw(garbage);
   serve_next_good_frame();
 
@@ -503,8 +501,7 @@ TEST_F(zmq_plane_fixture, multipart_frames_are_judged_like_single_ones) {
   auto parts_of = [](const envelope& e) {
     std::vector<std::vector<std::byte>> out;
     const auto frame = e.encode_spliced();
-    for (auto piece : frame.pieces())
-      out.emplace_back(piece.begin(), piece.end());
+    for (auto piece : frame.pieces()) out.emplace_back(piece.begin(), piece.end());
     return out;
   };
   size_t good = 0;
