@@ -52,7 +52,7 @@ void gemm_fp32_block_avx2(const float* x, int64_t ldx, const fp32_weight& w, flo
 
 block_fn pick_block() {
 #if defined(__x86_64__)
-  if (active_kernel_isa() == kernel_isa::avx2) return gemm_fp32_block_avx2;
+  if (kernel_isa_has_avx2(active_kernel_isa())) return gemm_fp32_block_avx2;
 #endif
   return gemm_fp32_block_portable;
 }

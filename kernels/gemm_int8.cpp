@@ -7,6 +7,7 @@
 #include <stdexcept>
 #if defined(__x86_64__)
 #include "kernels/arch/x86/avx2_kernels.hpp"
+#include "kernels/arch/x86/avxvnni_kernels.hpp"
 #endif
 
 namespace supernode::kernels {
@@ -23,7 +24,7 @@ int64_t packed_offset(const int8_weight& w, int64_t row, int64_t col) {
          (row % pc) * kg + col % kg;
 }
 
-// Scalar twin of the AVX2 block: same layout, exact int32 sums, same epilogue.
+// Scalar twin of the AVX2 and AVX-VNNI blocks: same layout, exact int32 sums, same epilogue.
 void gemm_int8_block_portable(const quantized_rows& x, const int8_weight& w, float* y, int64_t ldy,
                               int64_t m0, int64_t m1, int64_t g0, int64_t g1) {
   const int64_t kq = w.k_padded() / kg;
@@ -55,18 +56,32 @@ using block_fn = void (*)(const quantized_rows&, const int8_weight&, float*, int
 static_assert(avx2::int8_panel_cols == pc && avx2::int8_k_group == kg &&
               avx2::int8_group_panels == gpn);
 
+avx2::int8_operands operands(const quantized_rows& x, const int8_weight& w, float* y, int64_t ldy) {
+  return {x.q.data(), x.stride, x.scale.data(), w.packed(), w.scales().data(), w.n(), w.k_padded(),
+          y,          ldy};
+}
+
 void gemm_int8_block_avx2(const quantized_rows& x, const int8_weight& w, float* y, int64_t ldy,
                           int64_t m0, int64_t m1, int64_t g0, int64_t g1) {
-  const avx2::int8_operands o{
-      x.q.data(), x.stride, x.scale.data(), w.packed(), w.scales().data(), w.n(), w.k_padded(),
-      y,          ldy};
-  avx2::gemm_int8_block(o, m0, m1, g0, g1);
+  avx2::gemm_int8_block(operands(x, w, y, ldy), m0, m1, g0, g1);
+}
+
+void gemm_int8_block_avx_vnni(const quantized_rows& x, const int8_weight& w, float* y, int64_t ldy,
+                              int64_t m0, int64_t m1, int64_t g0, int64_t g1) {
+  avx_vnni::gemm_int8_block(operands(x, w, y, ldy), m0, m1, g0, g1);
 }
 #endif
 
 block_fn pick_block() {
 #if defined(__x86_64__)
-  if (active_kernel_isa() == kernel_isa::avx2) return gemm_int8_block_avx2;
+  switch (active_kernel_isa()) {
+  case kernel_isa::avx_vnni:
+    return gemm_int8_block_avx_vnni;
+  case kernel_isa::avx2:
+    return gemm_int8_block_avx2;
+  case kernel_isa::portable:
+    break;
+  }
 #endif
   return gemm_int8_block_portable;
 }

@@ -3,12 +3,16 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 namespace supernode::kernels {
 
 namespace {
 bool cpu_has_avx2_fma() {
 #if defined(__x86_64__) || defined(__i386__)
+  // libgcc also checks that the OS saves the YMM state (XCR0) before reporting AVX2.
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #else
@@ -16,10 +20,41 @@ bool cpu_has_avx2_fma() {
 #endif
 }
 
+bool cpu_has_avx_vnni() {
+#if defined(__x86_64__) || defined(__i386__)
+  // gcc 12's __builtin_cpu_supports does not know "avxvnni": read CPUID.(EAX=7,ECX=1):EAX[4].
+  // AVX-VNNI is VEX-encoded on YMM registers, so the OS check that comes with AVX2 covers it.
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!cpu_has_avx2_fma() || __get_cpuid_max(0, nullptr) < 7) return false;
+  __cpuid_count(7, 1, eax, ebx, ecx, edx);
+  return (eax >> 4) & 1u;
+#else
+  return false;
+#endif
+}
+
+bool supported(kernel_isa isa) {
+  switch (isa) {
+  case kernel_isa::portable:
+    return true;
+  case kernel_isa::avx2:
+    return cpu_has_avx2_fma();
+  case kernel_isa::avx_vnni:
+    return cpu_has_avx_vnni();
+  }
+  return false;
+}
+
+kernel_isa best_up_to(kernel_isa isa) {
+  while (isa != kernel_isa::portable && !supported(isa))
+    isa = static_cast<kernel_isa>(static_cast<int>(isa) - 1);
+  return isa;
+}
+
 kernel_isa initial_isa() {
-  const char* env = std::getenv("SUPERNODE_KERNELS");
-  if (env && std::strcmp(env, "portable") == 0) return kernel_isa::portable;
-  return cpu_has_avx2_fma() ? kernel_isa::avx2 : kernel_isa::portable;
+  kernel_isa isa = kernel_isa::avx_vnni;
+  if (const char* env = std::getenv("SUPERNODE_KERNELS")) parse_kernel_isa(env, isa);
+  return best_up_to(isa);
 }
 
 std::atomic<kernel_isa>& active_slot() {
@@ -29,7 +64,7 @@ std::atomic<kernel_isa>& active_slot() {
 } // namespace
 
 bool kernel_isa_supported(kernel_isa isa) {
-  return isa == kernel_isa::portable || cpu_has_avx2_fma();
+  return supported(isa);
 }
 
 kernel_isa active_kernel_isa() {
@@ -37,12 +72,27 @@ kernel_isa active_kernel_isa() {
 }
 
 void set_kernel_isa(kernel_isa isa) {
-  active_slot().store(kernel_isa_supported(isa) ? isa : kernel_isa::portable,
-                      std::memory_order_relaxed);
+  active_slot().store(best_up_to(isa), std::memory_order_relaxed);
 }
 
 const char* kernel_isa_name(kernel_isa isa) {
-  return isa == kernel_isa::avx2 ? "avx2" : "portable";
+  switch (isa) {
+  case kernel_isa::avx2:
+    return "avx2";
+  case kernel_isa::avx_vnni:
+    return "avx_vnni";
+  default:
+    return "portable";
+  }
+}
+
+bool parse_kernel_isa(const char* name, kernel_isa& isa) {
+  for (kernel_isa i : {kernel_isa::portable, kernel_isa::avx2, kernel_isa::avx_vnni})
+    if (std::strcmp(name, kernel_isa_name(i)) == 0) {
+      isa = i;
+      return true;
+    }
+  return false;
 }
 
 } // namespace supernode::kernels

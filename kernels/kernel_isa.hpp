@@ -1,16 +1,27 @@
 #pragma once
 // Which instruction set the GEMM and quantization kernels run on. Chosen once per process from
-// the CPU (AVX2 and FMA, else portable C++); SUPERNODE_KERNELS=portable forces the portable
-// path, and tests switch paths in-process with set_kernel_isa to check both against the truth.
+// the CPU (AVX-VNNI, else AVX2 and FMA, else portable C++); SUPERNODE_KERNELS=portable|avx2|
+// avx_vnni forces a path, and tests switch paths in-process with set_kernel_isa to check each
+// against the truth. Every path gives bit-identical results.
 
 namespace supernode::kernels {
 
-enum class kernel_isa { portable, avx2 };
+// Ordered: each path's CPU requirements include the previous one's. avx_vnni only changes the
+// INT8 GEMM; quantization and the FP32 GEMM run their AVX2 code under it.
+enum class kernel_isa { portable, avx2, avx_vnni };
 
 bool kernel_isa_supported(kernel_isa isa);
 kernel_isa active_kernel_isa();
-// Forces a path; an unsupported ISA falls back to portable. Not meant to race running kernels.
+// Forces a path; an unsupported ISA falls back to the best supported one below it. Not meant
+// to race running kernels.
 void set_kernel_isa(kernel_isa isa);
 const char* kernel_isa_name(kernel_isa isa);
+// Inverse of kernel_isa_name; false for an unknown name.
+bool parse_kernel_isa(const char* name, kernel_isa& isa);
+
+// Whether the AVX2 code of quantization and the FP32 GEMM may run under `isa`.
+inline bool kernel_isa_has_avx2(kernel_isa isa) {
+  return isa == kernel_isa::avx2 || isa == kernel_isa::avx_vnni;
+}
 
 } // namespace supernode::kernels

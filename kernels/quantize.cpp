@@ -38,7 +38,7 @@ float quantize_row_portable(const float* x, int64_t cols, int8_t* q) {
 
 float quantize_row(const float* x, int64_t cols, int8_t* q) {
 #if defined(__x86_64__)
-  if (active_kernel_isa() == kernel_isa::avx2) return avx2::quantize_row(x, cols, q);
+  if (kernel_isa_has_avx2(active_kernel_isa())) return avx2::quantize_row(x, cols, q);
 #endif
   return quantize_row_portable(x, cols, q);
 }

@@ -43,7 +43,9 @@ constexpr const char* quick_shapes[] = {
 struct options {
   int threads = 1;
   bool quick = false;
-  bool onednn_native = false;
+  std::string onednn_isa = "avx2"; // cap for oneDNN: avx2, avx2_vnni or native
+  bool int8_only = false;
+  std::vector<k::kernel_isa> isas; // INT8 paths to time; empty: every supported SIMD path
   std::vector<std::string> shapes; // empty: the default set
   std::vector<int64_t> ms;         // empty: the default set
 };
@@ -67,17 +69,29 @@ options parse(int argc, char** argv) {
       o.threads = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--onednn-isa" && i + 1 < argc) {
       const std::string v = argv[++i];
-      if (v != "avx2" && v != "native")
-        throw std::invalid_argument("--onednn-isa takes avx2 or native");
-      o.onednn_native = v == "native";
+      if (v != "avx2" && v != "avx2_vnni" && v != "native")
+        throw std::invalid_argument("--onednn-isa takes avx2, avx2_vnni or native");
+      o.onednn_isa = v;
+    } else if (a == "--isa" && i + 1 < argc) {
+      for (auto& v : split(argv[++i])) {
+        k::kernel_isa isa;
+        if (!k::parse_kernel_isa(v.c_str(), isa))
+          throw std::invalid_argument("--isa takes portable, avx2 or avx_vnni, not '" + v + "'");
+        if (!k::kernel_isa_supported(isa))
+          throw std::invalid_argument("--isa " + v + ": not supported on this CPU");
+        o.isas.push_back(isa);
+      }
+    } else if (a == "--int8-only") {
+      o.int8_only = true;
     } else if (a == "--shapes" && i + 1 < argc) {
       o.shapes = split(argv[++i]);
     } else if (a == "--m" && i + 1 < argc) {
       for (auto& v : split(argv[++i])) o.ms.push_back(std::max<int64_t>(1, std::atoll(v.c_str())));
     } else {
-      throw std::invalid_argument("unknown option '" + a +
-                                  "' (expected --threads N, --quick, --onednn-isa avx2|native, "
-                                  "--shapes a,b, --m 1,8)");
+      throw std::invalid_argument(
+          "unknown option '" + a +
+          "' (expected --threads N, --quick, --onednn-isa avx2|avx2_vnni|native, "
+          "--isa avx2,avx_vnni, --int8-only, --shapes a,b, --m 1,8)");
     }
   }
   return o;
@@ -122,6 +136,16 @@ double round3(double v) {
   return std::round(v * 1000.0) / 1000.0;
 }
 
+void log_row(const shape& s, int64_t m, const options& opt, const json& row) {
+  for (auto isa : opt.isas) {
+    const json& f = row["ours_int8_by_isa"][k::kernel_isa_name(isa)];
+    std::fprintf(stderr, "  %-15s m=%-4lld %-8s %.3f ms (%.1f GB/s, %.1f GOPS), x%.2f vs oneDNN\n",
+                 s.name, static_cast<long long>(m), k::kernel_isa_name(isa), f["ms"].get<double>(),
+                 f["weight_gbs"].get<double>(), f["gops"].get<double>(),
+                 f.value("speedup_vs_onednn", 0.0));
+  }
+}
+
 // Runs every implementation on one weight shape for each M.
 json bench_shape(const shape& s, const std::vector<int64_t>& ms, const options& opt,
                  k::thread_pool& pool) {
@@ -142,13 +166,29 @@ json bench_shape(const shape& s, const std::vector<int64_t>& ms, const options& 
     k::quantized_rows xq;
     json row{{"shape", s.name}, {"n", s.n}, {"k", s.k}, {"m", m}};
 
-    const double t_ours = median_seconds(
-        [&] {
-          k::quantize_rows(x.data(), m, s.k, s.k, xq);
-          k::gemm_int8(xq, w8, y.data(), s.n, pool);
-        },
-        budget);
+    // Every requested INT8 path on the same inputs, back to back, so a busy neighbour on this
+    // shared host skews them alike; the first is the headline figure.
+    std::vector<double> t_isa;
+    const auto saved_isa = k::active_kernel_isa();
+    for (auto isa : opt.isas) {
+      k::set_kernel_isa(isa);
+      t_isa.push_back(median_seconds(
+          [&] {
+            k::quantize_rows(x.data(), m, s.k, s.k, xq);
+            k::gemm_int8(xq, w8, y.data(), s.n, pool);
+          },
+          budget));
+      row["ours_int8_by_isa"][k::kernel_isa_name(isa)] =
+          figures(t_isa.back(), m, s, static_cast<double>(w8.bytes()));
+    }
+    k::set_kernel_isa(saved_isa);
+    const double t_ours = t_isa.front();
     row["ours_int8"] = figures(t_ours, m, s, static_cast<double>(w8.bytes()));
+    row["ours_int8"]["isa"] = k::kernel_isa_name(opt.isas.front());
+    for (size_t i = 0; i < opt.isas.size(); ++i)
+      for (size_t j = 0; j < opt.isas.size(); ++j)
+        if (opt.isas[i] == k::kernel_isa::avx_vnni && opt.isas[j] == k::kernel_isa::avx2)
+          row["int8_avx_vnni_speedup_vs_avx2"] = round3(t_isa[j] / t_isa[i]);
 
     if (kb::onednn_int8_matmul::available()) {
       k::quantize_rows(x.data(), m, s.k, s.k, xq);
@@ -171,8 +211,16 @@ json bench_shape(const shape& s, const std::vector<int64_t>& ms, const options& 
       f["impl"] = mm.implementation();
       row["onednn_int8"] = f;
       row["int8_speedup_vs_onednn"] = round3(t_all / t_ours);
+      for (size_t i = 0; i < opt.isas.size(); ++i)
+        row["ours_int8_by_isa"][k::kernel_isa_name(opt.isas[i])]["speedup_vs_onednn"] =
+            round3(t_all / t_isa[i]);
     }
 
+    if (opt.int8_only) {
+      rows.push_back(row);
+      log_row(s, m, opt, row);
+      continue;
+    }
     if (kb::openblas_available()) {
       const double t = median_seconds(
           [&] { kb::openblas_gemm(x.data(), m, wf.data(), s.n, s.k, y.data()); }, budget);
@@ -185,10 +233,7 @@ json bench_shape(const shape& s, const std::vector<int64_t>& ms, const options& 
       row["fp32_speedup_vs_openblas"] =
           round3(row["openblas_fp32"]["ms"].get<double>() / (t32 * 1e3));
     rows.push_back(row);
-    std::fprintf(stderr, "  %-15s m=%-4lld ours %.3f ms (%.1f GB/s, %.1f GOPS), x%.2f vs oneDNN\n",
-                 s.name, static_cast<long long>(m), t_ours * 1e3,
-                 row["ours_int8"]["weight_gbs"].get<double>(),
-                 row["ours_int8"]["gops"].get<double>(), row.value("int8_speedup_vs_onednn", 0.0));
+    log_row(s, m, opt, row);
   }
   return rows;
 }
@@ -202,13 +247,22 @@ int run_kernel_bench(int argc, char** argv) {
     std::fprintf(stderr, "bench kernels: %s\n", e.what());
     return 2;
   }
-  kb::onednn_int8_matmul::init(opt.threads, !opt.onednn_native);
+  kb::onednn_int8_matmul::init(opt.threads, opt.onednn_isa);
   kb::openblas_init(opt.threads);
   k::thread_pool pool(opt.threads);
+
+  if (opt.isas.empty()) {
+    // The path the process picked first (the headline), then the other SIMD paths to compare.
+    opt.isas.push_back(k::active_kernel_isa());
+    for (auto isa : {k::kernel_isa::avx_vnni, k::kernel_isa::avx2})
+      if (k::kernel_isa_supported(isa) && isa != opt.isas.front()) opt.isas.push_back(isa);
+  }
 
   json machine;
   machine["threads"] = opt.threads;
   machine["kernel_isa"] = k::kernel_isa_name(k::active_kernel_isa());
+  machine["int8_isas_timed"] = json::array();
+  for (auto isa : opt.isas) machine["int8_isas_timed"].push_back(k::kernel_isa_name(isa));
   machine["onednn_isa"] = kb::onednn_int8_matmul::effective_isa();
   machine["openblas_core"] = kb::openblas_core();
   // Ceilings are measured before and after the kernels and the better figure kept: a busy
@@ -227,6 +281,8 @@ int run_kernel_bench(int argc, char** argv) {
     keep_max("read_bw_gbs", opt.threads == 1 ? bw1 : kb::read_bandwidth_gbs(opt.threads));
     keep_max("int8_sign_trick_peak_gops_per_core", kb::int8_sign_trick_peak_gops());
     keep_max("int8_maddubs_peak_gops_per_core", kb::int8_maddubs_peak_gops());
+    if (k::kernel_isa_supported(k::kernel_isa::avx_vnni))
+      keep_max("int8_vnni_sign_trick_peak_gops_per_core", kb::int8_vnni_sign_trick_peak_gops());
     keep_max("fp32_fma_peak_gflops_per_core", kb::fp32_fma_peak_gflops());
   };
   measure_ceilings();
@@ -250,25 +306,43 @@ int run_kernel_bench(int argc, char** argv) {
   measure_ceilings();
   // Against the ceilings: memory for the weight stream at small M, arithmetic at large M.
   const double bw = machine["read_bw_gbs"].get<double>();
-  const double peak = machine["int8_sign_trick_peak_gops_per_core"].get<double>() * opt.threads;
+  // The headline path's own instruction mix sets its arithmetic ceiling.
+  const char* peak_key = opt.isas.front() == k::kernel_isa::avx_vnni
+                             ? "int8_vnni_sign_trick_peak_gops_per_core"
+                             : "int8_sign_trick_peak_gops_per_core";
+  const double peak = machine[peak_key].get<double>() * opt.threads;
   for (auto& row : results) {
     row["int8_fraction_of_read_bw"] = round3(row["ours_int8"]["weight_gbs"].get<double>() / bw);
     row["int8_fraction_of_peak"] = round3(row["ours_int8"]["gops"].get<double>() / peak);
   }
 
-  // Geometric mean of the INT8 speed-up over oneDNN, per M.
+  // Geometric means per M: the headline INT8 speed-up over oneDNN, the same for each timed
+  // path, and AVX-VNNI over AVX2.
   json summary = json::object();
-  for (int64_t m : ms) {
+  auto geomean = [&](const std::string& out_key, int64_t m, auto&& value) {
     double log_sum = 0;
     int count = 0;
     for (auto& r : results)
-      if (r["m"] == m && r.contains("int8_speedup_vs_onednn")) {
-        log_sum += std::log(r["int8_speedup_vs_onednn"].get<double>());
-        ++count;
-      }
+      if (r["m"] == m)
+        if (const double v = value(r); v > 0) {
+          log_sum += std::log(v);
+          ++count;
+        }
     char key[32];
     std::snprintf(key, sizeof key, "m%lld", static_cast<long long>(m));
-    if (count) summary["int8_speedup_vs_onednn_geomean"][key] = round3(std::exp(log_sum / count));
+    if (count) summary[out_key][key] = round3(std::exp(log_sum / count));
+  };
+  for (int64_t m : ms) {
+    geomean("int8_speedup_vs_onednn_geomean", m,
+            [](const json& r) { return r.value("int8_speedup_vs_onednn", 0.0); });
+    for (auto isa : opt.isas) {
+      const std::string name = k::kernel_isa_name(isa);
+      geomean("int8_" + name + "_speedup_vs_onednn_geomean", m, [&](const json& r) {
+        return r["ours_int8_by_isa"][name].value("speedup_vs_onednn", 0.0);
+      });
+    }
+    geomean("int8_avx_vnni_speedup_vs_avx2_geomean", m,
+            [](const json& r) { return r.value("int8_avx_vnni_speedup_vs_avx2", 0.0); });
   }
   const json out{{"machine", machine}, {"summary", summary}, {"results", results}};
   std::printf("%s\n", out.dump(1).c_str());

@@ -29,11 +29,12 @@ bool onednn_int8_matmul::available() {
   return true;
 }
 
-void onednn_int8_matmul::init(int threads, bool cap_at_avx2) {
+void onednn_int8_matmul::init(int threads, const std::string& max_isa) {
   // The Debian build threads with OpenMP; libgomp is already loaded through libdnnl.
   using set_fn = void (*)(int);
   if (auto set = reinterpret_cast<set_fn>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"))) set(threads);
-  if (cap_at_avx2) dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx2);
+  if (max_isa == "avx2") dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx2);
+  if (max_isa == "avx2_vnni") dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx2_vnni);
 }
 
 std::string onednn_int8_matmul::effective_isa() {
@@ -89,7 +90,7 @@ struct onednn_int8_matmul::state {};
 bool onednn_int8_matmul::available() {
   return false;
 }
-void onednn_int8_matmul::init(int, bool) {}
+void onednn_int8_matmul::init(int, const std::string&) {}
 std::string onednn_int8_matmul::effective_isa() {
   return "none";
 }

@@ -14,9 +14,10 @@ namespace supernode::apps::kernel_bench {
 class onednn_int8_matmul {
 public:
   static bool available();
-  // Call once, before any primitive exists: thread count, and whether to cap the ISA at AVX2
-  // (the deployment target has no AVX-512).
-  static void init(int threads, bool cap_at_avx2);
+  // Call once, before any primitive exists: thread count, and the ISA cap: "avx2" (the
+  // deployment target has no AVX-512), "avx2_vnni" (like for like with our AVX-VNNI path) or
+  // "native" (whatever the CPU has, AMX included).
+  static void init(int threads, const std::string& max_isa);
   static std::string effective_isa();
 
   onednn_int8_matmul(const int8_t* w, int64_t n, int64_t k, int64_t m, int64_t ldx);

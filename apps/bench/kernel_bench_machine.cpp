@@ -105,6 +105,23 @@ __attribute__((target("avx2"))) void int8_loop(bool with_sign) {
   sink = sink + _mm256_extract_epi32(acc[0], 0);
 }
 
+// Same register shape as int8_loop: eight independent accumulators, one sign per product.
+__attribute__((target("avx2,avxvnni"))) void int8_vnni_loop() {
+  __m256i acc[8], w[8];
+  for (int i = 0; i < 8; ++i) {
+    acc[i] = _mm256_setzero_si256();
+    w[i] = _mm256_set1_epi8(static_cast<char>(i + 1));
+  }
+  __m256i xb = _mm256_set1_epi32(0x01ff7f81), xa = _mm256_abs_epi8(xb);
+  for (int64_t it = 0; it < peak_iters; ++it) {
+    asm volatile("" : "+x"(xb), "+x"(xa));
+    for (int i = 0; i < 8; ++i)
+      acc[i] = _mm256_dpbusd_avx_epi32(acc[i], xa, _mm256_sign_epi8(w[i], xb));
+  }
+  for (int i = 1; i < 8; ++i) acc[0] = _mm256_add_epi32(acc[0], acc[i]);
+  sink = sink + _mm256_extract_epi32(acc[0], 0);
+}
+
 __attribute__((target("avx2,fma"))) void fma_loop() {
   __m256 acc[10];
   for (int i = 0; i < 10; ++i) acc[i] = _mm256_set1_ps(static_cast<float>(i));
@@ -124,6 +141,10 @@ double int8_sign_trick_peak_gops() {
 
 double int8_maddubs_peak_gops() {
   return best_rate([] { int8_loop(false); }, 2.0 * 32 * 8 * peak_iters);
+}
+
+double int8_vnni_sign_trick_peak_gops() {
+  return best_rate([] { int8_vnni_loop(); }, 2.0 * 32 * 8 * peak_iters);
 }
 
 double fp32_fma_peak_gflops() {

@@ -12,6 +12,8 @@ double read_bandwidth_gbs(int threads, int mib = 256, int reps = 5);
 double int8_sign_trick_peak_gops();
 // The same without vpsignb (what an inexact u8*s8 kernel can reach).
 double int8_maddubs_peak_gops();
+// The AVX-VNNI kernel's exact step (vpsignb, vpdpbusd). Only call when the CPU has AVX-VNNI.
+double int8_vnni_sign_trick_peak_gops();
 // Single-core GFLOPS of independent 256-bit FMAs.
 double fp32_fma_peak_gflops();
 

@@ -1,5 +1,5 @@
-// INT8 GEMM: bit-identical to the scalar reference on both kernel paths, at any shape, with
-// saturation-prone extremes, and batch-invariant.
+// INT8 GEMM: bit-identical to the scalar reference on every kernel path (portable, AVX2,
+// AVX-VNNI), at any shape, with saturation-prone extremes, and batch-invariant.
 
 #include "kernels/gemm_int8.hpp"
 #include "tests/kernels/isa_test_util.hpp"
@@ -70,8 +70,10 @@ TEST_P(gemm_int8_test, matches_reference_bitwise_on_edge_shapes) {
 
 TEST_P(gemm_int8_test, extreme_values_do_not_saturate) {
   // +-127 against +-127 in every sign combination, and -1 (0xff) bytes, at a K that makes the
-  // int32 sums large: the u8*s8 pair sums stay exact only with the sign trick.
-  const int64_t k = 16384, m = 6, n = 11;
+  // int32 sums large: the u8*s8 pair sums stay exact only with the sign trick. n = 37 gives a
+  // full panel group and a partial one; each row count reaches a different tile shape (1 and
+  // 2 rows: all four panels per tile, one pass; 6: 4x2 tiles over k blocks with |w| made once).
+  const int64_t k = 16384, m = 6, n = 37;
   const int8_t row_patterns[6][4] = {{127, 127, 127, 127},   {-127, -127, -127, -127},
                                      {127, -127, 127, -127}, {-1, -1, -1, -1},
                                      {-127, -1, 127, 1},     {0, -127, -1, 127}};
@@ -83,22 +85,27 @@ TEST_P(gemm_int8_test, extreme_values_do_not_saturate) {
     for (int64_t c = 0; c < k; ++c) xv[r * k + c] = row_patterns[r][c % 4];
   for (int64_t r = 0; r < n; ++r)
     for (int64_t c = 0; c < k; ++c) wf[r * k + c] = col_patterns[r % 4][(c + r / 4) % 4];
-  auto x = rows_from_values(xv, m, k);
   auto w = int8_weight::quantize(wf.data(), n, k);
   for (int64_t c = 0; c < n; ++c)
     ASSERT_EQ(w.scale(c), 1.0f); // every weight row holds a 127, so the values stay as given
-  std::vector<float> got(m * n), want(m * n);
-  gemm_int8(x, w, got.data(), n);
-  gemm_int8_reference(x, w, want.data(), n);
-  expect_bitwise_equal(got, want, "extremes");
-  // And the reference itself is the exact integer sum, scaled.
-  for (int64_t r = 0; r < m; ++r)
-    for (int64_t c = 0; c < n; ++c) {
-      int64_t exact = 0;
-      for (int64_t i = 0; i < k; ++i) exact += int64_t{x.row(r)[i]} * w.at(c, i);
-      EXPECT_EQ(want[r * n + c], static_cast<float>(exact) * 1.0f * w.scale(c));
+  for (int64_t rows : {int64_t{1}, int64_t{2}, m}) {
+    auto x = rows_from_values(xv, rows, k);
+    std::vector<float> got(rows * n), want(rows * n);
+    gemm_int8(x, w, got.data(), n);
+    gemm_int8_reference(x, w, want.data(), n);
+    expect_bitwise_equal(got, want, "extremes at m=" + std::to_string(rows));
+    // And the reference itself is the exact integer sum, scaled.
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < n; ++c) {
+        int64_t exact = 0;
+        for (int64_t i = 0; i < k; ++i) exact += int64_t{x.row(r)[i]} * w.at(c, i);
+        EXPECT_EQ(want[r * n + c], static_cast<float>(exact) * 1.0f * w.scale(c));
+      }
+    EXPECT_EQ(got[0], 16384.0f * 127 * 127 * w.scale(0)); // all +127 against all +127
+    if (rows > 1) {
+      EXPECT_EQ(got[n + 1], 16384.0f * 127 * 127 * w.scale(1)); // -127 against -127
     }
-  EXPECT_EQ(got[0], 16384.0f * 127 * 127 * w.scale(0)); // all +127 against all +127
+  }
 }
 
 TEST_P(gemm_int8_test, rows_are_batch_invariant) {
@@ -203,17 +210,51 @@ TEST(int8_weight, at_reads_back_the_quantized_rows) {
   }
 }
 
-TEST(int8_weight, both_paths_agree_exactly) {
-  if (!kernel_isa_supported(kernel_isa::avx2)) GTEST_SKIP();
-  auto p = make_problem(21, 300, 77, 3);
+TEST(gemm_int8, every_path_gives_the_same_bits) {
+  // Shapes that take every tile and k-block case of the SIMD drivers, including more rows than
+  // one pass holds (rows_per_pass = 64) and several k blocks (64 runs of 4).
+  const std::tuple<int64_t, int64_t, int64_t> shapes[] = {
+      {1, 1000, 77}, {2, 300, 40}, {21, 300, 77}, {70, 520, 33}, {130, 1030, 70}};
   const auto saved = active_kernel_isa();
-  std::vector<float> a(21 * 77), b(21 * 77);
-  set_kernel_isa(kernel_isa::portable);
-  gemm_int8(p.x, p.w, a.data(), 77);
-  set_kernel_isa(kernel_isa::avx2);
-  gemm_int8(p.x, p.w, b.data(), 77);
+  uint32_t seed = 3;
+  for (auto [m, k, n] : shapes) {
+    auto p = make_problem(m, k, n, seed++);
+    std::vector<float> want(m * n);
+    set_kernel_isa(kernel_isa::portable);
+    gemm_int8(p.x, p.w, want.data(), n);
+    for (kernel_isa isa : {kernel_isa::avx2, kernel_isa::avx_vnni}) {
+      if (!kernel_isa_supported(isa)) continue;
+      set_kernel_isa(isa);
+      std::vector<float> got(m * n);
+      gemm_int8(p.x, p.w, got.data(), n);
+      expect_bitwise_equal(got, want,
+                           std::string("portable vs ") + kernel_isa_name(isa) +
+                               " m=" + std::to_string(m));
+    }
+  }
   set_kernel_isa(saved);
-  expect_bitwise_equal(a, b, "portable vs avx2");
+}
+
+TEST(kernel_isa, names_round_trip_and_unsupported_paths_fall_back) {
+  for (kernel_isa isa : {kernel_isa::portable, kernel_isa::avx2, kernel_isa::avx_vnni}) {
+    kernel_isa parsed = kernel_isa::portable;
+    ASSERT_TRUE(parse_kernel_isa(kernel_isa_name(isa), parsed));
+    EXPECT_EQ(parsed, isa);
+  }
+  kernel_isa untouched = kernel_isa::avx2;
+  EXPECT_FALSE(parse_kernel_isa("avx512", untouched));
+  EXPECT_EQ(untouched, kernel_isa::avx2);
+  // AVX-VNNI CPUs all have AVX2; a request the CPU cannot serve lands on the best path below.
+  if (kernel_isa_supported(kernel_isa::avx_vnni)) {
+    EXPECT_TRUE(kernel_isa_supported(kernel_isa::avx2));
+  }
+  const auto saved = active_kernel_isa();
+  set_kernel_isa(kernel_isa::avx_vnni);
+  const kernel_isa want = kernel_isa_supported(kernel_isa::avx_vnni) ? kernel_isa::avx_vnni
+                          : kernel_isa_supported(kernel_isa::avx2)   ? kernel_isa::avx2
+                                                                     : kernel_isa::portable;
+  EXPECT_EQ(active_kernel_isa(), want);
+  set_kernel_isa(saved);
 }
 
 TEST(gemm_int8, rejects_mismatched_k) {

@@ -1,6 +1,7 @@
 #pragma once
-// Runs a test body once per kernel path (portable, and AVX2 where the CPU has it), restoring
-// the process-wide choice afterwards; plus the random inputs the GEMM tests share.
+// Runs a test body once per kernel path (portable, and AVX2 and AVX-VNNI where the CPU has
+// them; skipped otherwise), restoring the process-wide choice afterwards; plus the random inputs
+// the GEMM tests share.
 
 #include "kernels/kernel_isa.hpp"
 
@@ -44,5 +45,6 @@ inline std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1
 #define SUPERNODE_INSTANTIATE_ISA_TESTS(suite)                                                     \
   INSTANTIATE_TEST_SUITE_P(isa, suite,                                                             \
                            ::testing::Values(::supernode::kernels::kernel_isa::portable,           \
-                                             ::supernode::kernels::kernel_isa::avx2),              \
+                                             ::supernode::kernels::kernel_isa::avx2,               \
+                                             ::supernode::kernels::kernel_isa::avx_vnni),          \
                            ::supernode::kernels::testing::isa_param_name)
