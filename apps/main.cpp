@@ -19,7 +19,9 @@ commands:
   model make  --preset tiny|small [--seed N] --out DIR [--dtype fp8|bf16]
   role NAME   --config FILE --id ID        one process of a cluster: the role instances that
                                            FILE's [process.NAME] lists, instance ID
-  bench kernels [--threads N] [--quick]     INT8/FP32 GEMM against oneDNN and OpenBLAS
+  bench kernels [--threads N] [--quick] [--isa avx2,avx_vnni] [--onednn-isa avx2|avx2_vnni|native]
+                [--shapes a,b] [--m 1,8] [--int8-only]
+                                            INT8/FP32 GEMM against oneDNN and OpenBLAS
   bench model   [--model DIR] [--quick]     decode step and prefill throughput
   bench planes  [--quick]                   shm, zmq and inproc planes against raw baselines
 

@@ -1,9 +1,9 @@
 #include "kernels/attention.hpp"
 
+#include "kernels/elementwise.hpp"
+
 #include <algorithm>
 #include <vector>
-
-#include "kernels/elementwise.hpp"
 
 namespace supernode::kernels {
 
@@ -12,8 +12,7 @@ namespace {
 float dot(const float* a, const float* b, int64_t n) {
   float s = 0.0f;
 #pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < n; ++i)
-    s += a[i] * b[i];
+  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
   return s;
 }
 } // namespace
@@ -66,8 +65,7 @@ void mla_decode(const mla_decode_args& a) {
     softmax(p.data(), keys);
     float* o = a.out_latent + h * lora;
     std::fill(o, o + lora, 0.0f);
-    for (int64_t t = 0; t < keys; ++t)
-      axpy(p[t], a.cache.token(t), o, lora);
+    for (int64_t t = 0; t < keys; ++t) axpy(p[t], a.cache.token(t), o, lora);
   }
 }
 

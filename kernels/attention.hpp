@@ -3,10 +3,10 @@
 // where c_kv is already RMS-normed and k_pe already rotated. Every query is computed on its
 // own, in a fixed key order, so results do not depend on batch composition or chunking.
 
+#include "kernels/thread_pool.hpp"
+
 #include <cstdint>
 #include <span>
-
-#include "kernels/thread_pool.hpp"
 
 namespace supernode::kernels {
 

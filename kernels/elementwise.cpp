@@ -10,11 +10,9 @@ void rms_norm(const float* x, int64_t rows, int64_t dim, int64_t ldx, const floa
     const float* xr = x + r * ldx;
     float* yr = y + r * ldy;
     double ss = 0.0; // double accumulation: exact enough that dim order hardly matters, and fixed
-    for (int64_t i = 0; i < dim; ++i)
-      ss += static_cast<double>(xr[i]) * xr[i];
+    for (int64_t i = 0; i < dim; ++i) ss += static_cast<double>(xr[i]) * xr[i];
     const float inv = static_cast<float>(1.0 / std::sqrt(ss / dim + eps));
-    for (int64_t i = 0; i < dim; ++i)
-      yr[i] = xr[i] * inv * weight[i];
+    for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * inv * weight[i];
   }
 }
 
@@ -26,24 +24,20 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
 }
 
 void softmax(float* x, int64_t n) {
-  if (n <= 0)
-    return;
+  if (n <= 0) return;
   float mx = x[0];
-  for (int64_t i = 1; i < n; ++i)
-    mx = std::max(mx, x[i]);
+  for (int64_t i = 1; i < n; ++i) mx = std::max(mx, x[i]);
   float sum = 0.0f;
   for (int64_t i = 0; i < n; ++i) {
     x[i] = std::exp(x[i] - mx);
     sum += x[i];
   }
   const float inv = 1.0f / sum;
-  for (int64_t i = 0; i < n; ++i)
-    x[i] *= inv;
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
 void axpy(float alpha, const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i)
-    y[i] += alpha * x[i];
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 
 } // namespace supernode::kernels

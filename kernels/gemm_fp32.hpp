@@ -3,12 +3,12 @@
 // each output sums over k is fixed by the kernel and identical for every M and every row
 // position (no M-dependent blocking of k), so results are batch-invariant bit for bit.
 
+#include "kernels/thread_pool.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
-
-#include "kernels/thread_pool.hpp"
 
 namespace supernode::kernels {
 
@@ -44,8 +44,8 @@ private:
 };
 
 // x has row stride ldx (>= k), y row stride ldy (>= n).
-void gemm_fp32(const float* x, int64_t m, int64_t ldx, const fp32_weight& w, float* y,
-               int64_t ldy, thread_pool& pool = thread_pool::shared());
+void gemm_fp32(const float* x, int64_t m, int64_t ldx, const fp32_weight& w, float* y, int64_t ldy,
+               thread_pool& pool = thread_pool::shared());
 
 void gemm_fp32_reference(const float* x, int64_t m, int64_t ldx, const fp32_weight& w, float* y,
                          int64_t ldy);

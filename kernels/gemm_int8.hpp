@@ -5,13 +5,13 @@
 // the float epilogue is the same two multiplies for every element, so a row's result is
 // bit-identical whatever M is and whatever the other rows hold (batch invariance).
 
+#include "kernels/quantize.hpp"
+#include "kernels/thread_pool.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
-
-#include "kernels/quantize.hpp"
-#include "kernels/thread_pool.hpp"
 
 namespace supernode::kernels {
 

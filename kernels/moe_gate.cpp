@@ -13,9 +13,8 @@ namespace {
 void top_k_indices(const std::vector<float>& v, int64_t k, std::vector<int32_t>& out) {
   out.resize(v.size());
   std::iota(out.begin(), out.end(), 0);
-  std::partial_sort(out.begin(), out.begin() + k, out.end(), [&](int32_t a, int32_t b) {
-    return v[a] > v[b] || (v[a] == v[b] && a < b);
-  });
+  std::partial_sort(out.begin(), out.begin() + k, out.end(),
+                    [&](int32_t a, int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); });
   out.resize(k);
 }
 } // namespace
@@ -25,17 +24,13 @@ void moe_gate(const float* logits, std::span<const float> bias, const moe_gate_p
   const int64_t n = p.n_experts;
   std::vector<float> scores(n), choice(n);
   if (p.sigmoid) {
-    for (int64_t e = 0; e < n; ++e)
-      scores[e] = 1.0f / (1.0f + std::exp(-logits[e]));
+    for (int64_t e = 0; e < n; ++e) scores[e] = 1.0f / (1.0f + std::exp(-logits[e]));
   } else {
     float mx = *std::max_element(logits, logits + n), sum = 0.0f;
-    for (int64_t e = 0; e < n; ++e)
-      sum += scores[e] = std::exp(logits[e] - mx);
-    for (auto& s : scores)
-      s /= sum;
+    for (int64_t e = 0; e < n; ++e) sum += scores[e] = std::exp(logits[e] - mx);
+    for (auto& s : scores) s /= sum;
   }
-  for (int64_t e = 0; e < n; ++e)
-    choice[e] = bias.empty() ? scores[e] : scores[e] + bias[e];
+  for (int64_t e = 0; e < n; ++e) choice[e] = bias.empty() ? scores[e] : scores[e] + bias[e];
 
   if (p.n_group > 1) {
     const int64_t per_group = n / p.n_group;
@@ -60,11 +55,9 @@ void moe_gate(const float* logits, std::span<const float> bias, const moe_gate_p
     std::vector<int32_t> keep;
     top_k_indices(group_score, p.topk_group, keep);
     std::vector<bool> kept(p.n_group, false);
-    for (auto g : keep)
-      kept[g] = true;
+    for (auto g : keep) kept[g] = true;
     for (int64_t e = 0; e < n; ++e)
-      if (!kept[e / per_group])
-        choice[e] = -std::numeric_limits<float>::infinity();
+      if (!kept[e / per_group]) choice[e] = -std::numeric_limits<float>::infinity();
   }
   std::vector<int32_t> chosen;
   top_k_indices(choice, p.top_k, chosen);

@@ -28,8 +28,7 @@ rope_table::rope_table(const rope_params& p) : dim_(p.dim) {
     double high = std::ceil(correction_dim(p.beta_slow, p.dim, p.theta, p.original_max_position));
     low = std::max(low, 0.0);
     high = std::min(high, static_cast<double>(p.dim - 1));
-    if (low == high)
-      high += 0.001;
+    if (low == high) high += 0.001;
     for (int64_t i = 0; i < half; ++i) {
       double ramp = std::clamp((i - low) / (high - low), 0.0, 1.0);
       double extrapolate = 1.0 - ramp; // high-frequency dims keep their frequency

@@ -10,8 +10,7 @@ namespace supernode::kernels {
 int32_t argmax(std::span<const float> logits) {
   int32_t best = 0;
   for (size_t i = 1; i < logits.size(); ++i)
-    if (logits[i] > logits[best])
-      best = static_cast<int32_t>(i);
+    if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
   return best;
 }
 
@@ -24,8 +23,7 @@ double uniform_from(uint64_t seed, uint64_t step) {
 }
 
 int32_t sample(std::span<const float> logits, const sampling_params& p, uint64_t step) {
-  if (p.temperature <= 0.0f || logits.size() <= 1)
-    return argmax(logits);
+  if (p.temperature <= 0.0f || logits.size() <= 1) return argmax(logits);
   // Candidates sorted by logit (ties to the lower id), then cut by top-k and top-p.
   std::vector<int32_t> order(logits.size());
   std::iota(order.begin(), order.end(), 0);
@@ -38,8 +36,7 @@ int32_t sample(std::span<const float> logits, const sampling_params& p, uint64_t
   std::vector<double> prob(k);
   const double mx = logits[order[0]];
   double sum = 0.0;
-  for (size_t i = 0; i < k; ++i)
-    sum += prob[i] = std::exp((logits[order[i]] - mx) / p.temperature);
+  for (size_t i = 0; i < k; ++i) sum += prob[i] = std::exp((logits[order[i]] - mx) / p.temperature);
   size_t keep = k;
   if (p.top_p < 1.0f) {
     double acc = 0.0;
@@ -52,13 +49,11 @@ int32_t sample(std::span<const float> logits, const sampling_params& p, uint64_t
     }
   }
   double total = 0.0;
-  for (size_t i = 0; i < keep; ++i)
-    total += prob[i];
+  for (size_t i = 0; i < keep; ++i) total += prob[i];
   double u = uniform_from(p.seed, step) * total;
   for (size_t i = 0; i < keep; ++i) {
     u -= prob[i];
-    if (u < 0.0)
-      return order[i];
+    if (u < 0.0) return order[i];
   }
   return order[keep - 1];
 }

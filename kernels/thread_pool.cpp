@@ -16,8 +16,7 @@ std::unique_ptr<thread_pool>& shared_slot() {
 int default_threads() {
   if (const char* env = std::getenv("SUPERNODE_THREADS")) {
     int n = std::atoi(env);
-    if (n > 0)
-      return n;
+    if (n > 0) return n;
   }
   unsigned hc = std::thread::hardware_concurrency();
   return hc == 0 ? 1 : static_cast<int>(hc);
@@ -27,8 +26,7 @@ std::mutex shared_mutex;
 } // namespace
 
 thread_pool::thread_pool(int threads) {
-  for (int i = 1; i < threads; ++i)
-    workers_.emplace_back([this] { worker_loop(); });
+  for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
 thread_pool::~thread_pool() {
@@ -37,14 +35,12 @@ thread_pool::~thread_pool() {
     stop_ = true;
   }
   wake_.notify_all();
-  for (auto& t : workers_)
-    t.join();
+  for (auto& t : workers_) t.join();
 }
 
 void thread_pool::run_tasks() {
   inside_task = true;
-  for (int64_t i; (i = next_.fetch_add(1, std::memory_order_relaxed)) < n_;)
-    (*fn_)(i);
+  for (int64_t i; (i = next_.fetch_add(1, std::memory_order_relaxed)) < n_;) (*fn_)(i);
   inside_task = false;
 }
 
@@ -54,26 +50,22 @@ void thread_pool::worker_loop() {
     {
       std::unique_lock lock(mutex_);
       wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_)
-        return;
+      if (stop_) return;
       seen = generation_;
     }
     run_tasks();
     {
       std::lock_guard lock(mutex_);
-      if (--active_ == 0)
-        done_.notify_one();
+      if (--active_ == 0) done_.notify_one();
     }
   }
 }
 
 void thread_pool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn) {
-  if (n <= 0)
-    return;
+  if (n <= 0) return;
   std::unique_lock submit(submit_mutex_, std::defer_lock);
   if (workers_.empty() || n == 1 || inside_task || !submit.try_lock()) {
-    for (int64_t i = 0; i < n; ++i)
-      fn(i);
+    for (int64_t i = 0; i < n; ++i) fn(i);
     return;
   }
   {
@@ -94,8 +86,7 @@ void thread_pool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn
 thread_pool& thread_pool::shared() {
   std::lock_guard lock(shared_mutex);
   auto& slot = shared_slot();
-  if (!slot)
-    slot = std::make_unique<thread_pool>(default_threads());
+  if (!slot) slot = std::make_unique<thread_pool>(default_threads());
   return *slot;
 }
 

@@ -38,7 +38,7 @@ private:
   void run_tasks();
 
   std::vector<std::thread> workers_;
-  std::mutex submit_mutex_;  // one parallel_for at a time owns the workers
+  std::mutex submit_mutex_; // one parallel_for at a time owns the workers
   std::mutex mutex_;
   std::condition_variable wake_;
   std::condition_variable done_;

@@ -1,18 +1,18 @@
 // RMSNorm, RoPE/YaRN, MoE gate, sampling and MLA attention against naive versions written
 // from the DeepSeek-V3 reference code's definitions.
 
+#include "kernels/attention.hpp"
+#include "kernels/elementwise.hpp"
+#include "kernels/moe_gate.hpp"
+#include "kernels/rope.hpp"
+#include "kernels/sampling.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <gtest/gtest.h>
 #include <map>
 #include <numbers>
 #include <random>
-
-#include "kernels/attention.hpp"
-#include "kernels/elementwise.hpp"
-#include "kernels/moe_gate.hpp"
-#include "kernels/rope.hpp"
-#include "kernels/sampling.hpp"
 
 using namespace supernode::kernels;
 
@@ -21,8 +21,7 @@ std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> d(0.0f, scale);
   std::vector<float> v(n);
-  for (auto& x : v)
-    x = d(rng);
+  for (auto& x : v) x = d(rng);
   return v;
 }
 } // namespace
@@ -33,11 +32,9 @@ TEST(rms_norm, matches_definition_and_is_row_independent) {
   rms_norm(x.data(), 3, 37, 37, w.data(), 1e-6f, y.data(), 37);
   for (int r = 0; r < 3; ++r) {
     double ss = 0;
-    for (int i = 0; i < 37; ++i)
-      ss += x[r * 37 + i] * double(x[r * 37 + i]);
+    for (int i = 0; i < 37; ++i) ss += x[r * 37 + i] * double(x[r * 37 + i]);
     double inv = 1.0 / std::sqrt(ss / 37 + 1e-6);
-    for (int i = 0; i < 37; ++i)
-      EXPECT_NEAR(y[r * 37 + i], x[r * 37 + i] * inv * w[i], 1e-5);
+    for (int i = 0; i < 37; ++i) EXPECT_NEAR(y[r * 37 + i], x[r * 37 + i] * inv * w[i], 1e-5);
   }
   rms_norm(x.data() + 37, 1, 37, 37, w.data(), 1e-6f, y1.data(), 37);
   EXPECT_TRUE(std::equal(y1.begin(), y1.end(), y.begin() + 37));
@@ -57,7 +54,7 @@ TEST(rope, yarn_frequencies_follow_the_reference_formula) {
     double expect = base / 40.0 * (1 - smooth) + base * smooth;
     EXPECT_NEAR(t.inv_freq()[i], expect, 1e-15 * std::max(1.0, expect)) << i;
   }
-  EXPECT_DOUBLE_EQ(t.inv_freq()[0], 1.0);            // highest frequency extrapolated
+  EXPECT_DOUBLE_EQ(t.inv_freq()[0], 1.0); // highest frequency extrapolated
   EXPECT_NEAR(t.inv_freq()[31], 1.0 / std::pow(10000.0, 62.0 / 64) / 40.0, 1e-15); // interpolated
 }
 
@@ -103,8 +100,7 @@ TEST(moe_gate, matches_the_official_noaux_tc_gate) {
         cand.push_back({b[e], e});
     std::sort(cand.begin(), cand.end(), [](auto x, auto y) { return x.first > y.first; });
     double sum = 0;
-    for (int i = 0; i < 8; ++i)
-      sum += s[cand[i].second];
+    for (int i = 0; i < 8; ++i) sum += s[cand[i].second];
     for (int i = 0; i < 8; ++i) {
       EXPECT_EQ(ex[i], cand[i].second) << "seed " << seed;
       EXPECT_NEAR(wt[i], s[cand[i].second] / sum * 2.5, 1e-5);
@@ -136,15 +132,13 @@ TEST(sampling, greedy_ties_and_seeded_draws) {
   EXPECT_EQ(sample(l, p, 3), sample(l, p, 3));
   // Frequencies follow softmax(l / T) over many steps.
   std::map<int32_t, int> hist;
-  for (uint64_t step = 0; step < 20000; ++step)
-    ++hist[sample(l, p, step)];
+  for (uint64_t step = 0; step < 20000; ++step) ++hist[sample(l, p, step)];
   double z = std::exp(1.0) + 2 * std::exp(3.0) + std::exp(-1.0);
   EXPECT_NEAR(hist[1] / 20000.0, std::exp(3.0) / z, 0.02);
   EXPECT_NEAR(hist[0] / 20000.0, std::exp(1.0) / z, 0.02);
   // top_p keeps the smallest prefix reaching p; top_k keeps k.
   p = {1.0f, 0.4f, 0, 7}; // token 1 alone carries 46% >= 0.4
-  for (uint64_t step = 0; step < 200; ++step)
-    EXPECT_EQ(sample(l, p, step), 1);
+  for (uint64_t step = 0; step < 200; ++step) EXPECT_EQ(sample(l, p, step), 1);
   p = {1.0f, 1.0f, 2, 7};
   for (uint64_t step = 0; step < 200; ++step) {
     auto t = sample(l, p, step);
@@ -158,8 +152,7 @@ TEST(mla, absorbed_decode_equals_expanded_attention) {
   auto kv_b = random_vector(heads * (nope + v) * lora, 5, 0.3f); // [heads*(nope+v)][lora]
   auto cache = random_vector(((keys + bs - 1) / bs) * bs * (lora + rope), 6);
   std::vector<const float*> blocks;
-  for (int64_t b = 0; b * bs < keys; ++b)
-    blocks.push_back(cache.data() + b * bs * (lora + rope));
+  for (int64_t b = 0; b * bs < keys; ++b) blocks.push_back(cache.data() + b * bs * (lora + rope));
   latent_kv_view view{blocks, bs, lora, rope, keys};
   auto q = random_vector(heads * (nope + rope), 7);
   // Expanded keys/values.
@@ -169,20 +162,19 @@ TEST(mla, absorbed_decode_equals_expanded_attention) {
       for (int64_t c = 0; c < lora; ++c)
         kv[t * heads * (nope + v) + r] += view.token(t)[c] * kv_b[r * lora + c];
   std::vector<float> expanded(heads * v);
-  mla_prefill({q.data(), kv.data(), view, 1, keys - 1, heads, nope, rope, v, 0.2f,
-               expanded.data()});
+  mla_prefill(
+      {q.data(), kv.data(), view, 1, keys - 1, heads, nope, rope, v, 0.2f, expanded.data()});
   // Absorbed.
   for (int64_t h = 0; h < heads; ++h) {
     std::vector<float> ql(lora, 0.0f), ol(lora);
     for (int64_t d = 0; d < nope; ++d)
       for (int64_t c = 0; c < lora; ++c)
         ql[c] += q[h * (nope + rope) + d] * kv_b[(h * (nope + v) + d) * lora + c];
-    mla_decode({ql.data(), q.data() + h * (nope + rope) + nope, view, keys - 1, 1, 0.2f,
-                ol.data()});
+    mla_decode(
+        {ql.data(), q.data() + h * (nope + rope) + nope, view, keys - 1, 1, 0.2f, ol.data()});
     for (int64_t j = 0; j < v; ++j) {
       float o = 0;
-      for (int64_t c = 0; c < lora; ++c)
-        o += ol[c] * kv_b[(h * (nope + v) + nope + j) * lora + c];
+      for (int64_t c = 0; c < lora; ++c) o += ol[c] * kv_b[(h * (nope + v) + nope + j) * lora + c];
       EXPECT_NEAR(o, expanded[h * v + j], 1e-4) << h << "," << j;
     }
   }
@@ -198,8 +190,7 @@ TEST(mla, prefill_is_causal) {
   auto kv = random_vector(keys * heads * (nope + v), 10);
   std::vector<float> a(keys * heads * v), b(keys * heads * v);
   mla_prefill({q.data(), kv.data(), view, keys, 0, heads, nope, rope, v, 0.3f, a.data()});
-  for (int64_t i = 0; i < heads * (nope + v); ++i)
-    kv[5 * heads * (nope + v) + i] += 1.0f;
+  for (int64_t i = 0; i < heads * (nope + v); ++i) kv[5 * heads * (nope + v) + i] += 1.0f;
   mla_prefill({q.data(), kv.data(), view, keys, 0, heads, nope, rope, v, 0.3f, b.data()});
   EXPECT_TRUE(std::equal(a.begin(), a.begin() + 5 * heads * v, b.begin()));
   EXPECT_FALSE(std::equal(a.begin() + 5 * heads * v, a.end(), b.begin() + 5 * heads * v));

@@ -10,16 +10,14 @@ TEST(thread_pool, runs_every_task_once) {
   thread_pool pool(3);
   std::vector<std::atomic<int>> hits(1000);
   pool.parallel_for(1000, [&](int64_t i) { hits[i].fetch_add(1); });
-  for (auto& h : hits)
-    EXPECT_EQ(h.load(), 1);
+  for (auto& h : hits) EXPECT_EQ(h.load(), 1);
 }
 
 TEST(thread_pool, nested_calls_run_inline) {
   thread_pool pool(2);
   std::atomic<int> total{0};
-  pool.parallel_for(8, [&](int64_t) {
-    pool.parallel_for(4, [&](int64_t) { total.fetch_add(1); });
-  });
+  pool.parallel_for(8,
+                    [&](int64_t) { pool.parallel_for(4, [&](int64_t) { total.fetch_add(1); }); });
   EXPECT_EQ(total.load(), 32);
 }
 
