@@ -2,6 +2,7 @@
 
 #include "apps/bench/kernel_bench_machine.hpp"
 #include "apps/cli_args.hpp"
+#include "kernels/kernel_isa.hpp"
 #include "kernels/thread_pool.hpp"
 #include "model/checkpoint_maker.hpp"
 #include "model/engine.hpp"
@@ -63,7 +64,13 @@ int run_model_bench(cli_args& args) {
   const double bw_one = kernel_bench::read_bandwidth_gbs(1);
   const double bw_all = threads == 1 ? bw_one : kernel_bench::read_bandwidth_gbs(threads);
   out["read_bandwidth_gbs"] = {{"one_thread", bw_one}, {"all_threads", bw_all}};
-  const double int8_peak = kernel_bench::int8_sign_trick_peak_gops() * threads;
+  // The ceiling of the INT8 path the kernels actually run on this CPU.
+  const auto isa = kernels::active_kernel_isa();
+  const double int8_peak = (isa == kernels::kernel_isa::avx_vnni
+                                ? kernel_bench::int8_vnni_sign_trick_peak_gops()
+                                : kernel_bench::int8_sign_trick_peak_gops()) *
+                           threads;
+  out["kernel_isa"] = kernels::kernel_isa_name(isa);
   out["int8_peak_gops_all_threads"] = int8_peak;
 
   // Decode: B sequences with a short prompt, then timed single-token steps.
