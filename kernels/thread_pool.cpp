@@ -1,5 +1,6 @@
 #include "kernels/thread_pool.hpp"
 
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 
@@ -32,54 +33,85 @@ thread_pool::thread_pool(int threads) {
 thread_pool::~thread_pool() {
   {
     std::lock_guard lock(mutex_);
-    stop_ = true;
+    stop_.store(true);
   }
   wake_.notify_all();
-  for (auto& t : workers_) t.join();
+  for (auto& t : workers_)
+    t.join();
 }
 
 void thread_pool::run_tasks() {
   inside_task = true;
-  for (int64_t i; (i = next_.fetch_add(1, std::memory_order_relaxed)) < n_;) (*fn_)(i);
+  for (int64_t i; (i = next_.fetch_add(1, std::memory_order_relaxed)) < n_;)
+    (*fn_)(i);
   inside_task = false;
 }
+
+namespace {
+// Kernels call parallel_for back to back (a decode step makes about a hundred calls), and a
+// futex sleep/wake round costs tens of microseconds on a VM: both sides spin briefly first.
+template <class Pred>
+bool spin_until(Pred ready) {
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+  for (int i = 0;; ++i) {
+    if (ready())
+      return true;
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() > limit)
+      return false;
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+  }
+}
+} // namespace
 
 void thread_pool::worker_loop() {
   uint64_t seen = 0;
   for (;;) {
-    {
+    auto has_work = [&] {
+      return stop_.load(std::memory_order_acquire) ||
+             generation_.load(std::memory_order_acquire) != seen;
+    };
+    if (!spin_until(has_work)) {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
+      wake_.wait(lock, has_work);
     }
+    if (stop_.load(std::memory_order_acquire))
+      return;
+    seen = generation_.load(std::memory_order_acquire);
     run_tasks();
-    {
+    if (active_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       std::lock_guard lock(mutex_);
-      if (--active_ == 0) done_.notify_one();
+      done_.notify_one();
     }
   }
 }
 
 void thread_pool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn) {
-  if (n <= 0) return;
+  if (n <= 0)
+    return;
   std::unique_lock submit(submit_mutex_, std::defer_lock);
   if (workers_.empty() || n == 1 || inside_task || !submit.try_lock()) {
-    for (int64_t i = 0; i < n; ++i) fn(i);
+    for (int64_t i = 0; i < n; ++i)
+      fn(i);
     return;
   }
+  fn_ = &fn;
+  n_ = n;
+  next_.store(0, std::memory_order_relaxed);
+  active_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
   {
+    // Under the mutex, so a worker between its spin and its wait cannot miss the wake-up.
     std::lock_guard lock(mutex_);
-    fn_ = &fn;
-    n_ = n;
-    next_.store(0, std::memory_order_relaxed);
-    active_ = static_cast<int>(workers_.size());
-    ++generation_;
+    generation_.fetch_add(1, std::memory_order_release);
   }
   wake_.notify_all();
   run_tasks();
-  std::unique_lock lock(mutex_);
-  done_.wait(lock, [&] { return active_ == 0; });
+  auto done = [&] { return active_.load(std::memory_order_acquire) == 0; };
+  if (!spin_until(done)) {
+    std::unique_lock lock(mutex_);
+    done_.wait(lock, done);
+  }
   fn_ = nullptr;
 }
 

@@ -42,12 +42,13 @@ private:
   std::mutex mutex_;
   std::condition_variable wake_;
   std::condition_variable done_;
+  // Published to the workers by the release increment of generation_.
   const std::function<void(int64_t)>* fn_ = nullptr;
   int64_t n_ = 0;
   std::atomic<int64_t> next_{0};
-  int active_ = 0;
-  uint64_t generation_ = 0;
-  bool stop_ = false;
+  std::atomic<int> active_{0};
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> stop_{false};
 };
 
 } // namespace supernode::kernels
