@@ -36,7 +36,7 @@ byte_buffer encoded_frame::flatten() const {
   if (!b.data) throw std::bad_alloc();
   size_t at = 0;
   for (auto piece : pieces()) {
-    std::memcpy(b.data.get() + at, piece.data(), piece.size());
+    if (!piece.empty()) std::memcpy(b.data.get() + at, piece.data(), piece.size());
     at += piece.size();
   }
   return b;

@@ -55,6 +55,7 @@ public:
   frame_writer(const frame_writer&) = delete;
   frame_writer& operator=(const frame_writer&) = delete;
   void write(const char* bytes, size_t n) {
+    if (n == 0) return; // an empty BIN may come with a null pointer, which memcpy must not see
     if (size_ + n > capacity_) grow(size_ + n);
     std::memcpy(data_ + size_, bytes, n);
     size_ += n;

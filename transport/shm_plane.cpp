@@ -299,7 +299,7 @@ send_status shm_plane::send_pieces(const peer_id& to, pieces_view pieces, encode
       q.frame.head.size = size;
       size_t at = 0;
       for (auto piece : pieces) {
-        std::memcpy(q.frame.head.data.get() + at, piece.data(), piece.size());
+        if (!piece.empty()) std::memcpy(q.frame.head.data.get() + at, piece.data(), piece.size());
         at += piece.size();
       }
       q.pieces.push_back(q.frame.head.bytes());
