@@ -108,25 +108,15 @@ void gemm_fp32_reference(const float* x, int64_t m, int64_t ldx, const fp32_weig
 }
 
 void gemm_fp32_grouped(std::span<const gemm_fp32_problem> problems, thread_pool& pool) {
-  std::vector<detail::gemm_tiling> tilings(problems.size());
-  std::vector<int64_t> first(problems.size() + 1, 0);
-  const int64_t per_problem =
-      detail::target_tasks(pool.size(), static_cast<int64_t>(problems.size()));
-  for (size_t i = 0; i < problems.size(); ++i) {
-    const auto& pr = problems[i];
-    check_shapes(pr.m, pr.ldx, *pr.w, pr.ldy);
-    tilings[i] = detail::plan_gemm(pr.m, pr.w->groups(), per_problem);
-    first[i + 1] = first[i] + tilings[i].tasks();
-  }
+  for (auto& pr : problems) check_shapes(pr.m, pr.ldx, *pr.w, pr.ldy);
   const block_fn block = pick_block();
-  pool.parallel_for(first.back(), [&](int64_t t) {
-    const size_t i =
-        static_cast<size_t>(std::upper_bound(first.begin(), first.end(), t) - first.begin() - 1);
-    const auto& pr = problems[i];
-    int64_t m0, m1, g0, g1;
-    tilings[i].task(t - first[i], pr.m, pr.w->groups(), m0, m1, g0, g1);
-    block(pr.x, pr.ldx, *pr.w, pr.y, pr.ldy, m0, m1, g0, g1);
-  });
+  detail::run_grouped(
+      pool, problems.size(), [&](size_t i) { return problems[i].m; },
+      [&](size_t i) { return problems[i].w->groups(); },
+      [&](size_t i, int64_t m0, int64_t m1, int64_t g0, int64_t g1) {
+        const auto& pr = problems[i];
+        block(pr.x, pr.ldx, *pr.w, pr.y, pr.ldy, m0, m1, g0, g1);
+      });
 }
 
 } // namespace supernode::kernels

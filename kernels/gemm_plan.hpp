@@ -3,8 +3,11 @@
 // groups. Every task writes its own rectangle of y, and the k reduction never crosses a task,
 // so results do not depend on the cut (or on the number of threads).
 
+#include "kernels/thread_pool.hpp"
+
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 namespace supernode::kernels::detail {
 
@@ -40,6 +43,27 @@ inline gemm_tiling plan_gemm(int64_t m, int64_t groups, int64_t target_tasks) {
 inline int64_t target_tasks(int threads, int64_t problems = 1) {
   const int64_t total = 8 * static_cast<int64_t>(threads);
   return std::max<int64_t>(1, (total + problems - 1) / std::max<int64_t>(1, problems));
+}
+
+// Runs `count` independent problems (the experts of a grouped GEMM) as one parallel_for over
+// all their tasks, so small problems share the pool. rows(i) and groups(i) describe problem i;
+// block(i, m0, m1, g0, g1) computes one of its rectangles.
+template<class Rows, class Groups, class Block>
+void run_grouped(thread_pool& pool, size_t count, Rows rows, Groups groups, Block block) {
+  std::vector<gemm_tiling> tilings(count);
+  std::vector<int64_t> first(count + 1, 0);
+  const int64_t per_problem = target_tasks(pool.size(), static_cast<int64_t>(count));
+  for (size_t i = 0; i < count; ++i) {
+    tilings[i] = plan_gemm(rows(i), groups(i), per_problem);
+    first[i + 1] = first[i] + tilings[i].tasks();
+  }
+  pool.parallel_for(first.back(), [&](int64_t t) {
+    const size_t i =
+        static_cast<size_t>(std::upper_bound(first.begin(), first.end(), t) - first.begin() - 1);
+    int64_t m0, m1, g0, g1;
+    tilings[i].task(t - first[i], rows(i), groups(i), m0, m1, g0, g1);
+    block(i, m0, m1, g0, g1);
+  });
 }
 
 } // namespace supernode::kernels::detail
