@@ -125,10 +125,6 @@ cluster_config cluster_config::load(const std::filesystem::path& file) {
   return parse(ss.str(), file.string());
 }
 
-std::vector<instance_config> cluster_config::instances() const {
-  return instances_;
-}
-
 std::vector<instance_config> cluster_config::instances_of(const std::string& process,
                                                           int index) const {
   std::vector<instance_config> out;

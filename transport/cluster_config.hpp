@@ -58,7 +58,7 @@ struct cluster_config {
   std::vector<process_config> processes;
 
   // Every role instance of every process, in config order.
-  std::vector<instance_config> instances() const;
+  const std::vector<instance_config>& instances() const { return instances_; }
   // The instances process `process` #index hosts; throws naming the process when unknown.
   std::vector<instance_config> instances_of(const std::string& process, int index) const;
   const instance_config& instance(const std::string& name) const;
