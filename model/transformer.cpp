@@ -52,9 +52,9 @@ void transformer::embed(const std::vector<float>& table, std::span<const int32_t
   }
 }
 
-void transformer::positions_of(std::span<const sequence_step> steps, int64_t total,
-                               const kv_block_pool& pool) {
-  pos_.clear();
+void transformer::check_steps(std::span<const sequence_step> steps, int64_t total,
+                              const kv_block_pool& pool) const {
+  int64_t held = 0;
   for (auto& s : steps) {
     const int64_t capacity =
         static_cast<int64_t>(s.table ? s.table->blocks().size() : 0) * pool.layout().block_size;
@@ -63,18 +63,18 @@ void transformer::positions_of(std::span<const sequence_step> steps, int64_t tot
           "forward: sequence step at position " + std::to_string(s.first_pos) + " with " +
           std::to_string(s.n_tokens) + " tokens has no KV room reserved (capacity " +
           std::to_string(capacity) + ")");
-    for (int64_t i = 0; i < s.n_tokens; ++i) pos_.push_back(s.first_pos + i);
+    held += s.n_tokens;
   }
-  if (static_cast<int64_t>(pos_.size()) != total)
+  if (held != total)
     throw std::invalid_argument("forward: " + std::to_string(total) +
-                                " tokens given for steps holding " + std::to_string(pos_.size()));
+                                " tokens given for steps holding " + std::to_string(held));
 }
 
 void transformer::forward(std::span<const int32_t> tokens, std::span<const sequence_step> steps,
                           kv_block_pool& pool, std::vector<float>& hidden) {
   const auto& c = config();
   const int64_t rows = static_cast<int64_t>(tokens.size()), h = c.hidden_size;
-  positions_of(steps, rows, pool);
+  check_steps(steps, rows, pool);
   hidden.resize(rows * h);
   embed(*w_->embedding, tokens, hidden.data());
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
@@ -97,7 +97,7 @@ void transformer::mtp_forward(size_t k, std::span<const int32_t> next_tokens,
   const auto& c = config();
   const int64_t rows = static_cast<int64_t>(next_tokens.size()), h = c.hidden_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
-  positions_of(steps, rows, pool);
+  check_steps(steps, rows, pool);
   std::vector<float> cat(rows * 2 * h);
   std::vector<float> e(rows * h);
   embed(*m.embedding, next_tokens, e.data());
@@ -117,9 +117,13 @@ void transformer::mtp_logits(size_t k, const float* mtp_hidden, int64_t rows,
          config().vocab_size);
 }
 
+void transformer::count(size_t weight_bytes, int64_t rows, int64_t n, int64_t k) {
+  streamed_bytes_ += weight_bytes;
+  macs_ += static_cast<uint64_t>(rows) * n * k;
+}
+
 void transformer::count(const linear& l, int64_t rows) {
-  streamed_bytes_ += l.bytes();
-  macs_ += static_cast<uint64_t>(rows) * l.n() * l.k();
+  count(l.bytes(), rows, l.n(), l.k());
 }
 
 void transformer::matmul(const linear& l, const float* x, int64_t rows, int64_t ldx, float* y,
@@ -194,8 +198,7 @@ void transformer::attention(const attention_weights& w, int64_t kv_layer, const 
       std::vector<float> latent(keys * lora), kv(keys * nh * kvw);
       for (int64_t t = 0; t < keys; ++t) std::copy_n(view.token(t), lora, latent.data() + t * lora);
       kernels::gemm_fp32(latent.data(), keys, lora, w.kv_b_gemm, kv.data(), nh * kvw);
-      streamed_bytes_ += w.kv_b_gemm.bytes();
-      macs_ += static_cast<uint64_t>(keys) * w.kv_b_gemm.n() * w.kv_b_gemm.k();
+      count(w.kv_b_gemm.bytes(), keys, w.kv_b_gemm.n(), w.kv_b_gemm.k());
       kernels::mla_prefill({q_.data() + row * nh * qk, kv.data(), view, s.n_tokens, s.first_pos, nh,
                             nope, rope, vd, softmax_scale_, attn_out_.data() + row * nh * vd});
     } else {
@@ -238,10 +241,11 @@ void transformer::moe(const moe_weights& w, const float* x, int64_t rows, float*
   const auto& c = config();
   const int64_t h = c.hidden_size, n_exp = c.n_routed_experts, k = c.num_experts_per_tok,
                 inter = c.moe_intermediate_size;
-  std::vector<float> router_logits(rows * n_exp);
+  // Buffers live in moe_ and keep their capacity: this runs for every MoE layer of every step.
+  auto& router_logits = moe_.router_logits;
+  router_logits.resize(rows * n_exp);
   kernels::gemm_fp32(x, rows, h, w.router, router_logits.data(), n_exp);
-  streamed_bytes_ += w.router.bytes();
-  macs_ += static_cast<uint64_t>(rows) * w.router.n() * w.router.k();
+  count(w.router.bytes(), rows, w.router.n(), w.router.k());
   kernels::moe_gate_params gp{n_exp,
                               k,
                               c.n_group,
@@ -249,26 +253,35 @@ void transformer::moe(const moe_weights& w, const float* x, int64_t rows, float*
                               c.scoring_func == "sigmoid",
                               c.norm_topk_prob,
                               static_cast<float>(c.routed_scaling_factor)};
-  std::vector<int32_t> route_expert(rows * k);
-  std::vector<float> route_weight(rows * k);
+  auto& route_expert = moe_.route_expert;
+  auto& route_weight = moe_.route_weight;
+  route_expert.resize(rows * k);
+  route_weight.resize(rows * k);
   for (int64_t r = 0; r < rows; ++r)
     kernels::moe_gate(router_logits.data() + r * n_exp, w.correction_bias, gp,
                       route_expert.data() + r * k, route_weight.data() + r * k);
 
   // Bucket routes by expert; route_row[r * k + j] is that route's row in its expert's batch.
-  std::vector<std::vector<int64_t>> expert_rows(n_exp);
-  std::vector<int64_t> route_row(rows * k);
+  auto& expert_rows = moe_.expert_rows;
+  auto& route_row = moe_.route_row;
+  expert_rows.resize(n_exp);
+  for (auto& list : expert_rows) list.clear();
+  route_row.resize(rows * k);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < k; ++j) {
       auto& list = expert_rows[route_expert[r * k + j]];
       route_row[r * k + j] = static_cast<int64_t>(list.size());
       list.push_back(r);
     }
-  std::vector<int64_t> active;
+  auto& active = moe_.active;
+  active.clear();
   for (int64_t e = 0; e < n_exp; ++e)
     if (!expert_rows[e].empty()) active.push_back(e);
 
-  std::vector<std::vector<float>> up(n_exp), act(n_exp), down(n_exp);
+  auto &up = moe_.up, &act = moe_.act, &down = moe_.down;
+  up.resize(n_exp);
+  act.resize(n_exp);
+  down.resize(n_exp);
   for (auto e : active) {
     const int64_t n = static_cast<int64_t>(expert_rows[e].size());
     count(w.experts[e].gate_up, n);
@@ -290,7 +303,9 @@ void transformer::moe(const moe_weights& w, const float* x, int64_t rows, float*
     // Quantize each token once; experts receive copies of its INT8 row and scale, as the
     // fused dispatch ships them.
     kernels::quantize_rows(x, rows, h, h, xq_);
-    std::vector<kernels::quantized_rows> in(n_exp), mid(n_exp);
+    auto &in = moe_.in_q, &mid = moe_.mid_q;
+    in.resize(n_exp);
+    mid.resize(n_exp);
     std::vector<kernels::gemm_int8_problem> problems;
     for (auto e : active) {
       auto& q = in[e];
@@ -316,7 +331,8 @@ void transformer::moe(const moe_weights& w, const float* x, int64_t rows, float*
     }
     kernels::gemm_int8_grouped(problems);
   } else {
-    std::vector<std::vector<float>> in(n_exp);
+    auto& in = moe_.in_f;
+    in.resize(n_exp);
     std::vector<kernels::gemm_fp32_problem> problems;
     for (auto e : active) {
       const int64_t n = static_cast<int64_t>(expert_rows[e].size());

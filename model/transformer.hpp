@@ -62,7 +62,10 @@ public:
 
 private:
   void embed(const std::vector<float>& table, std::span<const int32_t> tokens, float* x);
-  void positions_of(std::span<const sequence_step> steps, int64_t total, const kv_block_pool& pool);
+  // Every step has a table with room for its tokens, and the steps hold `total` tokens.
+  void check_steps(std::span<const sequence_step> steps, int64_t total,
+                   const kv_block_pool& pool) const;
+  void count(size_t weight_bytes, int64_t rows, int64_t n, int64_t k);
   void count(const linear& l, int64_t rows);
   void matmul(const linear& l, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy);
   void layer_forward(const layer_weights& w, int64_t kv_layer, float* x, int64_t rows,
@@ -76,10 +79,17 @@ private:
   kernels::rope_table rope_;
   float softmax_scale_;
   uint64_t streamed_bytes_ = 0, macs_ = 0;
-  std::vector<int64_t> pos_; // position of each row of the step
   // Scratch reused across calls (one transformer per thread).
   kernels::quantized_rows xq_;
   std::vector<float> h_, qa_, q_, kva_, attn_out_, proj_, gu_, act_, moe_out_;
+  struct moe_scratch {
+    std::vector<float> router_logits, route_weight;
+    std::vector<int32_t> route_expert;
+    std::vector<int64_t> route_row, active;
+    std::vector<std::vector<int64_t>> expert_rows; // token rows routed to each expert
+    std::vector<std::vector<float>> up, act, down, in_f;
+    std::vector<kernels::quantized_rows> in_q, mid_q;
+  } moe_;
 };
 
 } // namespace supernode::model
