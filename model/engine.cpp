@@ -55,13 +55,7 @@ reference_engine::generate_batch(std::span<const generation_request> requests) {
   const int64_t vocab = weights_->config.vocab_size;
   std::vector<generation_result> results(n);
   std::vector<kv_block_table> tables(n);
-  struct table_guard { // blocks go back to the pool on every exit path
-    std::vector<kv_block_table>& t;
-    kv_block_pool& p;
-    ~table_guard() {
-      for (auto& x : t) x.release(p);
-    }
-  } guard{tables, pool_};
+  kv_tables_guard guard(pool_, tables);
 
   // Prefill: all prompts packed into one step.
   auto t0 = clock_type::now();
@@ -146,17 +140,12 @@ std::vector<float> reference_engine::prompt_logits(std::span<const int32_t> prom
   r.max_tokens = 0;
   validate(r);
   kv_block_table table;
+  kv_tables_guard guard(pool_, std::span(&table, 1));
   table.reserve(pool_, static_cast<int64_t>(prompt.size()));
   std::vector<sequence_step> steps{
       {&table, 0, static_cast<int64_t>(prompt.size()), attention_mode::prefill}};
   std::vector<float> hidden, logits;
-  try {
-    model_.forward(prompt, steps, pool_, hidden);
-  } catch (...) {
-    table.release(pool_);
-    throw;
-  }
-  table.release(pool_);
+  model_.forward(prompt, steps, pool_, hidden);
   const int64_t h = weights_->config.hidden_size;
   model_.logits(hidden.data() + (prompt.size() - 1) * h, 1, logits);
   return logits;

@@ -87,4 +87,20 @@ private:
   int64_t tokens_ = 0;
 };
 
+// Returns the tables' blocks to the pool when it goes out of scope, on every exit path.
+class kv_tables_guard {
+public:
+  kv_tables_guard(kv_block_pool& pool, std::span<kv_block_table> tables)
+      : pool_(pool), tables_(tables) {}
+  ~kv_tables_guard() {
+    for (auto& t : tables_) t.release(pool_);
+  }
+  kv_tables_guard(const kv_tables_guard&) = delete;
+  kv_tables_guard& operator=(const kv_tables_guard&) = delete;
+
+private:
+  kv_block_pool& pool_;
+  std::span<kv_block_table> tables_;
+};
+
 } // namespace supernode::model

@@ -140,13 +140,11 @@ std::shared_ptr<const model_weights> model_weights::load(const std::filesystem::
   auto ckpt = checkpoint_reader::open(dir);
   const int64_t n_mtp = o.load_mtp ? c.num_nextn_predict_layers : 0;
 
+  // The progress total is the layout of the layers actually loaded (MTP modules optional).
+  model_config loaded = c;
+  loaded.num_nextn_predict_layers = n_mtp;
   uint64_t total = 0;
-  for (auto& s : checkpoint_layout(c)) {
-    bool is_mtp_layer = false;
-    for (int64_t l = c.num_hidden_layers + n_mtp;
-         l < c.num_hidden_layers + c.num_nextn_predict_layers; ++l)
-      is_mtp_layer |= s.name.rfind(layer_prefix(l), 0) == 0;
-    if (is_mtp_layer) continue;
+  for (auto& s : checkpoint_layout(loaded)) {
     uint64_t n = 1;
     for (auto d : s.shape) n *= static_cast<uint64_t>(d);
     total += n;
