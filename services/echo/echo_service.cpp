@@ -1,16 +1,11 @@
 #include "services/echo/echo_service.hpp"
 
+#include "transport/checksum.hpp"
 #include "transport/control_messages.hpp"
 
 #include <cstring>
 
 namespace supernode::services {
-
-uint64_t fnv1a(const char* data, size_t size, uint64_t h) {
-  for (size_t i = 0; i < size; ++i)
-    h = (h ^ static_cast<unsigned char>(data[i])) * 0x100000001b3ull;
-  return h;
-}
 
 void echo_service::on_message(const transport::peer_id& from, const transport::envelope& message,
                               transport::endpoint& out) {
@@ -32,8 +27,8 @@ void echo_service::on_message(const transport::peer_id& from, const transport::e
     t.received += c->data.size();
     if (t.received >= c->total_bytes) {
       out.send("control", from,
-               make_envelope(
-                   bulk_ack{c->transfer_id, t.received, fnv1a(t.bytes.data(), t.bytes.size())}));
+               make_envelope(bulk_ack{c->transfer_id, t.received,
+                                      transport::fnv1a(t.bytes.data(), t.bytes.size())}));
       transfers_.erase({from, c->transfer_id});
     }
   }

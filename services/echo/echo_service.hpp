@@ -12,8 +12,6 @@
 
 namespace supernode::services {
 
-uint64_t fnv1a(const char* data, size_t size, uint64_t seed = 0xcbf29ce484222325ull);
-
 class echo_service : public role_logic {
 public:
   void on_message(const transport::peer_id& from, const transport::envelope& message,

@@ -8,6 +8,7 @@
 #include "actors/role/role_actor.hpp"
 #include "services/echo/echo_service.hpp"
 #include "services/role_registry.hpp"
+#include "transport/checksum.hpp"
 #include "transport/control_messages.hpp"
 #include "transport/plane_factory.hpp"
 
@@ -80,7 +81,7 @@ void exchange_every_message(endpoint& probe, inbox& in, const std::string& flow)
   c.total_bytes = 64u << 20;
   std::vector<char> data(c.total_bytes);
   for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 131 + (i >> 12));
-  const uint64_t sum = services::fnv1a(data.data(), data.size());
+  const uint64_t sum = transport::fnv1a(data.data(), data.size());
   c.data = std::move(data);
   ASSERT_EQ(probe.send(flow, "echo-0", make_envelope(std::move(c))), send_status::ok);
   ASSERT_TRUE(in.wait_for([&] { return in.count<bulk_ack>() > before_acks; }, 60s));

@@ -1,3 +1,4 @@
+#include "transport/checksum.hpp"
 // The other process of zmq_plane_test: an echo peer on its own zmq plane.
 //   zmq_peer SELF CONTROL_EP BULK_EP PARENT_ID PARENT_CONTROL_EP PARENT_BULK_EP PARENT_PID
 // Announces itself with member_join, answers ping with pong and a completed bulk transfer with
@@ -22,7 +23,7 @@ namespace {
 
 struct transfer {
   uint64_t received = 0;
-  uint64_t checksum = 0xcbf29ce484222325ull;
+  uint64_t checksum = fnv1a(nullptr, 0); // the FNV-1a offset basis
 };
 
 } // namespace
@@ -62,10 +63,7 @@ int main(int argc, char** argv) {
     } else if (const auto* c = message.get<bulk_chunk>()) {
       std::lock_guard lock(transfers_mutex);
       auto& t = transfers[c->transfer_id];
-      for (char ch : c->data) {
-        t.checksum ^= static_cast<unsigned char>(ch);
-        t.checksum *= 0x100000001b3ull;
-      }
+      t.checksum = fnv1a(c->data.data(), c->data.size(), t.checksum); // chunks arrive in order
       t.received += c->data.size();
       if (t.received >= c->total_bytes) {
         plane.send(from, make_envelope(bulk_ack{c->transfer_id, t.received, t.checksum}));

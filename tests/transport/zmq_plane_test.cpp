@@ -1,3 +1,4 @@
+#include "transport/checksum.hpp"
 #include "transport/control_messages.hpp"
 #include "transport/zmq_plane.hpp"
 
@@ -69,12 +70,7 @@ zmq_plane_options options_for(const std::string& self, bool ipc) {
 }
 
 uint64_t fnv1a(const std::vector<char>& bytes) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (char c : bytes) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 0x100000001b3ull;
-  }
-  return h;
+  return supernode::transport::fnv1a(bytes.data(), bytes.size());
 }
 
 std::vector<char> pattern(size_t n, uint64_t seed) {
