@@ -1,11 +1,14 @@
 #include "actors/node.hpp"
 
 #include "actors/role/role_actor.hpp"
+#include "kernels/thread_pool.hpp"
 #include "services/role_registry.hpp"
 #include "transport/plane_factory.hpp"
 
 #include <csignal>
 #include <cstdio>
+#include <future>
+#include <sched.h>
 #include <unistd.h>
 
 namespace supernode::actors {
@@ -19,10 +22,26 @@ struct node_config : caf::actor_system_config {
     set("scheduler.policy", caf::atom("sharing"));
   }
 };
+
+void apply_placement(const transport::process_config& p) {
+  if (!p.cpus.empty()) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int cpu : p.cpus) CPU_SET(cpu, &set);
+    // Before any thread starts, so every thread of the process inherits the mask.
+    if (sched_setaffinity(0, sizeof set, &set) != 0)
+      std::perror("supernode: cannot pin the process to its cpus");
+  }
+  const int threads = p.threads > 0 ? p.threads : static_cast<int>(p.cpus.size());
+  if (threads > 0) kernels::thread_pool::configure_shared(threads);
+}
 } // namespace
 
-int run_node(const transport::cluster_config& cluster, const std::string& process, int index) {
+int run_node(const transport::cluster_config& cluster, const services::serving_config& serving,
+             const std::string& process, int index) {
   const auto instances = cluster.instances_of(process, index);
+  for (auto& p : cluster.processes)
+    if (p.name == process) apply_placement(p);
   // Block the stop signals before any thread starts, so only sigwait below sees them.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
@@ -30,28 +49,46 @@ int run_node(const transport::cluster_config& cluster, const std::string& proces
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
+  // Logic first: loading a model or binding a port may fail, and should before any actor runs.
+  std::vector<std::shared_ptr<services::role_logic>> logics;
+  for (auto& inst : instances)
+    logics.push_back(services::make_role_logic({inst, cluster, serving}));
+
   node_config cfg;
   caf::actor_system sys{cfg};
   std::vector<role_actor> actors;
+  std::vector<std::future<std::string>> started;
   // A new incarnation per process start: peers tell a restarted instance from the old one.
   const uint64_t incarnation =
       (static_cast<uint64_t>(::getpid()) << 32) ^
       static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-  for (auto& inst : instances) {
-    auto logic = std::shared_ptr<services::role_logic>(services::make_role_logic(inst.role));
-    auto ep = std::make_shared<transport::endpoint>(cluster, inst.name, transport::make_plane,
-                                                    incarnation);
-    actors.push_back(sys.spawn(role_behavior, ep, logic));
+  for (size_t i = 0; i < instances.size(); ++i) {
+    auto ep = std::make_shared<transport::endpoint>(cluster, instances[i].name,
+                                                    transport::make_plane, incarnation);
+    auto done = std::make_shared<std::promise<std::string>>();
+    started.push_back(done->get_future());
+    actors.push_back(sys.spawn(role_behavior, ep, logics[i],
+                               started_fn([done](const std::string& e) { done->set_value(e); })));
   }
-  std::printf("ready");
-  for (auto& inst : instances) std::printf(" %s", inst.name.c_str());
-  std::printf("\n");
-  std::fflush(stdout);
-
-  int sig = 0;
-  sigwait(&stop_signals, &sig);
+  int code = 0;
+  for (auto& f : started)
+    if (auto error = f.get(); !error.empty()) {
+      std::fprintf(stderr, "supernode: %s\n", error.c_str());
+      code = 1;
+    }
+  if (code == 0) {
+    for (size_t i = 0; i < instances.size(); ++i)
+      if (auto address = logics[i]->public_address(); !address.empty())
+        std::printf("listening %s %s\n", instances[i].name.c_str(), address.c_str());
+    std::printf("ready");
+    for (auto& inst : instances) std::printf(" %s", inst.name.c_str());
+    std::printf("\n");
+    std::fflush(stdout);
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+  }
   for (auto& a : actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
-  return 0;
+  return code;
 }
 
 } // namespace supernode::actors

@@ -3,14 +3,18 @@
 // to process `process` #index. Blocks until SIGINT or SIGTERM, then shuts the actors down
 // (each announces its departure and releases its planes' sockets and segments).
 
+#include "services/serving/serving_config.hpp"
 #include "transport/cluster_config.hpp"
 
 #include <string>
 
 namespace supernode::actors {
 
-// Prints "ready <instance> ..." on stdout once every instance is up, so a parent process can
-// wait for it. Returns the exit code.
-int run_node(const transport::cluster_config& cluster, const std::string& process, int index);
+// Applies the process's placement (compute threads, CPU pinning), starts every instance and
+// prints, on stdout, "listening <instance> <address>" for each instance clients reach, then
+// "ready <instance> ..." once all are up, so a parent process can wait for it. Returns the exit
+// code: 1 when an instance cannot start (the reason on stderr).
+int run_node(const transport::cluster_config& cluster, const services::serving_config& serving,
+             const std::string& process, int index);
 
 } // namespace supernode::actors

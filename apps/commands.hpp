@@ -15,6 +15,8 @@ int cmd_detokenize(cli_args& args);
 int cmd_model(cli_args& args);
 int cmd_bench(cli_args& args);
 int cmd_role(cli_args& args);
+int cmd_serve(cli_args& args);
+int cmd_cluster(cli_args& args);
 
 // --model DIR if given, else the demo model under $SUPERNODE_HOME/models/demo (or ./models/demo),
 // made from the tiny preset on first use.

@@ -17,13 +17,21 @@ commands:
   tokenize    --model DIR (--text TEXT | --chat FILE.json) [--no-bos] [--json]
   detokenize  --model DIR --ids 1,2,3 [--json]
   model make  --preset tiny|small [--seed N] --out DIR [--dtype fp8|bf16]
-  role NAME   --config FILE --id ID        one process of a cluster: the role instances that
-                                           FILE's [process.NAME] lists, instance ID
+  serve       [--config FILE] [--model DIR] [--host H] [--port N]
+              an OpenAI-compatible server; without --config every role runs in this process
+              (configs/local.toml, embedded) on 127.0.0.1:8000 with the demo model
+  cluster up|status|down --config FILE [--model DIR]
+              one process per process instance of FILE on this host (logs and pid files in
+              its run_dir)
+  role NAME   --config FILE --id ID [--model DIR]
+              one process of a cluster: the role instances that FILE's [process.NAME] lists
   bench kernels [--threads N] [--quick] [--isa avx2,avx_vnni] [--onednn-isa avx2|avx2_vnni|native]
                 [--shapes a,b] [--m 1,8] [--int8-only]
                                             INT8/FP32 GEMM against oneDNN and OpenBLAS
   bench model   [--model DIR] [--quick]     decode step and prefill throughput
   bench planes  [--quick]                   shm, zmq and inproc planes against raw baselines
+  bench serve   [--url URL] ...             load generator against a running server
+                                            (`supernode bench serve --help`)
 
 global options: --threads N (compute threads; default all cores)
 Without --model, commands use the demo model (models/demo), made on first use.
@@ -50,6 +58,8 @@ int main(int argc, char** argv) {
     if (command == "model") return cmd_model(args);
     if (command == "bench") return cmd_bench(args);
     if (command == "role") return cmd_role(args);
+    if (command == "serve") return cmd_serve(args);
+    if (command == "cluster") return cmd_cluster(args);
     std::fprintf(stderr, "supernode: unknown command '%s'\n\n%s", command.c_str(), usage);
     return 2;
   } catch (const usage_error& e) {

@@ -17,6 +17,13 @@ int64_t pool_blocks(const engine_options& o) {
 }
 } // namespace
 
+const char* finish_reason_after(int32_t token, int64_t generated, int32_t max_tokens,
+                                bool stop_at_eos, int64_t eos_token_id) {
+  if (stop_at_eos && token == eos_token_id) return "stop";
+  if (generated >= max_tokens) return "length";
+  return nullptr;
+}
+
 reference_engine::reference_engine(std::shared_ptr<const model_weights> weights,
                                    engine_options options)
     : weights_(weights), options_(options), model_(weights),
@@ -93,12 +100,11 @@ reference_engine::generate_batch(std::span<const generation_request> requests) {
     int32_t tok = kernels::sample(std::span(row_logits, vocab), r.sampling, res.tokens.size());
     res.tokens.push_back(tok);
     next[i] = tok;
-    if (r.stop_at_eos && tok == weights_->config.eos_token_id) {
+    if (const char* why =
+            finish_reason_after(tok, static_cast<int64_t>(res.tokens.size()), r.max_tokens,
+                                r.stop_at_eos, weights_->config.eos_token_id)) {
       done[i] = true;
-      res.finish_reason = "stop";
-    } else if (static_cast<int32_t>(res.tokens.size()) >= r.max_tokens) {
-      done[i] = true;
-      res.finish_reason = "length";
+      res.finish_reason = why;
     }
   };
   for (int64_t i = 0; i < n; ++i) accept(i, logits.data() + i * vocab);

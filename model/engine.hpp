@@ -29,6 +29,12 @@ struct generation_result {
   double decode_ms_per_token = 0.0;
 };
 
+// Why a sequence ends after `token`, its `generated`-th token (1-based): "stop" for EOS when
+// the request stops there, "length" at max_tokens, nullptr to go on. One rule for the reference
+// engine and every serving engine, so they end sequences on the same token.
+const char* finish_reason_after(int32_t token, int64_t generated, int32_t max_tokens,
+                                bool stop_at_eos, int64_t eos_token_id);
+
 struct engine_options {
   int64_t block_size = 16;
   int64_t kv_blocks = 0; // 0: enough for max_context tokens

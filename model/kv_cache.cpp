@@ -1,6 +1,7 @@
 #include "model/kv_cache.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 namespace supernode::model {
@@ -45,6 +46,14 @@ void kv_block_pool::import_block(int32_t block, std::span<const float> in) {
   for (int64_t l = 0; l < layout_.layers; ++l)
     std::copy_n(in.data() + l * layout_.layer_block_floats(), layout_.layer_block_floats(),
                 block_data(l, block));
+}
+
+void kv_block_pool::import_block_bytes(int32_t block, std::span<const std::byte> in) {
+  if (in.size() != layout_.block_bytes())
+    throw std::invalid_argument("import_block: buffer size does not match the block layout");
+  const size_t layer_bytes = static_cast<size_t>(layout_.layer_block_floats()) * sizeof(float);
+  for (int64_t l = 0; l < layout_.layers; ++l)
+    std::memcpy(block_data(l, block), in.data() + l * layer_bytes, layer_bytes);
 }
 
 void kv_block_table::reserve(kv_block_pool& pool, int64_t tokens) {

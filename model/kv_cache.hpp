@@ -55,6 +55,8 @@ public:
   // Whole-block copies across layers in the shipping layout (kv_block_layout::block_floats).
   void export_block(int32_t block, std::span<float> out) const;
   void import_block(int32_t block, std::span<const float> in);
+  // The same from bytes that may sit at any alignment (a received frame).
+  void import_block_bytes(int32_t block, std::span<const std::byte> in);
 
 private:
   kv_block_layout layout_;

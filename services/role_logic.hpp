@@ -1,22 +1,34 @@
 #pragma once
 // What a role does, with no actor in it: the role actor decodes each message into a call here
 // and the logic replies through the instance's endpoint. Testable without an actor system.
+// Roles that compute (prefill, decode) or serve HTTP (gateway) run their own threads between
+// start() and stop(); everything else is called on the actor's thread, one call at a time.
 
 #include "transport/endpoint.hpp"
 #include "transport/membership.hpp"
 #include "transport/message.hpp"
+
+#include <string>
 
 namespace supernode::services {
 
 class role_logic {
 public:
   virtual ~role_logic() = default;
+  // After the endpoint started; `out` outlives the logic's threads (stopped in stop()).
+  virtual void start(transport::endpoint& out) { (void)out; }
+  // Before the endpoint stops: join the logic's threads. Idempotent.
+  virtual void stop() {}
   // An application message (membership traffic never reaches here).
   virtual void on_message(const transport::peer_id& from, const transport::envelope& message,
                           transport::endpoint& out) = 0;
   virtual void on_member_event(const transport::membership_event& event, transport::endpoint& out) {
     (void)event, (void)out;
   }
+  // Every heartbeat interval: periodic reports.
+  virtual void on_tick(transport::endpoint& out) { (void)out; }
+  // Where clients reach the instance, if anywhere ("http://127.0.0.1:8000"); empty otherwise.
+  virtual std::string public_address() const { return {}; }
 };
 
 } // namespace supernode::services

@@ -102,6 +102,17 @@ cluster_config cluster_config::parse(std::string_view text, const std::string& s
         if (!v || v->empty()) fail(source, where + ".roles must hold strings");
         p.roles.push_back(*v);
       }
+      p.threads = static_cast<int>(get_or<int64_t>(*t, "threads", 0, source, where));
+      if (p.threads < 0 || p.threads > 1024) fail(source, where + ".threads must be in [0, 1024]");
+      if (auto* cpus = t->get("cpus")) {
+        auto* list = cpus->as_array();
+        if (!list) fail(source, where + ".cpus must be an array of CPU numbers");
+        for (auto& cpu : *list) {
+          auto v = cpu.value<int64_t>();
+          if (!v || *v < 0 || *v > 4095) fail(source, where + ".cpus must hold CPU numbers");
+          p.cpus.push_back(static_cast<int>(*v));
+        }
+      }
       c.processes.push_back(p);
     }
   }

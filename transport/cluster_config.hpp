@@ -10,7 +10,7 @@
 //   [planes.vpc]  kind = "zmq"  transport = "ipc"            # or "tcp" with host, base_port
 //   [planes.ub]   kind = "shm"  ring_bytes = 67108864
 //   [flows]       control = "vpc"   bulk = "rdma"   dispatch = "ub"
-//   [process.decode]  roles = ["decode", "expert_shard"]   count = 2
+//   [process.decode]  roles = ["decode", "expert_shard"]   count = 2   threads = 1   cpus = [1]
 //
 // Process "decode" #1 hosts instances "decode-1" and "expert_shard-1".
 
@@ -38,6 +38,8 @@ struct process_config {
   std::string name;
   std::vector<std::string> roles;
   int count = 1;
+  int threads = 0;       // compute threads of each process; 0: all cores
+  std::vector<int> cpus; // CPUs each process is pinned to; empty: not pinned
 };
 
 struct instance_config {

@@ -8,7 +8,9 @@
 #include "services/role_logic.hpp"
 #include "transport/endpoint.hpp"
 
+#include <functional>
 #include <memory>
+#include <string>
 
 namespace supernode::actors {
 
@@ -19,8 +21,13 @@ struct role_state {
   ~role_state();
 };
 
+// `started` is called once, from the actor, when the endpoint and the logic are up, with an
+// empty string, or with the reason they could not start (the actor then quits).
+using started_fn = std::function<void(const std::string& error)>;
+
 role_actor::behavior_type role_behavior(role_actor::stateful_pointer<role_state> self,
                                         std::shared_ptr<transport::endpoint> endpoint,
-                                        std::shared_ptr<services::role_logic> logic);
+                                        std::shared_ptr<services::role_logic> logic,
+                                        started_fn started);
 
 } // namespace supernode::actors

@@ -1,0 +1,3 @@
+# `supernode bench serve`, the client side of the serving benchmark (logic in services/loadgen).
+target_sources(supernode PRIVATE ${CMAKE_CURRENT_LIST_DIR}/serve_bench.cpp)
+target_link_libraries(supernode PRIVATE supernode_services)

@@ -1,0 +1,40 @@
+#include "apps/serving_setup.hpp"
+
+#include "apps/commands.hpp"
+
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace supernode::apps {
+
+serving_setup parse_serving_setup(const std::string& text, const std::string& source,
+                                  const std::optional<std::string>& model_override,
+                                  bool model_required) {
+  serving_setup s{source, transport::cluster_config::parse(text, source),
+                  services::serving_config::parse(text, source)};
+  if (model_override) {
+    s.serving.model_path = *model_override;
+  } else if (model_required && s.serving.model_path.lexically_normal() == "models/demo") {
+    s.serving.model_path = resolve_model_dir(std::nullopt);
+  }
+  if (!model_required) return s;
+  if (!std::filesystem::exists(s.serving.model_path / "config.json"))
+    throw std::runtime_error("no model at " + s.serving.model_path.string() + " (from " +
+                             (model_override ? std::string("--model") : source) +
+                             "): config.json is missing");
+  s.serving.model_path = std::filesystem::absolute(s.serving.model_path);
+  return s;
+}
+
+serving_setup load_serving_setup(const std::filesystem::path& file,
+                                 const std::optional<std::string>& model_override,
+                                 bool model_required) {
+  std::ifstream in(file);
+  if (!in) throw std::runtime_error("cannot open config " + file.string());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_serving_setup(ss.str(), file.string(), model_override, model_required);
+}
+
+} // namespace supernode::apps

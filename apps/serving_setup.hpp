@@ -1,0 +1,30 @@
+#pragma once
+// A serving config as the CLI uses it: topology and serving settings read from one TOML file
+// (or the embedded default), with the model folder resolved — --model wins, the demo model is
+// made on first use, any other folder must exist.
+
+#include "services/serving/serving_config.hpp"
+#include "transport/cluster_config.hpp"
+
+#include <filesystem>
+#include <optional>
+#include <string>
+
+namespace supernode::apps {
+
+struct serving_setup {
+  std::string source; // the file, for messages
+  transport::cluster_config cluster;
+  services::serving_config serving;
+};
+
+// Throws naming the source when the model folder has no config.json, unless !model_required
+// (then the folder is left as written, and only a role that loads it complains).
+serving_setup parse_serving_setup(const std::string& toml_text, const std::string& source,
+                                  const std::optional<std::string>& model_override,
+                                  bool model_required = true);
+serving_setup load_serving_setup(const std::filesystem::path& file,
+                                 const std::optional<std::string>& model_override,
+                                 bool model_required = true);
+
+} // namespace supernode::apps

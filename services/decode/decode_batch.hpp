@@ -1,0 +1,62 @@
+#pragma once
+// Continuous batching with no threads or messages in it: the sequences a decode instance is
+// generating, advanced one token each per step over the paged latent KV cache. Sequences join
+// after their prefill (KV in their table, first token known) and leave when they finish or are
+// cancelled, between steps; batch-invariant kernels keep every sequence's tokens independent of
+// who else is in the batch.
+
+#include "model/kv_cache.hpp"
+#include "model/transformer.hpp"
+#include "services/protocol/serving_messages.hpp"
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+namespace supernode::services {
+
+struct decode_sequence {
+  protocol::request_key key;
+  protocol::request_spec spec;
+  std::string prefill; // the instance computing its prompt ("" for local prefill)
+  model::kv_block_table table; // reserved for prompt + max_tokens
+  std::vector<int32_t> generated;
+};
+
+class decode_batch {
+public:
+  // `release` returns a leaving sequence's KV blocks (the caller owns the pool's locking).
+  using release_fn = std::function<void(decode_sequence&)>;
+  decode_batch(model::transformer& model, model::kv_block_pool& pool, release_fn release);
+
+  // Adds a prefilled sequence whose table holds the prompt's KV, with its first token. Returns
+  // that token's update; a sequence that is already finished (EOS, max_tokens 1) does not stay.
+  protocol::token_update join(std::unique_ptr<decode_sequence> s, int32_t first_token);
+  // One token for every running sequence; finished ones leave the batch.
+  std::vector<protocol::token_update> step();
+  // Removes the running sequences `match` selects, ending each with `finish` ("cancelled" or
+  // "error") and `reason`.
+  std::vector<protocol::token_update>
+  remove_where(const std::function<bool(const protocol::request_key&)>& match,
+               const std::string& finish, const std::string& reason);
+  // Ends every sequence (instance shutting down or failing) with `reason` as an error.
+  std::vector<protocol::token_update> fail_all(const std::string& reason);
+
+  size_t size() const { return running_.size(); }
+  bool empty() const { return running_.empty(); }
+
+private:
+  // Appends `token` and, when the sequence ends there, says why in the update.
+  bool accept(decode_sequence& s, int32_t token, protocol::token_update& update) const;
+  void leave(size_t index);
+
+  model::transformer& model_;
+  model::kv_block_pool& pool_;
+  release_fn release_;
+  std::vector<std::unique_ptr<decode_sequence>> running_;
+  std::vector<int32_t> tokens_;
+  std::vector<model::sequence_step> steps_;
+  std::vector<float> hidden_, logits_;
+};
+
+} // namespace supernode::services

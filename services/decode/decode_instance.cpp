@@ -1,0 +1,343 @@
+#include "services/decode/decode_instance.hpp"
+
+#include "services/serving/delivery.hpp"
+
+#include <cstdio>
+#include <map>
+
+namespace supernode::services {
+
+using protocol::request_key;
+using protocol::token_update;
+
+decode_instance::decode_instance(std::shared_ptr<const model::model_weights> weights,
+                                 const serving_config& config)
+    : config_(config), model_(weights),
+      pool_(model_.kv_layout(config.block_size, false), config.decode_kv_blocks),
+      batch_(model_, pool_, [this](decode_sequence& s) { release(s); }),
+      prefill_(model_, config.prefill_token_budget) {
+  protocol::register_serving_messages();
+}
+
+decode_instance::~decode_instance() {
+  stop();
+}
+
+void decode_instance::start(transport::endpoint& out) {
+  out_ = &out;
+  compute_ = std::thread([this] { compute_loop(); });
+}
+
+void decode_instance::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (compute_.joinable()) compute_.join();
+}
+
+int64_t decode_instance::free_kv_blocks() const {
+  std::lock_guard lock(pool_mutex_);
+  return pool_.free_blocks();
+}
+
+void decode_instance::release(decode_sequence& s) {
+  const auto n = static_cast<int64_t>(s.table.blocks().size());
+  {
+    std::lock_guard lock(pool_mutex_);
+    s.table.release(pool_);
+  }
+  blocks_released_ += n;
+  std::lock_guard lock(mutex_);
+  finished_.push_back(s.key);
+}
+
+void decode_instance::send_updates(std::vector<token_update> updates) {
+  if (updates.empty() || !out_) return;
+  std::map<std::string, protocol::token_batch> by_gateway;
+  for (auto& u : updates) by_gateway[u.key.gateway].updates.push_back(std::move(u));
+  for (auto& [gateway, batch] : by_gateway) {
+    const auto status =
+        send_with_backoff(*out_, "control", gateway, transport::make_envelope(std::move(batch)));
+    if (status != transport::send_status::ok)
+      std::fprintf(stderr, "decode: tokens for %s lost: %s\n", gateway.c_str(),
+                   transport::to_string(status));
+  }
+}
+
+void decode_instance::end_unbatched(std::unique_ptr<decode_sequence> s, const std::string& finish,
+                                    const std::string& reason) {
+  token_update u;
+  u.key = s->key;
+  u.finish_reason = finish;
+  u.error = reason;
+  release(*s);
+  send_updates({std::move(u)});
+}
+
+void decode_instance::on_message(const transport::peer_id& from,
+                                 const transport::envelope& message, transport::endpoint& out) {
+  using namespace protocol;
+  if (auto* a = message.get<decode_assign>()) return assign(from, *a, out);
+  if (auto* kv = message.get<kv_transfer>()) return receive_kv(*kv, out);
+  if (auto* f = message.get<prefill_failed>())
+    return cancel(f->key, "error", "prefill on " + from + " failed: " + f->reason);
+  if (auto* c = message.get<cancel_request>()) return cancel(c->key, "cancelled", c->reason);
+}
+
+void decode_instance::assign(const transport::peer_id& scheduler,
+                             const protocol::decode_assign& a, transport::endpoint& out) {
+  protocol::decode_assign_result result;
+  result.key = a.key;
+  auto seq = std::make_unique<decode_sequence>();
+  seq->key = a.key;
+  seq->spec = a.spec;
+  seq->prefill = a.prefill;
+  try {
+    if (a.spec.prompt.empty() || a.spec.max_tokens < 1)
+      throw std::invalid_argument("empty prompt or max_tokens below 1");
+    if (awaiting_.count(a.key)) throw std::invalid_argument("request assigned twice");
+    std::lock_guard lock(pool_mutex_);
+    seq->table.reserve(pool_, static_cast<int64_t>(a.spec.prompt.size()) + a.spec.max_tokens);
+    result.accepted = true;
+  } catch (const std::exception& e) {
+    result.reason = e.what();
+  }
+  out.send("control", scheduler, transport::make_envelope(result));
+  if (!result.accepted) return;
+
+  if (a.prefill.empty()) {
+    {
+      std::lock_guard lock(mutex_);
+      to_prefill_.push_back(std::move(seq));
+    }
+    ++waiting_;
+    wake_.notify_all();
+    return;
+  }
+  const auto status = send_with_backoff(out, "control", a.prefill,
+                                        transport::make_envelope(protocol::prefill_request{a.key, a.spec}));
+  if (status != transport::send_status::ok) {
+    end_unbatched(std::move(seq), "error",
+                  "cannot reach prefill instance " + a.prefill + ": " + transport::to_string(status));
+    return;
+  }
+  auto& w = awaiting_[a.key];
+  w.received.assign(pool_.layout().blocks_for(static_cast<int64_t>(a.spec.prompt.size())), false);
+  w.seq = std::move(seq);
+  ++waiting_;
+}
+
+void decode_instance::receive_kv(const protocol::kv_transfer& kv, transport::endpoint& out) {
+  (void)out;
+  auto it = awaiting_.find(kv.key);
+  if (it == awaiting_.end()) return; // cancelled meanwhile: its blocks are already free
+  auto& w = it->second;
+  const auto& layout = pool_.layout();
+  const auto prompt = static_cast<int64_t>(w.seq->spec.prompt.size());
+  std::string bad;
+  if (kv.block_floats != layout.block_floats())
+    bad = "block shape differs (" + std::to_string(kv.block_floats) + " floats, expected " +
+          std::to_string(layout.block_floats()) + ")";
+  else if (kv.prompt_tokens != prompt || kv.total_blocks != static_cast<int64_t>(w.received.size()))
+    bad = "prompt length or block count differs from the request";
+  else if (kv.first_block < 0 || kv.block_count < 1 || kv.first_block + kv.block_count > kv.total_blocks)
+    bad = "block range outside the prompt";
+  else if (kv.data.size() != static_cast<size_t>(kv.block_count) * layout.block_bytes())
+    bad = "payload size does not match its block count";
+  if (!bad.empty()) {
+    auto seq = std::move(w.seq);
+    awaiting_.erase(it);
+    --waiting_;
+    end_unbatched(std::move(seq), "error", "bad KV transfer: " + bad);
+    return;
+  }
+  const auto& blocks = w.seq->table.blocks();
+  for (int64_t i = 0; i < kv.block_count; ++i) {
+    const int64_t b = kv.first_block + i;
+    if (w.received[b]) continue;
+    pool_.import_block_bytes(blocks[b], kv.data.bytes().subspan(i * layout.block_bytes(),
+                                                                layout.block_bytes()));
+    w.received[b] = true;
+    ++w.blocks_received;
+  }
+  if (w.blocks_received < static_cast<int64_t>(w.received.size())) return;
+  auto seq = std::move(w.seq);
+  awaiting_.erase(it);
+  {
+    std::lock_guard lock(mutex_);
+    ready_.emplace_back(std::move(seq), kv.first_token);
+  }
+  wake_.notify_all();
+}
+
+void decode_instance::cancel(const request_key& key, const std::string& finish,
+                             const std::string& reason) {
+  if (auto it = awaiting_.find(key); it != awaiting_.end()) {
+    auto seq = std::move(it->second.seq);
+    awaiting_.erase(it);
+    --waiting_;
+    end_unbatched(std::move(seq), finish, reason);
+    return;
+  }
+  {
+    std::lock_guard lock(mutex_);
+    cancels_.push_back({key, finish, reason});
+  }
+  wake_.notify_all();
+}
+
+void decode_instance::on_member_event(const transport::membership_event& event,
+                                      transport::endpoint& out) {
+  (void)out;
+  if (event.what == transport::membership_event::kind::joined) return;
+  // A prefill instance gone: the requests waiting on its KV can no longer start.
+  std::vector<request_key> lost;
+  for (auto& [key, w] : awaiting_)
+    if (w.seq->prefill == event.peer || key.gateway == event.peer) lost.push_back(key);
+  for (auto& key : lost) cancel(key, "error", event.peer + " is down (" + event.reason + ")");
+  // A gateway gone: nobody reads its streams any more.
+  bool gateway_lost = false;
+  for (auto& g : instances_with_role(out.cluster(), "gateway")) gateway_lost |= g == event.peer;
+  if (gateway_lost) {
+    std::lock_guard lock(mutex_);
+    cancels_.push_back({request_key{event.peer, 0}, "cancelled", "gateway down"});
+  }
+  wake_.notify_all();
+}
+
+void decode_instance::on_tick(transport::endpoint& out) {
+  protocol::load_report r;
+  r.role = "decode";
+  r.kv_blocks_total = pool_.num_blocks();
+  r.kv_blocks_released = blocks_released_.load();
+  r.running = running_.load();
+  r.waiting = waiting_.load();
+  {
+    std::lock_guard lock(mutex_);
+    r.finished.swap(finished_);
+  }
+  r.planes = plane_traffic_of(out);
+  auto message = transport::make_envelope(std::move(r));
+  for (auto& s : instances_with_role(out.cluster(), "scheduler")) out.send("control", s, message);
+}
+
+// ---- compute thread --------------------------------------------------------------------------
+
+void decode_instance::apply_cancels(std::vector<token_update>& updates) {
+  std::vector<pending_cancel> cancels;
+  {
+    std::lock_guard lock(mutex_);
+    cancels.swap(cancels_);
+  }
+  for (auto& c : cancels) {
+    // id 0 names no request: it stands for every request of that gateway.
+    auto matches = [&](const request_key& k) {
+      return c.key.id == 0 ? k.gateway == c.key.gateway : k == c.key;
+    };
+    for (auto& u : batch_.remove_where(matches, c.finish, c.reason)) updates.push_back(std::move(u));
+    // Queued (KV arrived, or waiting for a local prefill): they never joined the batch.
+    std::vector<std::unique_ptr<decode_sequence>> dropped;
+    {
+      std::lock_guard lock(mutex_);
+      for (auto it = ready_.begin(); it != ready_.end();)
+        if (matches(it->first->key)) {
+          dropped.push_back(std::move(it->first));
+          it = ready_.erase(it);
+        } else {
+          ++it;
+        }
+      for (auto it = to_prefill_.begin(); it != to_prefill_.end();)
+        if (matches((*it)->key)) {
+          dropped.push_back(std::move(*it));
+          it = to_prefill_.erase(it);
+        } else {
+          ++it;
+        }
+    }
+    for (auto it = prefilling_.begin(); it != prefilling_.end();)
+      if (matches(it->seq->key)) {
+        dropped.push_back(std::move(it->seq));
+        it = prefilling_.erase(it);
+      } else {
+        ++it;
+      }
+    for (auto& s : dropped) {
+      --waiting_;
+      token_update d;
+      d.key = s->key;
+      d.finish_reason = c.finish;
+      d.error = c.reason;
+      release(*s);
+      updates.push_back(std::move(d));
+    }
+  }
+}
+
+void decode_instance::prefill_locally() {
+  {
+    std::lock_guard lock(mutex_);
+    while (!to_prefill_.empty()) {
+      local_prefill p;
+      p.seq = std::move(to_prefill_.front());
+      to_prefill_.pop_front();
+      prefilling_.push_back(std::move(p));
+    }
+  }
+  if (prefilling_.empty()) return;
+  std::vector<prefill_job*> jobs;
+  for (auto& p : prefilling_) {
+    p.job.key = p.seq->key;
+    if (p.job.spec.prompt.empty()) p.job.spec = p.seq->spec;
+    p.job.table = &p.seq->table;
+    jobs.push_back(&p.job);
+  }
+  for (auto& done : prefill_.step(jobs, pool_)) {
+    for (auto it = prefilling_.begin(); it != prefilling_.end(); ++it)
+      if (&it->job == done.job) {
+        auto seq = std::move(it->seq);
+        prefilling_.erase(it);
+        std::lock_guard lock(mutex_);
+        ready_.emplace_back(std::move(seq), done.first_token);
+        break;
+      }
+  }
+}
+
+void decode_instance::compute_loop() {
+  for (;;) {
+    std::vector<token_update> updates;
+    {
+      std::unique_lock lock(mutex_);
+      wake_.wait(lock, [&] {
+        return stopping_ || !ready_.empty() || !to_prefill_.empty() || !cancels_.empty() ||
+               !batch_.empty() || !prefilling_.empty();
+      });
+      if (stopping_) break;
+    }
+    apply_cancels(updates);
+    prefill_locally();
+    // Join what is ready, up to the batch limit; the rest waits for seats.
+    for (;;) {
+      std::pair<std::unique_ptr<decode_sequence>, int32_t> next;
+      {
+        std::lock_guard lock(mutex_);
+        if (ready_.empty() || static_cast<int64_t>(batch_.size()) >= config_.decode_max_batch)
+          break;
+        next = std::move(ready_.front());
+        ready_.pop_front();
+      }
+      --waiting_;
+      updates.push_back(batch_.join(std::move(next.first), next.second));
+    }
+    running_ = static_cast<int64_t>(batch_.size());
+    if (!batch_.empty())
+      for (auto& u : batch_.step()) updates.push_back(std::move(u));
+    running_ = static_cast<int64_t>(batch_.size());
+    send_updates(std::move(updates));
+  }
+  send_updates(batch_.fail_all("decode instance stopping"));
+}
+
+} // namespace supernode::services

@@ -1,0 +1,99 @@
+#pragma once
+// A decode instance (§4.1): continuous batching on its own compute thread, fed by the actor
+// thread, which plays the paper's background role — it reserves KV blocks for each assigned
+// request, routes the prompt to the chosen prefill instance, receives the KV over the bulk flow
+// straight into the reserved blocks, and only then hands the request to the batch. So the
+// decode loop never waits on a prefill. With no prefill instance named (colocated shape) the
+// compute thread prefills the prompt itself between decode steps.
+
+#include "model/kv_cache.hpp"
+#include "model/transformer.hpp"
+#include "services/decode/decode_batch.hpp"
+#include "services/prefill/prefill_engine.hpp"
+#include "services/role_logic.hpp"
+#include "services/serving/serving_config.hpp"
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+namespace supernode::services {
+
+class decode_instance : public role_logic {
+public:
+  decode_instance(std::shared_ptr<const model::model_weights> weights, const serving_config& config);
+  ~decode_instance() override;
+
+  void start(transport::endpoint& out) override;
+  void stop() override;
+  void on_message(const transport::peer_id& from, const transport::envelope& message,
+                  transport::endpoint& out) override;
+  void on_member_event(const transport::membership_event& event, transport::endpoint& out) override;
+  void on_tick(transport::endpoint& out) override;
+
+  int64_t free_kv_blocks() const;
+  int64_t kv_blocks_total() const { return pool_.num_blocks(); }
+
+private:
+  struct awaiting_kv {
+    std::unique_ptr<decode_sequence> seq;
+    std::vector<bool> received; // per prompt block
+    int64_t blocks_received = 0;
+  };
+  struct local_prefill {
+    std::unique_ptr<decode_sequence> seq;
+    prefill_job job;
+  };
+
+  void assign(const transport::peer_id& scheduler, const protocol::decode_assign& a,
+              transport::endpoint& out);
+  void receive_kv(const protocol::kv_transfer& kv, transport::endpoint& out);
+  // Ends a request wherever it is: awaiting KV (here), or queued or running (compute thread).
+  void cancel(const protocol::request_key& key, const std::string& finish,
+              const std::string& reason);
+  void release(decode_sequence& s);
+  // Ends a request that never reached the batch, telling its gateway.
+  void end_unbatched(std::unique_ptr<decode_sequence> s, const std::string& finish,
+                     const std::string& reason);
+  void send_updates(std::vector<protocol::token_update> updates);
+
+  void compute_loop();
+  void apply_cancels(std::vector<protocol::token_update>& updates);
+  void prefill_locally();
+
+  serving_config config_;
+  model::transformer model_;
+  model::kv_block_pool pool_;
+  mutable std::mutex pool_mutex_; // allocation state of pool_ (block contents need no lock)
+  std::atomic<int64_t> blocks_released_{0};
+  transport::endpoint* out_ = nullptr;
+
+  // Actor thread only.
+  std::map<protocol::request_key, awaiting_kv> awaiting_;
+
+  // Handed from the actor thread to the compute thread.
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::pair<std::unique_ptr<decode_sequence>, int32_t>> ready_; // KV in, first token
+  std::deque<std::unique_ptr<decode_sequence>> to_prefill_;
+  struct pending_cancel {
+    protocol::request_key key; // id 0: every request of key.gateway
+    std::string finish, reason;
+  };
+  std::vector<pending_cancel> cancels_;
+  std::vector<protocol::request_key> finished_; // since the last load report
+  bool stopping_ = false;
+
+  // Compute thread only.
+  decode_batch batch_;
+  prefill_engine prefill_;
+  std::deque<local_prefill> prefilling_;
+  std::atomic<int64_t> running_{0}, waiting_{0};
+  std::thread compute_;
+};
+
+} // namespace supernode::services

@@ -1,0 +1,190 @@
+#include "services/prefill/prefill_instance.hpp"
+
+#include "services/serving/delivery.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace supernode::services {
+
+prefill_instance::prefill_instance(std::shared_ptr<const model::model_weights> weights,
+                                   const serving_config& config)
+    : config_(config), model_(weights),
+      pool_(model_.kv_layout(config.block_size, false), config.prefill_pool_blocks()),
+      engine_(model_, config.prefill_token_budget) {
+  protocol::register_serving_messages();
+}
+
+prefill_instance::~prefill_instance() {
+  stop();
+}
+
+void prefill_instance::start(transport::endpoint& out) {
+  out_ = &out;
+  compute_ = std::thread([this] { compute_loop(); });
+}
+
+void prefill_instance::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (compute_.joinable()) compute_.join();
+}
+
+void prefill_instance::on_message(const transport::peer_id& from,
+                                  const transport::envelope& message, transport::endpoint& out) {
+  if (auto* r = message.get<protocol::prefill_request>()) {
+    auto q = std::make_unique<queued>();
+    q->decode = from;
+    q->job.key = r->key;
+    q->job.spec = r->spec;
+    if (q->job.spec.prompt.empty()) {
+      out.send("control", from,
+               transport::make_envelope(protocol::prefill_failed{r->key, "empty prompt"}));
+      return;
+    }
+    {
+      std::lock_guard lock(mutex_);
+      queue_.push_back(std::move(q));
+    }
+    ++waiting_;
+    wake_.notify_all();
+    return;
+  }
+  if (auto* c = message.get<protocol::cancel_request>()) {
+    std::lock_guard lock(mutex_);
+    cancelled_.insert(c->key);
+    wake_.notify_all();
+  }
+}
+
+void prefill_instance::on_tick(transport::endpoint& out) {
+  protocol::load_report r;
+  r.role = "prefill";
+  r.prompt_tokens_completed = tokens_completed_.load();
+  r.running = running_.load();
+  r.waiting = waiting_.load();
+  r.planes = plane_traffic_of(out);
+  auto message = transport::make_envelope(std::move(r));
+  for (auto& s : instances_with_role(out.cluster(), "scheduler")) out.send("control", s, message);
+}
+
+void prefill_instance::finish(queued& q) {
+  q.table.release(pool_);
+  tokens_completed_ += static_cast<int64_t>(q.job.spec.prompt.size());
+}
+
+void prefill_instance::admit_queued() {
+  std::lock_guard lock(mutex_);
+  while (!queue_.empty()) {
+    auto& q = *queue_.front();
+    const auto prompt = static_cast<int64_t>(q.job.spec.prompt.size());
+    if (pool_.layout().blocks_for(prompt) > pool_.num_blocks()) {
+      // Could never fit: say so rather than wait forever.
+      out_->send("control", q.decode,
+                 transport::make_envelope(protocol::prefill_failed{
+                     q.job.key, "prompt of " + std::to_string(prompt) +
+                                    " tokens exceeds the prefill KV pool"}));
+      tokens_completed_ += prompt;
+      --waiting_;
+      queue_.pop_front();
+      continue;
+    }
+    try {
+      q.table.reserve(pool_, prompt);
+    } catch (const model::kv_cache_full&) {
+      break; // waits for running prompts to ship and free their blocks
+    }
+    q.job.table = &q.table;
+    active_.push_back(std::move(queue_.front()));
+    queue_.pop_front();
+    --waiting_;
+  }
+}
+
+void prefill_instance::drop_cancelled() {
+  std::set<protocol::request_key> cancelled;
+  {
+    std::lock_guard lock(mutex_);
+    cancelled.swap(cancelled_);
+    for (auto it = queue_.begin(); it != queue_.end();)
+      if (cancelled.count((*it)->job.key)) {
+        tokens_completed_ += static_cast<int64_t>((*it)->job.spec.prompt.size());
+        --waiting_;
+        it = queue_.erase(it);
+      } else {
+        ++it;
+      }
+  }
+  for (auto it = active_.begin(); it != active_.end();)
+    if (cancelled.count((*it)->job.key)) {
+      finish(**it);
+      it = active_.erase(it);
+    } else {
+      ++it;
+    }
+}
+
+void prefill_instance::ship(queued& q, int32_t first_token) {
+  const auto& layout = pool_.layout();
+  const auto& blocks = q.table.blocks();
+  const auto total = static_cast<int64_t>(blocks.size());
+  const int64_t per_run =
+      std::max<int64_t>(1, static_cast<int64_t>(max_run_bytes / layout.block_bytes()));
+  for (int64_t first = 0; first < total; first += per_run) {
+    const int64_t count = std::min(per_run, total - first);
+    std::vector<char> bytes(static_cast<size_t>(count) * layout.block_bytes());
+    export_buffer_.resize(layout.block_floats());
+    for (int64_t i = 0; i < count; ++i) {
+      pool_.export_block(blocks[first + i], export_buffer_);
+      std::memcpy(bytes.data() + i * layout.block_bytes(), export_buffer_.data(),
+                  layout.block_bytes());
+    }
+    protocol::kv_transfer kv;
+    kv.key = q.job.key;
+    kv.first_token = first_token;
+    kv.prompt_tokens = static_cast<int64_t>(q.job.spec.prompt.size());
+    kv.block_floats = layout.block_floats();
+    kv.first_block = first;
+    kv.block_count = count;
+    kv.total_blocks = total;
+    kv.data = transport::shared_bytes(std::move(bytes));
+    const auto status = send_with_backoff(*out_, "bulk", q.decode, transport::make_envelope(std::move(kv)));
+    if (status != transport::send_status::ok) {
+      out_->send("control", q.decode,
+                 transport::make_envelope(protocol::prefill_failed{
+                     q.job.key, std::string("KV transfer failed: ") + transport::to_string(status)}));
+      return;
+    }
+  }
+}
+
+void prefill_instance::compute_loop() {
+  for (;;) {
+    {
+      std::unique_lock lock(mutex_);
+      wake_.wait(lock, [&] {
+        return stopping_ || !queue_.empty() || !active_.empty() || !cancelled_.empty();
+      });
+      if (stopping_) break;
+    }
+    drop_cancelled();
+    admit_queued();
+    running_ = static_cast<int64_t>(active_.size());
+    if (active_.empty()) continue;
+    std::vector<prefill_job*> jobs;
+    for (auto& q : active_) jobs.push_back(&q->job);
+    for (auto& done : engine_.step(jobs, pool_)) {
+      auto it = std::find_if(active_.begin(), active_.end(),
+                             [&](auto& q) { return &q->job == done.job; });
+      ship(**it, done.first_token);
+      finish(**it);
+      active_.erase(it);
+    }
+    running_ = static_cast<int64_t>(active_.size());
+  }
+}
+
+} // namespace supernode::services

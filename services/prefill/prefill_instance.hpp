@@ -1,0 +1,69 @@
+#pragma once
+// A prefill instance (§4.1, §4.3.3): prompts routed here by decode instances queue up; the
+// compute thread packs as many as fit a token budget into one step (chunking a longer one),
+// samples each finished prompt's first token and ships its whole latent KV once, in runs of
+// whole blocks, over the bulk flow into the blocks the decode instance reserved for it.
+
+#include "model/kv_cache.hpp"
+#include "model/transformer.hpp"
+#include "services/prefill/prefill_engine.hpp"
+#include "services/role_logic.hpp"
+#include "services/serving/serving_config.hpp"
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+
+namespace supernode::services {
+
+class prefill_instance : public role_logic {
+public:
+  prefill_instance(std::shared_ptr<const model::model_weights> weights, const serving_config& config);
+  ~prefill_instance() override;
+
+  void start(transport::endpoint& out) override;
+  void stop() override;
+  void on_message(const transport::peer_id& from, const transport::envelope& message,
+                  transport::endpoint& out) override;
+  void on_tick(transport::endpoint& out) override;
+
+  // Bytes of KV in one kv_transfer message at most (whole blocks; at least one).
+  static constexpr size_t max_run_bytes = size_t{16} << 20;
+
+private:
+  struct queued {
+    transport::peer_id decode;
+    prefill_job job;
+    model::kv_block_table table;
+  };
+
+  void compute_loop();
+  // Moves queued prompts into the running set while the pool has room for them.
+  void admit_queued();
+  void drop_cancelled();
+  void ship(queued& q, int32_t first_token);
+  void finish(queued& q); // blocks back, prompt tokens counted as completed
+
+  serving_config config_;
+  model::transformer model_;
+  model::kv_block_pool pool_;
+  prefill_engine engine_;
+  transport::endpoint* out_ = nullptr;
+  std::atomic<int64_t> tokens_completed_{0}, running_{0}, waiting_{0};
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::unique_ptr<queued>> queue_;
+  std::set<protocol::request_key> cancelled_;
+  bool stopping_ = false;
+
+  std::deque<std::unique_ptr<queued>> active_; // compute thread only
+  std::vector<float> export_buffer_;
+  std::thread compute_;
+};
+
+} // namespace supernode::services

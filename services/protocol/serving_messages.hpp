@@ -1,0 +1,222 @@
+#pragma once
+// The messages of PDC serving (protocol version 1), one section per receiving role. Every
+// request is named by its gateway and the gateway's id for it, so ids never need a central
+// counter and replies find their way back without a lookup. Type ids 100-199.
+//
+//   gateway   -> scheduler : admit_request, cancel_request
+//   scheduler -> gateway   : admit_rejected, request_placed, cluster_stats
+//   scheduler -> decode    : decode_assign, cancel_request
+//   decode    -> scheduler : decode_assign_result, load_report
+//   decode    -> prefill   : prefill_request
+//   prefill   -> decode    : kv_transfer (bulk flow), prefill_failed
+//   prefill   -> scheduler : load_report
+//   decode    -> gateway   : token_batch
+//   gateway   -> decode    : cancel_request
+
+#include "transport/shared_bytes.hpp"
+
+#include <cstdint>
+#include <msgpack.hpp>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace supernode::services::protocol {
+
+inline constexpr int serving_protocol_version = 1;
+
+struct request_key {
+  std::string gateway;
+  uint64_t id = 0; // from 1 up; 0 is never a request
+  bool operator<(const request_key& o) const { return std::tie(gateway, id) < std::tie(o.gateway, o.id); }
+  bool operator==(const request_key& o) const = default;
+  std::string str() const { return gateway + "#" + std::to_string(id); }
+  MSGPACK_DEFINE_MAP(gateway, id);
+};
+
+// What to generate: the prompt and how to sample; the same fields the reference engine takes.
+struct request_spec {
+  std::vector<int32_t> prompt;
+  int32_t max_tokens = 16;
+  float temperature = 0.0f;
+  float top_p = 1.0f;
+  int32_t top_k = 0;
+  uint64_t seed = 0;
+  bool stop_at_eos = true;
+  MSGPACK_DEFINE_MAP(prompt, max_tokens, temperature, top_p, top_k, seed, stop_at_eos);
+};
+
+// ---- to the scheduler ------------------------------------------------------------------------
+
+struct admit_request {
+  static constexpr uint16_t type_id = 100;
+  static constexpr const char* type_name = "admit_request";
+  static constexpr uint32_t max_bytes = 4u << 20;
+  request_key key;
+  request_spec spec;
+  MSGPACK_DEFINE_MAP(key, spec);
+};
+
+struct decode_assign_result {
+  static constexpr uint16_t type_id = 101;
+  static constexpr const char* type_name = "decode_assign_result";
+  static constexpr uint32_t max_bytes = 4096;
+  request_key key;
+  bool accepted = false;
+  std::string reason;
+  MSGPACK_DEFINE_MAP(key, accepted, reason);
+};
+
+struct plane_traffic {
+  std::string plane;
+  uint64_t bytes_sent = 0, bytes_received = 0, messages_sent = 0, messages_received = 0;
+  uint64_t bad_frames = 0;
+  MSGPACK_DEFINE_MAP(plane, bytes_sent, bytes_received, messages_sent, messages_received,
+                     bad_frames);
+};
+
+// Load as running totals, so the scheduler's view is exact whatever the order in which
+// reports and assignments cross: outstanding = what it assigned - what the instance completed.
+struct load_report {
+  static constexpr uint16_t type_id = 102;
+  static constexpr const char* type_name = "load_report";
+  static constexpr uint32_t max_bytes = 1u << 20;
+  std::string role;                    // "prefill" or "decode"
+  int64_t kv_blocks_total = 0;         // decode: capacity of its KV pool
+  int64_t kv_blocks_released = 0;      // decode: blocks ever returned to the pool
+  int64_t prompt_tokens_completed = 0; // prefill: prompt tokens ever finished (or dropped)
+  int64_t running = 0;                 // decode: sequences in the batch; prefill: in the batch
+  int64_t waiting = 0;                 // queued (prefill) or waiting for KV (decode)
+  std::vector<request_key> finished;   // decode: requests ended since the last report
+  std::vector<plane_traffic> planes;
+  MSGPACK_DEFINE_MAP(role, kv_blocks_total, kv_blocks_released, prompt_tokens_completed, running,
+                     waiting, finished, planes);
+};
+
+// Also sent to the decode instance of a placed request, and to a prefill instance.
+struct cancel_request {
+  static constexpr uint16_t type_id = 103;
+  static constexpr const char* type_name = "cancel_request";
+  static constexpr uint32_t max_bytes = 4096;
+  request_key key;
+  std::string reason;
+  MSGPACK_DEFINE_MAP(key, reason);
+};
+
+// ---- to the gateway --------------------------------------------------------------------------
+
+struct admit_rejected {
+  static constexpr uint16_t type_id = 110;
+  static constexpr const char* type_name = "admit_rejected";
+  static constexpr uint32_t max_bytes = 4096;
+  request_key key;
+  uint32_t status = 503; // HTTP status the gateway answers with (429: queue full)
+  std::string reason;
+  MSGPACK_DEFINE_MAP(key, status, reason);
+};
+
+struct request_placed {
+  static constexpr uint16_t type_id = 111;
+  static constexpr const char* type_name = "request_placed";
+  static constexpr uint32_t max_bytes = 4096;
+  request_key key;
+  std::string prefill; // empty: the decode instance prefills itself (colocated)
+  std::string decode;
+  MSGPACK_DEFINE_MAP(key, prefill, decode);
+};
+
+// One request's new tokens from one decode step; `finish_reason` non-empty on its last update:
+// "stop" (EOS), "length", "cancelled" or "error" (then `error` says why).
+struct token_update {
+  request_key key;
+  std::vector<int32_t> tokens;
+  std::string finish_reason;
+  std::string error;
+  MSGPACK_DEFINE_MAP(key, tokens, finish_reason, error);
+};
+
+struct token_batch {
+  static constexpr uint16_t type_id = 112;
+  static constexpr const char* type_name = "token_batch";
+  static constexpr uint32_t max_bytes = 16u << 20;
+  std::vector<token_update> updates;
+  MSGPACK_DEFINE_MAP(updates);
+};
+
+struct instance_stats {
+  std::string name;
+  std::string role;
+  bool alive = true;
+  int64_t running = 0, waiting = 0;
+  int64_t kv_blocks_used = 0, kv_blocks_total = 0;
+  int64_t outstanding_prompt_tokens = 0;
+  MSGPACK_DEFINE_MAP(name, role, alive, running, waiting, kv_blocks_used, kv_blocks_total,
+                     outstanding_prompt_tokens);
+};
+
+struct cluster_stats {
+  static constexpr uint16_t type_id = 113;
+  static constexpr const char* type_name = "cluster_stats";
+  static constexpr uint32_t max_bytes = 4u << 20;
+  int64_t queued = 0; // admitted, not yet placed
+  std::vector<instance_stats> instances;
+  std::vector<std::pair<std::string, plane_traffic>> planes; // per instance
+  MSGPACK_DEFINE_MAP(queued, instances, planes);
+};
+
+// ---- to a decode instance --------------------------------------------------------------------
+
+struct decode_assign {
+  static constexpr uint16_t type_id = 120;
+  static constexpr const char* type_name = "decode_assign";
+  static constexpr uint32_t max_bytes = 4u << 20;
+  request_key key;
+  request_spec spec;
+  std::string prefill; // empty: prefill locally (colocated instance)
+  int64_t kv_blocks = 0;
+  MSGPACK_DEFINE_MAP(key, spec, prefill, kv_blocks);
+};
+
+// A run of whole KV blocks of one prompt in kv_block_pool's shipping layout; the first token
+// rides along so the decode instance can start the request when the last run arrives. Runs
+// may arrive in any order (big frames take the bulk path, small ones may overtake them).
+struct kv_transfer {
+  static constexpr uint16_t type_id = 121;
+  static constexpr const char* type_name = "kv_transfer";
+  static constexpr uint32_t max_bytes = (64u << 20) + 4096;
+  request_key key;
+  int32_t first_token = 0;
+  int64_t prompt_tokens = 0;
+  int64_t block_floats = 0; // layout check: both sides must agree on the block shape
+  int64_t first_block = 0;
+  int64_t block_count = 0;
+  int64_t total_blocks = 0;
+  transport::shared_bytes data; // last: a spliced frame has no head part after it
+  MSGPACK_DEFINE_MAP(key, first_token, prompt_tokens, block_floats, first_block, block_count,
+                     total_blocks, data);
+};
+
+struct prefill_failed {
+  static constexpr uint16_t type_id = 122;
+  static constexpr const char* type_name = "prefill_failed";
+  static constexpr uint32_t max_bytes = 4096;
+  request_key key;
+  std::string reason;
+  MSGPACK_DEFINE_MAP(key, reason);
+};
+
+// ---- to a prefill instance -------------------------------------------------------------------
+
+struct prefill_request {
+  static constexpr uint16_t type_id = 130;
+  static constexpr const char* type_name = "prefill_request";
+  static constexpr uint32_t max_bytes = 4u << 20;
+  request_key key;
+  request_spec spec;
+  MSGPACK_DEFINE_MAP(key, spec);
+};
+
+// Registers every message above with the transport registry; idempotent.
+void register_serving_messages();
+
+} // namespace supernode::services::protocol

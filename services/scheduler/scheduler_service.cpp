@@ -1,0 +1,192 @@
+#include "services/scheduler/scheduler_service.hpp"
+
+#include "services/scheduler/placement.hpp"
+#include "services/serving/delivery.hpp"
+
+namespace supernode::services {
+
+using protocol::request_key;
+
+scheduler_service::scheduler_service(const serving_config& config,
+                                     const transport::cluster_config& cluster)
+    : config_(config) {
+  protocol::register_serving_messages();
+  for (auto& p : instances_with_role(cluster, "prefill")) prefills_[p];
+  for (auto& d : instances_with_role(cluster, "decode")) decodes_[d];
+  colocated_ = prefills_.empty();
+}
+
+void scheduler_service::on_message(const transport::peer_id& from,
+                                   const transport::envelope& message, transport::endpoint& out) {
+  using namespace protocol;
+  if (auto* a = message.get<admit_request>()) return admit(*a, out);
+  if (auto* r = message.get<decode_assign_result>()) {
+    auto it = placed_.find(r->key);
+    if (it == placed_.end()) return;
+    if (r->accepted) {
+      it->second.request = {}; // no longer needed
+      return;
+    }
+    decodes_[from].refused = true;
+    unplace(r->key, true);
+    return place_queued(out);
+  }
+  if (auto* l = message.get<load_report>()) {
+    if (l->role == "decode") {
+      auto& d = decodes_[from];
+      d.reported = true;
+      d.refused = false;
+      d.capacity = l->kv_blocks_total;
+      d.released = l->kv_blocks_released;
+      d.last = *l;
+      for (auto& k : l->finished) placed_.erase(k);
+    } else if (l->role == "prefill") {
+      auto& p = prefills_[from];
+      p.completed_tokens = l->prompt_tokens_completed;
+      p.last = *l;
+    }
+    return place_queued(out);
+  }
+  if (auto* c = message.get<cancel_request>()) {
+    for (auto it = queue_.begin(); it != queue_.end(); ++it)
+      if (it->key == c->key) {
+        queue_.erase(it);
+        return;
+      }
+    // Placed already: the decode instance owns it now (the gateway may not know where yet).
+    if (auto it = placed_.find(c->key); it != placed_.end())
+      out.send("control", it->second.decode, message);
+  }
+}
+
+void scheduler_service::admit(const protocol::admit_request& a, transport::endpoint& out) {
+  if (static_cast<int64_t>(queue_.size()) >= config_.max_queued) {
+    out.send("control", a.key.gateway,
+             transport::make_envelope(protocol::admit_rejected{
+                 a.key, 429, "scheduler queue full (" + std::to_string(queue_.size()) + " waiting)"}));
+    return;
+  }
+  queue_.push_back(a);
+  place_queued(out);
+}
+
+void scheduler_service::place_queued(transport::endpoint& out) {
+  while (!queue_.empty()) {
+    const auto& a = queue_.front();
+    const int64_t tokens = static_cast<int64_t>(a.spec.prompt.size());
+    const int64_t blocks = (tokens + a.spec.max_tokens + config_.block_size - 1) / config_.block_size;
+
+    std::vector<decode_load> decode_candidates;
+    bool any_could_fit = false, all_reported = true;
+    for (auto& [name, d] : decodes_) {
+      if (!d.alive) continue;
+      all_reported &= d.reported;
+      any_could_fit |= d.reported && d.capacity >= blocks;
+      if (d.reported && !d.refused)
+        decode_candidates.push_back({name, d.free_blocks(), d.last.running, true, false});
+    }
+    if (all_reported && !any_could_fit && !decodes_.empty()) {
+      bool someone_alive = false;
+      for (auto& [name, d] : decodes_) someone_alive |= d.alive;
+      if (someone_alive) {
+        out.send("control", a.key.gateway,
+                 transport::make_envelope(protocol::admit_rejected{
+                     a.key, 400,
+                     "request needs " + std::to_string(blocks) +
+                         " KV blocks, more than any decode instance holds"}));
+        queue_.pop_front();
+        continue;
+      }
+    }
+    auto decode = pick_decode(decode_candidates, blocks);
+    if (!decode) return; // waits for KV to free up (or an instance to report)
+    std::string prefill;
+    if (!colocated_) {
+      std::vector<prefill_load> prefill_candidates;
+      for (auto& [name, p] : prefills_)
+        prefill_candidates.push_back(
+            {name, p.assigned_tokens - p.completed_tokens, p.alive, false});
+      auto chosen = pick_prefill(prefill_candidates);
+      if (!chosen) return; // no prefill instance alive: wait for one
+      prefill = *chosen;
+    }
+
+    protocol::decode_assign assign{a.key, a.spec, prefill, blocks};
+    if (out.send("control", *decode, transport::make_envelope(assign)) != transport::send_status::ok) {
+      decodes_[*decode].refused = true;
+      continue;
+    }
+    decodes_[*decode].reserved += blocks;
+    if (!prefill.empty()) prefills_[prefill].assigned_tokens += tokens;
+    out.send("control", a.key.gateway,
+             transport::make_envelope(protocol::request_placed{a.key, prefill, *decode}));
+    placed_[a.key] = placement{prefill, *decode, blocks, tokens, a};
+    queue_.pop_front();
+  }
+}
+
+void scheduler_service::unplace(const request_key& key, bool requeue) {
+  auto it = placed_.find(key);
+  if (it == placed_.end()) return;
+  auto& p = it->second;
+  decodes_[p.decode].reserved -= p.blocks;
+  if (!p.prefill.empty()) prefills_[p.prefill].assigned_tokens -= p.prompt_tokens;
+  if (requeue) queue_.push_front(std::move(p.request));
+  placed_.erase(it);
+}
+
+void scheduler_service::on_member_event(const transport::membership_event& event,
+                                        transport::endpoint& out) {
+  const bool alive = event.what == transport::membership_event::kind::joined;
+  if (auto it = prefills_.find(event.peer); it != prefills_.end()) it->second.alive = alive;
+  if (auto it = decodes_.find(event.peer); it != decodes_.end()) {
+    auto& d = it->second;
+    d.alive = alive;
+    if (!alive) {
+      // Its requests end at the gateway (which watches the same membership); forget them.
+      for (auto p = placed_.begin(); p != placed_.end();)
+        p = p->second.decode == event.peer ? placed_.erase(p) : std::next(p);
+      d = decode_state{};
+      d.alive = false;
+    }
+  }
+  if (!alive) {
+    // A gateway gone: its queued requests have nobody to answer.
+    for (auto q = queue_.begin(); q != queue_.end();)
+      q = q->key.gateway == event.peer ? queue_.erase(q) : std::next(q);
+  }
+  place_queued(out);
+}
+
+void scheduler_service::on_tick(transport::endpoint& out) {
+  place_queued(out);
+  protocol::cluster_stats stats;
+  stats.queued = static_cast<int64_t>(queue_.size());
+  for (auto& [name, p] : prefills_) {
+    protocol::instance_stats s;
+    s.name = name;
+    s.role = "prefill";
+    s.alive = p.alive;
+    s.running = p.last.running;
+    s.waiting = p.last.waiting;
+    s.outstanding_prompt_tokens = p.assigned_tokens - p.completed_tokens;
+    stats.instances.push_back(s);
+    for (auto& t : p.last.planes) stats.planes.emplace_back(name, t);
+  }
+  for (auto& [name, d] : decodes_) {
+    protocol::instance_stats s;
+    s.name = name;
+    s.role = "decode";
+    s.alive = d.alive;
+    s.running = d.last.running;
+    s.waiting = d.last.waiting;
+    s.kv_blocks_total = d.capacity;
+    s.kv_blocks_used = d.reserved - d.released;
+    stats.instances.push_back(s);
+    for (auto& t : d.last.planes) stats.planes.emplace_back(name, t);
+  }
+  auto message = transport::make_envelope(std::move(stats));
+  for (auto& g : instances_with_role(out.cluster(), "gateway")) out.send("control", g, message);
+}
+
+} // namespace supernode::services

@@ -1,0 +1,63 @@
+#pragma once
+// The scheduler role (§4.1): an admission queue in arrival order; each request goes to the
+// live prefill instance with the fewest outstanding prompt tokens and a live decode instance
+// with room for its KV (prompt + max_tokens). No cache affinity. Load is kept as running
+// totals — what this scheduler assigned minus what the instance reports completed — so the
+// view stays exact however reports and assignments interleave. A decode instance refusing an
+// assignment (its own view is the truth) puts the request back at the head of the queue.
+// With no prefill instance in the cluster (colocated shape) decode instances prefill themselves.
+
+#include "services/protocol/serving_messages.hpp"
+#include "services/role_logic.hpp"
+#include "services/serving/serving_config.hpp"
+
+#include <deque>
+#include <map>
+#include <string>
+
+namespace supernode::services {
+
+class scheduler_service : public role_logic {
+public:
+  scheduler_service(const serving_config& config, const transport::cluster_config& cluster);
+
+  void on_message(const transport::peer_id& from, const transport::envelope& message,
+                  transport::endpoint& out) override;
+  void on_member_event(const transport::membership_event& event, transport::endpoint& out) override;
+  void on_tick(transport::endpoint& out) override;
+
+  size_t queued() const { return queue_.size(); }
+  size_t placed() const { return placed_.size(); }
+
+private:
+  struct prefill_state {
+    bool alive = true;
+    int64_t assigned_tokens = 0, completed_tokens = 0;
+    protocol::load_report last;
+  };
+  struct decode_state {
+    bool alive = true, reported = false;
+    bool refused = false; // refused an assignment: no more until its next report
+    int64_t capacity = 0, reserved = 0, released = 0;
+    protocol::load_report last;
+    int64_t free_blocks() const { return capacity - (reserved - released); }
+  };
+  struct placement {
+    std::string prefill, decode;
+    int64_t blocks = 0, prompt_tokens = 0;
+    protocol::admit_request request; // kept until accepted, to requeue on refusal
+  };
+
+  void admit(const protocol::admit_request& a, transport::endpoint& out);
+  void place_queued(transport::endpoint& out);
+  void unplace(const protocol::request_key& key, bool requeue);
+
+  serving_config config_;
+  bool colocated_;
+  std::deque<protocol::admit_request> queue_;
+  std::map<std::string, prefill_state> prefills_;
+  std::map<std::string, decode_state> decodes_;
+  std::map<protocol::request_key, placement> placed_;
+};
+
+} // namespace supernode::services

@@ -1,0 +1,28 @@
+#pragma once
+// Sending for serving roles: a full queue is back-pressure to wait out, not a reason to lose a
+// token or a KV block, so these retry with a growing pause until the deadline; any other
+// failure (peer down, unknown) is final and returned.
+
+#include "services/protocol/serving_messages.hpp"
+#include "transport/endpoint.hpp"
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace supernode::services {
+
+transport::send_status send_with_backoff(transport::endpoint& ep, const std::string& flow,
+                                         const transport::peer_id& to,
+                                         const transport::envelope& message,
+                                         std::chrono::milliseconds deadline =
+                                             std::chrono::milliseconds(5000));
+
+// Instances of `role` in the cluster, in config order.
+std::vector<std::string> instances_with_role(const transport::cluster_config& cluster,
+                                             const std::string& role);
+
+// Byte and message counts of every plane of the endpoint, for load reports and /metrics.
+std::vector<protocol::plane_traffic> plane_traffic_of(const transport::endpoint& ep);
+
+} // namespace supernode::services

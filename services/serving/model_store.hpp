@@ -1,0 +1,15 @@
+#pragma once
+// Weights loaded once per process: roles hosted by the same process (the embedded server runs
+// prefill and decode side by side) share one read-only copy.
+
+#include "model/weights.hpp"
+
+#include <filesystem>
+#include <memory>
+
+namespace supernode::services {
+
+std::shared_ptr<const model::model_weights> shared_weights(const std::filesystem::path& dir,
+                                                          model::precision precision);
+
+} // namespace supernode::services

@@ -1,0 +1,103 @@
+#include "services/serving/serving_config.hpp"
+
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <toml++/toml.h>
+
+namespace supernode::services {
+
+namespace {
+
+struct table_reader {
+  const toml::table* table;
+  std::string source, where;
+
+  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
+    throw std::runtime_error(source + ": " + where + "." + key + " " + what);
+  }
+  template<class T>
+  T get(const char* key, T fallback) const {
+    if (!table) return fallback;
+    const toml::node* n = table->get(key);
+    if (!n) return fallback;
+    if (auto v = n->value<T>()) return *v;
+    fail(key, "has the wrong type");
+  }
+  int64_t get_int(const char* key, int64_t fallback, int64_t min, int64_t max) const {
+    const int64_t v = get<int64_t>(key, fallback);
+    if (v < min || v > max)
+      fail(key, "must be in [" + std::to_string(min) + ", " + std::to_string(max) + "], got " +
+                    std::to_string(v));
+    return v;
+  }
+};
+
+} // namespace
+
+std::string serving_config::model_id() const {
+  auto p = model_path.lexically_normal();
+  if (p.has_filename()) return p.filename().string();
+  return p.parent_path().filename().string();
+}
+
+int64_t serving_config::prefill_pool_blocks() const {
+  if (prefill_kv_blocks > 0) return prefill_kv_blocks;
+  // A budget's worth of tokens, a partial block for each prompt in it, and room for the one
+  // prompt longer than the budget that is chunked over several steps.
+  return (prefill_token_budget + max_context) / block_size + 64;
+}
+
+serving_config serving_config::parse(std::string_view text, const std::string& source) {
+  toml::table root;
+  try {
+    root = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream os;
+    os << source << ": " << e.description() << " at line " << e.source().begin.line;
+    throw std::runtime_error(os.str());
+  }
+  auto reader = [&](const char* name) {
+    return table_reader{root[name].as_table(), source, name};
+  };
+  serving_config c;
+  const auto model = reader("model");
+  c.model_path = model.get<std::string>("path", c.model_path.string());
+  try {
+    c.precision = model::parse_precision(model.get<std::string>("precision", "int8"));
+  } catch (const std::invalid_argument& e) {
+    model.fail("precision", e.what());
+  }
+  c.max_context = model.get_int("max_context", c.max_context, 2, int64_t{1} << 20);
+  c.block_size = reader("kv").get_int("block_size", c.block_size, 1, 4096);
+
+  const auto gw = reader("gateway");
+  c.http_host = gw.get<std::string>("host", c.http_host);
+  c.http_port = static_cast<int>(gw.get_int("port", c.http_port, 0, 65535));
+  c.max_body_bytes = static_cast<size_t>(
+      gw.get_int("max_body_bytes", static_cast<int64_t>(c.max_body_bytes), 1024, 1 << 30));
+  c.max_pending = gw.get_int("max_pending", c.max_pending, 1, 1 << 20);
+  c.default_max_tokens =
+      static_cast<int32_t>(gw.get_int("default_max_tokens", c.default_max_tokens, 1, 1 << 20));
+
+  c.max_queued = reader("scheduler").get_int("max_queued", c.max_queued, 1, 1 << 20);
+
+  const auto pf = reader("prefill");
+  c.prefill_token_budget = pf.get_int("token_budget", c.prefill_token_budget, 1, 1 << 20);
+  c.prefill_kv_blocks = pf.get_int("kv_blocks", c.prefill_kv_blocks, 0, 1 << 24);
+
+  const auto dc = reader("decode");
+  c.decode_max_batch = dc.get_int("max_batch", c.decode_max_batch, 1, 4096);
+  c.decode_kv_blocks = dc.get_int("kv_blocks", c.decode_kv_blocks, 1, 1 << 24);
+  return c;
+}
+
+serving_config serving_config::load(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  if (!in) throw std::runtime_error("cannot open config " + file.string());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse(ss.str(), file.string());
+}
+
+} // namespace supernode::services

@@ -1,0 +1,53 @@
+#pragma once
+// What a serving cluster serves and how each role sizes itself: the [model], [kv], [gateway],
+// [scheduler], [prefill] and [decode] tables of the same TOML file that describes the cluster
+// (transport::cluster_config reads the topology; this reads the rest). Every process of a
+// cluster reads the same file, so prefill and decode agree on the KV block shape.
+//
+//   [model]     path = "models/demo"   precision = "int8"   max_context = 4096
+//   [kv]        block_size = 16
+//   [gateway]   host = "127.0.0.1"  port = 8000  max_body_bytes = 1048576  max_pending = 1024
+//   [scheduler] max_queued = 1024
+//   [prefill]   token_budget = 2048   kv_blocks = 0     # 0: enough for one budget of prompts
+//   [decode]    max_batch = 64   kv_blocks = 2048
+
+#include "model/linear.hpp"
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+namespace supernode::services {
+
+struct serving_config {
+  std::filesystem::path model_path = "models/demo";
+  model::precision precision = model::precision::int8;
+  int64_t max_context = 4096; // capped by the model's max_position_embeddings
+  int64_t block_size = 16;
+
+  std::string http_host = "127.0.0.1";
+  int http_port = 8000; // 0: any free port (tests)
+  size_t max_body_bytes = size_t{1} << 20;
+  int64_t max_pending = 1024;      // requests in flight at a gateway; beyond: 429
+  int32_t default_max_tokens = 16; // completions without max_tokens (OpenAI's default)
+
+  int64_t max_queued = 1024; // admitted but not yet placed, at the scheduler; beyond: 429
+
+  int64_t prefill_token_budget = 2048; // prompt tokens packed into one prefill step
+  int64_t prefill_kv_blocks = 0;
+
+  int64_t decode_max_batch = 64;
+  int64_t decode_kv_blocks = 2048;
+
+  // The model id served: the model folder's name.
+  std::string model_id() const;
+  // prefill_kv_blocks, or enough for a full budget plus one partly filled block per prompt.
+  int64_t prefill_pool_blocks() const;
+
+  // Throws std::runtime_error naming the source and key for a malformed or out-of-range value.
+  static serving_config parse(std::string_view toml_text, const std::string& source);
+  static serving_config load(const std::filesystem::path& file);
+};
+
+} // namespace supernode::services

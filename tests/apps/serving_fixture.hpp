@@ -1,0 +1,76 @@
+#pragma once
+// What the serving tests share: the tiny model's reference tokens, requests as JSON, and
+// reading the answers (token ids through the vLLM-style `return_token_ids`, /metrics values).
+
+#include "../model/tiny_model.hpp"
+#include "../support/http_client.hpp"
+#include "../support/serving_cluster.hpp"
+#include "model/engine.hpp"
+
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <regex>
+
+namespace supernode::testing {
+
+struct served_prompt {
+  std::vector<int32_t> ids;
+  int32_t max_tokens = 6;
+};
+
+// Greedy reference tokens of the tiny INT8 model, computed once per prompt.
+inline std::vector<int32_t> reference_tokens(const served_prompt& p) {
+  static std::mutex mutex;
+  static std::map<std::pair<std::vector<int32_t>, int32_t>, std::vector<int32_t>> cache;
+  std::lock_guard lock(mutex);
+  auto key = std::make_pair(p.ids, p.max_tokens);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  static model::reference_engine engine(tiny_weights(model::precision::int8));
+  model::generation_request r;
+  r.prompt = p.ids;
+  r.max_tokens = p.max_tokens;
+  return cache[key] = engine.generate(r).tokens;
+}
+
+inline std::string completion_body(const served_prompt& p, bool stream = false) {
+  nlohmann::json j = {{"model", "tiny"},       {"prompt", p.ids},
+                      {"max_tokens", p.max_tokens}, {"temperature", 0},
+                      {"return_token_ids", true}, {"stream", stream}};
+  return j.dump();
+}
+
+// Token ids of a completion answer, streamed or not; nothing when the answer is not a success.
+inline std::optional<std::vector<int32_t>> answered_tokens(const http_reply& r) {
+  if (r.status != 200) return std::nullopt;
+  std::vector<int32_t> ids;
+  if (r.content_type.find("text/event-stream") != std::string::npos) {
+    for (auto& data : sse_data(r.body)) {
+      if (data == "[DONE]") return ids;
+      auto j = nlohmann::json::parse(data);
+      if (!j.contains("choices") || j["choices"].empty()) continue;
+      for (auto id : j["choices"][0].value("token_ids", std::vector<int32_t>{})) ids.push_back(id);
+    }
+    return std::nullopt; // no [DONE]
+  }
+  auto j = nlohmann::json::parse(r.body);
+  return j["choices"][0]["token_ids"].get<std::vector<int32_t>>();
+}
+
+// The value of one series of /metrics, e.g. metric(text, "supernode_kv_blocks_used",
+// "instance=\"decode-0\""); nothing when absent.
+inline std::optional<double> metric(const std::string& text, const std::string& name,
+                                    const std::string& label = "") {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(name, 0) != 0 || line.size() <= name.size()) continue;
+    const char next = line[name.size()];
+    if (next != ' ' && next != '{') continue;
+    if (!label.empty() && line.find(label) == std::string::npos) continue;
+    return std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return std::nullopt;
+}
+
+} // namespace supernode::testing

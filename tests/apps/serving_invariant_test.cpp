@@ -1,0 +1,63 @@
+// The invariant through the HTTP API: greedy tokens of every request equal the reference
+// engine's, whatever the deployment shape (one process over inproc planes, prefill and decode
+// in separate processes with the KV shipped over the RDMA plane, two of each) and whatever the
+// batch a request shares (one at a time, or 32 at once).
+
+#include "serving_fixture.hpp"
+
+#include <gtest/gtest.h>
+#include <thread>
+
+using namespace supernode::testing;
+
+namespace {
+
+std::vector<served_prompt> prompts(size_t n, int64_t salt) {
+  std::vector<served_prompt> out;
+  for (size_t i = 0; i < n; ++i)
+    out.push_back({test_prompt(1 + static_cast<int64_t>((i * 37) % 90), salt + static_cast<int64_t>(i)),
+                   static_cast<int32_t>(2 + i % 7)});
+  return out;
+}
+
+class serving_invariant : public ::testing::TestWithParam<std::string> {};
+
+} // namespace
+
+TEST_P(serving_invariant, greedy_tokens_equal_the_reference_one_at_a_time_and_32_at_once) {
+  serving_cluster cluster(GetParam(), tiny_model_dir());
+  ASSERT_TRUE(cluster.up()) << GetParam() << " did not start";
+
+  // One at a time, non-streamed and streamed.
+  const auto alone = prompts(6, 1000);
+  for (size_t i = 0; i < alone.size(); ++i) {
+    const auto want = reference_tokens(alone[i]);
+    auto r = http_call(cluster.port(), "POST", "/v1/completions", completion_body(alone[i], i % 2));
+    auto got = answered_tokens(r);
+    ASSERT_TRUE(got) << r.status << " " << r.body << r.error;
+    EXPECT_EQ(*got, want) << "prompt " << i << (i % 2 ? " (streamed)" : "");
+  }
+
+  // 32 at once: every batch composition the server happens to form.
+  const auto many = prompts(32, 2000);
+  std::vector<http_reply> replies(many.size());
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < many.size(); ++i)
+    clients.emplace_back([&, i] {
+      replies[i] = http_call(cluster.port(), "POST", "/v1/completions", completion_body(many[i], i % 3 == 0));
+    });
+  for (auto& t : clients) t.join();
+  for (size_t i = 0; i < many.size(); ++i) {
+    auto got = answered_tokens(replies[i]);
+    ASSERT_TRUE(got) << replies[i].status << " " << replies[i].body << replies[i].error;
+    EXPECT_EQ(*got, reference_tokens(many[i])) << "prompt " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(configs, serving_invariant,
+                         ::testing::Values("local.toml", "pdc-1p1d.toml", "pdc-2p2d.toml"),
+                         [](const auto& info) {
+                           auto name = info.param.substr(0, info.param.find('.'));
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });

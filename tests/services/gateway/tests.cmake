@@ -1,0 +1,9 @@
+# The gateway's HTTP layer (services/gateway): pure logic first, then the server over sockets.
+supernode_add_test(openai_api_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/openai_api_test.cpp LIBS supernode_services LABEL unit)
+supernode_add_test(stop_matcher_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/stop_matcher_test.cpp LIBS supernode_services LABEL unit)
+supernode_add_test(metrics_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/metrics_test.cpp LIBS supernode_services LABEL unit)
+supernode_add_test(http_server_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/http_server_test.cpp LIBS supernode_services LABEL integration)

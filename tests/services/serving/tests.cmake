@@ -1,0 +1,2 @@
+supernode_add_test(serving_engine_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/serving_engine_test.cpp
+                   LIBS supernode_services LABEL model FIXTURE tiny_model)

@@ -1,0 +1,109 @@
+#pragma once
+// A serving cluster for tests, started from a config of configs/ the way a user starts it: the
+// embedded shape with `supernode serve`, multi-process shapes with `supernode cluster up`
+// (stopped with `cluster down`). Each cluster gets its own name, run folder and a free HTTP
+// port, so tests never collide with each other or with a server the user runs.
+
+#include "child_process.hpp"
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace supernode::testing {
+
+// Sets `key = value` in `[table]` of a TOML text (replacing the line, or adding it under the
+// header; the table is appended when missing).
+inline std::string set_toml_key(std::string text, const std::string& table, const std::string& key,
+                                const std::string& value) {
+  const std::string header = "[" + table + "]";
+  size_t at = text.find("\n" + header + "\n");
+  if (text.rfind(header + "\n", 0) == 0) at = 0;
+  else if (at != std::string::npos) at += 1;
+  if (at == std::string::npos) return text + "\n" + header + "\n" + key + " = " + value + "\n";
+  const size_t body = at + header.size() + 1;
+  size_t end = text.find("\n[", body);
+  if (end == std::string::npos) end = text.size();
+  for (size_t line = body; line < end;) {
+    size_t nl = text.find('\n', line);
+    if (nl == std::string::npos) nl = text.size();
+    if (text.compare(line, key.size() + 1, key + " ") == 0 ||
+        text.compare(line, key.size() + 1, key + "=") == 0)
+      return text.replace(line, nl - line, key + " = " + value);
+    line = nl + 1;
+  }
+  return text.insert(body, key + " = " + value + "\n");
+}
+
+class serving_cluster {
+public:
+  // `config` is a file under configs/; `edits` are (table, key, value) changes applied to it.
+  serving_cluster(const std::string& config, const std::filesystem::path& model,
+                  const std::vector<std::array<std::string, 3>>& edits = {}) {
+    static std::atomic<int> counter{0};
+    std::ifstream in(std::filesystem::path(SUPERNODE_SOURCE_DIR) / "configs" / config);
+    if (!in) throw std::runtime_error("no config " + config);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    name_ = "t" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+    run_dir_ = std::filesystem::temp_directory_path() / ("supernode-test-" + name_);
+    std::filesystem::create_directories(run_dir_);
+    std::string text = set_toml_key(ss.str(), "cluster", "name", "\"" + name_ + "\"");
+    text = set_toml_key(text, "cluster", "run_dir", "\"" + run_dir_.string() + "\"");
+    text = set_toml_key(text, "gateway", "port", "0");
+    for (auto& [table, key, value] : edits) text = set_toml_key(text, table, key, value);
+    config_ = run_dir_ / config;
+    std::ofstream(config_) << text;
+    model_ = model.string();
+
+    multi_process_ = text.find("[process.all]") == std::string::npos;
+    if (multi_process_) {
+      child_process up({binary(), "cluster", "up", "--config", config_.string(), "--model", model_});
+      auto line = up.wait_for_line("listening gateway-0 ", std::chrono::seconds(120));
+      auto status = up.wait(std::chrono::seconds(60));
+      up_ok_ = line && status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0;
+      if (line) port_ = port_of(*line);
+    } else {
+      server_ = std::make_unique<child_process>(std::vector<std::string>{
+          binary(), "serve", "--config", config_.string(), "--model", model_});
+      auto line = server_->wait_for_line("listening gateway-0 ", std::chrono::seconds(120));
+      up_ok_ = line && server_->wait_for_line("ready", std::chrono::seconds(60));
+      if (line) port_ = port_of(*line);
+    }
+  }
+  ~serving_cluster() {
+    if (multi_process_) {
+      child_process down({binary(), "cluster", "down", "--config", config_.string()});
+      down.wait(std::chrono::seconds(60));
+    } else if (server_) {
+      server_->signal(SIGTERM);
+      server_->wait(std::chrono::seconds(30));
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(run_dir_, ec);
+  }
+
+  bool up() const { return up_ok_ && port_ != 0; }
+  uint16_t port() const { return port_; }
+  const std::filesystem::path& run_dir() const { return run_dir_; }
+  const std::filesystem::path& config_file() const { return config_; }
+  static std::string binary() { return std::string(SUPERNODE_BINARY_DIR) + "/apps/supernode"; }
+
+private:
+  static uint16_t port_of(const std::string& line) {
+    const auto colon = line.rfind(':');
+    return static_cast<uint16_t>(std::stoi(line.substr(colon + 1)));
+  }
+
+  std::string name_, model_;
+  std::filesystem::path run_dir_, config_;
+  bool multi_process_ = false, up_ok_ = false;
+  uint16_t port_ = 0;
+  std::unique_ptr<child_process> server_;
+};
+
+} // namespace supernode::testing
