@@ -25,16 +25,12 @@ decode_instance::~decode_instance() {
 
 void decode_instance::start(transport::endpoint& out) {
   out_ = &out;
-  compute_ = std::thread([this] { compute_loop(); });
+  worker_.start([this] { return has_work(); }, [this] { compute_round(); },
+                [this] { send_updates(batch_.fail_all("decode instance stopping")); });
 }
 
 void decode_instance::stop() {
-  {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
-  }
-  wake_.notify_all();
-  if (compute_.joinable()) compute_.join();
+  worker_.stop();
 }
 
 int64_t decode_instance::free_kv_blocks() const {
@@ -49,7 +45,7 @@ void decode_instance::release(decode_sequence& s) {
     s.table.release(pool_);
   }
   blocks_released_ += n;
-  std::lock_guard lock(mutex_);
+  std::lock_guard lock(worker_.mutex());
   finished_.push_back(s.key);
 }
 
@@ -109,11 +105,11 @@ void decode_instance::assign(const transport::peer_id& scheduler,
 
   if (a.prefill.empty()) {
     {
-      std::lock_guard lock(mutex_);
+      std::lock_guard lock(worker_.mutex());
       to_prefill_.push_back(std::move(seq));
     }
     ++waiting_;
-    wake_.notify_all();
+    worker_.notify();
     return;
   }
   const auto status = send_with_backoff(out, "control", a.prefill,
@@ -166,10 +162,10 @@ void decode_instance::receive_kv(const protocol::kv_transfer& kv, transport::end
   auto seq = std::move(w.seq);
   awaiting_.erase(it);
   {
-    std::lock_guard lock(mutex_);
+    std::lock_guard lock(worker_.mutex());
     ready_.emplace_back(std::move(seq), kv.first_token);
   }
-  wake_.notify_all();
+  worker_.notify();
 }
 
 void decode_instance::cancel(const request_key& key, const std::string& finish,
@@ -182,10 +178,10 @@ void decode_instance::cancel(const request_key& key, const std::string& finish,
     return;
   }
   {
-    std::lock_guard lock(mutex_);
+    std::lock_guard lock(worker_.mutex());
     cancels_.push_back({key, finish, reason});
   }
-  wake_.notify_all();
+  worker_.notify();
 }
 
 void decode_instance::on_member_event(const transport::membership_event& event,
@@ -201,10 +197,10 @@ void decode_instance::on_member_event(const transport::membership_event& event,
   bool gateway_lost = false;
   for (auto& g : instances_with_role(out.cluster(), "gateway")) gateway_lost |= g == event.peer;
   if (gateway_lost) {
-    std::lock_guard lock(mutex_);
+    std::lock_guard lock(worker_.mutex());
     cancels_.push_back({request_key{event.peer, 0}, "cancelled", "gateway down"});
   }
-  wake_.notify_all();
+  worker_.notify();
 }
 
 void decode_instance::on_tick(transport::endpoint& out) {
@@ -215,7 +211,7 @@ void decode_instance::on_tick(transport::endpoint& out) {
   r.running = running_.load();
   r.waiting = waiting_.load();
   {
-    std::lock_guard lock(mutex_);
+    std::lock_guard lock(worker_.mutex());
     r.finished.swap(finished_);
   }
   r.planes = plane_traffic_of(out);
@@ -228,7 +224,7 @@ void decode_instance::on_tick(transport::endpoint& out) {
 void decode_instance::apply_cancels(std::vector<token_update>& updates) {
   std::vector<pending_cancel> cancels;
   {
-    std::lock_guard lock(mutex_);
+    std::lock_guard lock(worker_.mutex());
     cancels.swap(cancels_);
   }
   for (auto& c : cancels) {
@@ -240,7 +236,7 @@ void decode_instance::apply_cancels(std::vector<token_update>& updates) {
     // Queued (KV arrived, or waiting for a local prefill): they never joined the batch.
     std::vector<std::unique_ptr<decode_sequence>> dropped;
     {
-      std::lock_guard lock(mutex_);
+      std::lock_guard lock(worker_.mutex());
       for (auto it = ready_.begin(); it != ready_.end();)
         if (matches(it->first->key)) {
           dropped.push_back(std::move(it->first));
@@ -277,7 +273,7 @@ void decode_instance::apply_cancels(std::vector<token_update>& updates) {
 
 void decode_instance::prefill_locally() {
   {
-    std::lock_guard lock(mutex_);
+    std::lock_guard lock(worker_.mutex());
     while (!to_prefill_.empty()) {
       local_prefill p;
       p.seq = std::move(to_prefill_.front());
@@ -298,46 +294,39 @@ void decode_instance::prefill_locally() {
       if (&it->job == done.job) {
         auto seq = std::move(it->seq);
         prefilling_.erase(it);
-        std::lock_guard lock(mutex_);
+        std::lock_guard lock(worker_.mutex());
         ready_.emplace_back(std::move(seq), done.first_token);
         break;
       }
   }
 }
 
-void decode_instance::compute_loop() {
+bool decode_instance::has_work() const {
+  return !ready_.empty() || !to_prefill_.empty() || !cancels_.empty() || !batch_.empty() ||
+         !prefilling_.empty();
+}
+
+void decode_instance::compute_round() {
+  std::vector<token_update> updates;
+  apply_cancels(updates);
+  prefill_locally();
+  // Join what is ready, up to the batch limit; the rest waits for seats.
   for (;;) {
-    std::vector<token_update> updates;
+    std::pair<std::unique_ptr<decode_sequence>, int32_t> next;
     {
-      std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] {
-        return stopping_ || !ready_.empty() || !to_prefill_.empty() || !cancels_.empty() ||
-               !batch_.empty() || !prefilling_.empty();
-      });
-      if (stopping_) break;
+      std::lock_guard lock(worker_.mutex());
+      if (ready_.empty() || static_cast<int64_t>(batch_.size()) >= config_.decode_max_batch) break;
+      next = std::move(ready_.front());
+      ready_.pop_front();
     }
-    apply_cancels(updates);
-    prefill_locally();
-    // Join what is ready, up to the batch limit; the rest waits for seats.
-    for (;;) {
-      std::pair<std::unique_ptr<decode_sequence>, int32_t> next;
-      {
-        std::lock_guard lock(mutex_);
-        if (ready_.empty() || static_cast<int64_t>(batch_.size()) >= config_.decode_max_batch)
-          break;
-        next = std::move(ready_.front());
-        ready_.pop_front();
-      }
-      --waiting_;
-      updates.push_back(batch_.join(std::move(next.first), next.second));
-    }
-    running_ = static_cast<int64_t>(batch_.size());
-    if (!batch_.empty())
-      for (auto& u : batch_.step()) updates.push_back(std::move(u));
-    running_ = static_cast<int64_t>(batch_.size());
-    send_updates(std::move(updates));
+    --waiting_;
+    updates.push_back(batch_.join(std::move(next.first), next.second));
   }
-  send_updates(batch_.fail_all("decode instance stopping"));
+  running_ = static_cast<int64_t>(batch_.size());
+  if (!batch_.empty())
+    for (auto& u : batch_.step()) updates.push_back(std::move(u));
+  running_ = static_cast<int64_t>(batch_.size());
+  send_updates(std::move(updates));
 }
 
 } // namespace supernode::services

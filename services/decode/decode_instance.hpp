@@ -11,15 +11,14 @@
 #include "services/decode/decode_batch.hpp"
 #include "services/prefill/prefill_engine.hpp"
 #include "services/role_logic.hpp"
+#include "services/serving/compute_worker.hpp"
 #include "services/serving/serving_config.hpp"
 
 #include <atomic>
-#include <condition_variable>
 #include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <thread>
 
 namespace supernode::services {
 
@@ -61,7 +60,8 @@ private:
                      const std::string& reason);
   void send_updates(std::vector<protocol::token_update> updates);
 
-  void compute_loop();
+  bool has_work() const; // with worker_.mutex() held
+  void compute_round();
   void apply_cancels(std::vector<protocol::token_update>& updates);
   void prefill_locally();
 
@@ -75,9 +75,7 @@ private:
   // Actor thread only.
   std::map<protocol::request_key, awaiting_kv> awaiting_;
 
-  // Handed from the actor thread to the compute thread.
-  std::mutex mutex_;
-  std::condition_variable wake_;
+  // Handed from the actor thread to the compute thread, under worker_.mutex().
   std::deque<std::pair<std::unique_ptr<decode_sequence>, int32_t>> ready_; // KV in, first token
   std::deque<std::unique_ptr<decode_sequence>> to_prefill_;
   struct pending_cancel {
@@ -86,14 +84,13 @@ private:
   };
   std::vector<pending_cancel> cancels_;
   std::vector<protocol::request_key> finished_; // since the last load report
-  bool stopping_ = false;
 
   // Compute thread only.
   decode_batch batch_;
   prefill_engine prefill_;
   std::deque<local_prefill> prefilling_;
   std::atomic<int64_t> running_{0}, waiting_{0};
-  std::thread compute_;
+  compute_worker worker_; // last: its thread stops before the members it uses go
 };
 
 } // namespace supernode::services

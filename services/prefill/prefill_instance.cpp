@@ -21,16 +21,12 @@ prefill_instance::~prefill_instance() {
 
 void prefill_instance::start(transport::endpoint& out) {
   out_ = &out;
-  compute_ = std::thread([this] { compute_loop(); });
+  worker_.start([this] { return !queue_.empty() || !active_.empty() || !cancelled_.empty(); },
+                [this] { compute_round(); });
 }
 
 void prefill_instance::stop() {
-  {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
-  }
-  wake_.notify_all();
-  if (compute_.joinable()) compute_.join();
+  worker_.stop();
 }
 
 void prefill_instance::on_message(const transport::peer_id& from,
@@ -46,17 +42,17 @@ void prefill_instance::on_message(const transport::peer_id& from,
       return;
     }
     {
-      std::lock_guard lock(mutex_);
+      std::lock_guard lock(worker_.mutex());
       queue_.push_back(std::move(q));
     }
     ++waiting_;
-    wake_.notify_all();
+    worker_.notify();
     return;
   }
   if (auto* c = message.get<protocol::cancel_request>()) {
-    std::lock_guard lock(mutex_);
+    std::lock_guard lock(worker_.mutex());
     cancelled_.insert(c->key);
-    wake_.notify_all();
+    worker_.notify();
   }
 }
 
@@ -77,7 +73,7 @@ void prefill_instance::finish(queued& q) {
 }
 
 void prefill_instance::admit_queued() {
-  std::lock_guard lock(mutex_);
+  std::lock_guard lock(worker_.mutex());
   while (!queue_.empty()) {
     auto& q = *queue_.front();
     const auto prompt = static_cast<int64_t>(q.job.spec.prompt.size());
@@ -107,7 +103,7 @@ void prefill_instance::admit_queued() {
 void prefill_instance::drop_cancelled() {
   std::set<protocol::request_key> cancelled;
   {
-    std::lock_guard lock(mutex_);
+    std::lock_guard lock(worker_.mutex());
     cancelled.swap(cancelled_);
     for (auto it = queue_.begin(); it != queue_.end();)
       if (cancelled.count((*it)->job.key)) {
@@ -161,30 +157,21 @@ void prefill_instance::ship(queued& q, int32_t first_token) {
   }
 }
 
-void prefill_instance::compute_loop() {
-  for (;;) {
-    {
-      std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] {
-        return stopping_ || !queue_.empty() || !active_.empty() || !cancelled_.empty();
-      });
-      if (stopping_) break;
-    }
-    drop_cancelled();
-    admit_queued();
-    running_ = static_cast<int64_t>(active_.size());
-    if (active_.empty()) continue;
-    std::vector<prefill_job*> jobs;
-    for (auto& q : active_) jobs.push_back(&q->job);
-    for (auto& done : engine_.step(jobs, pool_)) {
-      auto it = std::find_if(active_.begin(), active_.end(),
-                             [&](auto& q) { return &q->job == done.job; });
-      ship(**it, done.first_token);
-      finish(**it);
-      active_.erase(it);
-    }
-    running_ = static_cast<int64_t>(active_.size());
+void prefill_instance::compute_round() {
+  drop_cancelled();
+  admit_queued();
+  running_ = static_cast<int64_t>(active_.size());
+  if (active_.empty()) return;
+  std::vector<prefill_job*> jobs;
+  for (auto& q : active_) jobs.push_back(&q->job);
+  for (auto& done : engine_.step(jobs, pool_)) {
+    auto it = std::find_if(active_.begin(), active_.end(),
+                           [&](auto& q) { return &q->job == done.job; });
+    ship(**it, done.first_token);
+    finish(**it);
+    active_.erase(it);
   }
+  running_ = static_cast<int64_t>(active_.size());
 }
 
 } // namespace supernode::services

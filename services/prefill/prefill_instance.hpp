@@ -8,15 +8,14 @@
 #include "model/transformer.hpp"
 #include "services/prefill/prefill_engine.hpp"
 #include "services/role_logic.hpp"
+#include "services/serving/compute_worker.hpp"
 #include "services/serving/serving_config.hpp"
 
 #include <atomic>
-#include <condition_variable>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <set>
-#include <thread>
 
 namespace supernode::services {
 
@@ -41,7 +40,7 @@ private:
     model::kv_block_table table;
   };
 
-  void compute_loop();
+  void compute_round();
   // Moves queued prompts into the running set while the pool has room for them.
   void admit_queued();
   void drop_cancelled();
@@ -55,15 +54,13 @@ private:
   transport::endpoint* out_ = nullptr;
   std::atomic<int64_t> tokens_completed_{0}, running_{0}, waiting_{0};
 
-  std::mutex mutex_;
-  std::condition_variable wake_;
+  // Shared with the compute thread under worker_.mutex().
   std::deque<std::unique_ptr<queued>> queue_;
   std::set<protocol::request_key> cancelled_;
-  bool stopping_ = false;
 
   std::deque<std::unique_ptr<queued>> active_; // compute thread only
   std::vector<float> export_buffer_;
-  std::thread compute_;
+  compute_worker worker_; // last: its thread stops before the members it uses go
 };
 
 } // namespace supernode::services
