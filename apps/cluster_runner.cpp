@@ -122,7 +122,8 @@ int cluster_up(const serving_setup& setup, const fs::path& config_file) {
         --left;
       } else if (exited || clock_type::now() > deadline) {
         std::fprintf(stderr, "supernode cluster: %s %s; its log (%s) ends with:\n%s\n",
-                     slots[i].name().c_str(), exited ? "exited during start-up" : "did not start in time",
+                     slots[i].name().c_str(),
+                     exited ? "exited during start-up" : "did not start in time",
                      slots[i].log.c_str(), tail(log, 15).c_str());
         cluster_down(setup, std::chrono::seconds(5));
         return 1;

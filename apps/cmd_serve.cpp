@@ -20,7 +20,8 @@ int cmd_serve(cli_args& args) {
   if (processes.size() != 1 || processes.front().count != 1)
     throw usage_error(setup.source +
                       " describes several processes: start them with `supernode cluster up "
-                      "--config " + setup.source + "`");
+                      "--config " +
+                      setup.source + "`");
   return actors::run_node(setup.cluster, setup.serving, processes.front().name, 0);
 }
 

@@ -47,7 +47,8 @@ role_actor::behavior_type role_behavior(role_actor::stateful_pointer<role_state>
   };
   return {
       [self, guarded](inbound_atom, const std::string& from, const transport::envelope& m) {
-        guarded("a message", [&] { self->state.logic->on_message(from, m, *self->state.endpoint); });
+        guarded("a message",
+                [&] { self->state.logic->on_message(from, m, *self->state.endpoint); });
       },
       [self, guarded](member_atom, const transport::membership_event& e) {
         guarded("a membership event",

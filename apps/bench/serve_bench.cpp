@@ -1,5 +1,6 @@
 #include "apps/bench/serve_bench.hpp"
 
+#include "apps/bench/engine_baseline.hpp"
 #include "apps/cli_args.hpp"
 #include "services/loadgen/http_client.hpp"
 #include "services/loadgen/latency_plot.hpp"
@@ -51,6 +52,10 @@ on stdout.
                          (FILE.svg)
   --svg FILE.svg         write the latency plot (CDFs of TTFT, TPOT, ITL, E2E with
                          p50/p90/p99) to FILE.svg
+  --compare-engine DIR   after the run, generate the same requests in this process with the
+                         reference engine on model DIR (the model the server serves), in
+                         batches of --concurrency, and report both throughputs and what the
+                         server costs ("serving_overhead": 1 - server / engine)
   --progress             progress line on stderr even when stderr is not a terminal
                          (it is shown on a terminal anyway; stdout only ever gets the JSON)
 
@@ -83,6 +88,7 @@ struct serve_bench_options {
   lg::slo_targets slo;
   std::optional<std::string> out_json, out_svg;
   bool progress = false;
+  std::optional<std::string> compare_engine;
 };
 
 serve_bench_options parse_options(cli_args& args) {
@@ -115,6 +121,7 @@ serve_bench_options parse_options(cli_args& args) {
   if (o.out_json && !o.out_svg)
     o.out_svg = std::filesystem::path(*o.out_json).replace_extension(".svg").string();
   o.progress = args.take_flag("--progress") || isatty(STDERR_FILENO);
+  o.compare_engine = args.take("--compare-engine");
   args.expect_consumed("bench serve");
   return o;
 }
@@ -227,6 +234,14 @@ int run_serve_bench(cli_args& args) {
   nlohmann::ordered_json out;
   out["config"] = config_json(o, model);
   out.update(lg::to_json(report));
+  if (o.compare_engine) {
+    // The server is idle by now, so the engine has the cores the server had.
+    auto engine = run_engine_baseline(*o.compare_engine, plan, o.concurrency);
+    const double served = report.output_throughput;
+    const double raw = engine["output_throughput"].get<double>();
+    out["engine"] = engine;
+    out["serving_overhead"] = raw > 0 ? 1.0 - served / raw : 0.0;
+  }
   const std::string text = out.dump(2) + "\n";
   std::fputs(text.c_str(), stdout);
   std::fflush(stdout);

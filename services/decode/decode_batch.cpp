@@ -12,15 +12,14 @@ decode_batch::decode_batch(model::transformer& model, model::kv_block_pool& pool
 bool decode_batch::accept(decode_sequence& s, int32_t token, protocol::token_update& u) const {
   s.generated.push_back(token);
   u.tokens.push_back(token);
-  const char* why = model::finish_reason_after(token, static_cast<int64_t>(s.generated.size()),
-                                               s.spec.max_tokens, s.spec.stop_at_eos,
-                                               model_.config().eos_token_id);
+  const char* why =
+      model::finish_reason_after(token, static_cast<int64_t>(s.generated.size()), s.spec.max_tokens,
+                                 s.spec.stop_at_eos, model_.config().eos_token_id);
   if (why) u.finish_reason = why;
   return why != nullptr;
 }
 
-protocol::token_update decode_batch::join(std::unique_ptr<decode_sequence> s,
-                                          int32_t first_token) {
+protocol::token_update decode_batch::join(std::unique_ptr<decode_sequence> s, int32_t first_token) {
   protocol::token_update u;
   u.key = s->key;
   s->table.set_tokens(static_cast<int64_t>(s->spec.prompt.size()));
@@ -56,8 +55,8 @@ std::vector<protocol::token_update> decode_batch::step() {
     auto& s = *running_[i];
     const kernels::sampling_params params{s.spec.temperature, s.spec.top_p, s.spec.top_k,
                                           s.spec.seed};
-    const int32_t token = kernels::sample(std::span(logits_.data() + i * vocab, vocab), params,
-                                          s.generated.size());
+    const int32_t token =
+        kernels::sample(std::span(logits_.data() + i * vocab, vocab), params, s.generated.size());
     protocol::token_update u;
     u.key = s.key;
     if (accept(s, token, u)) finished.push_back(i);

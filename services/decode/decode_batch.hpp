@@ -18,7 +18,7 @@ namespace supernode::services {
 struct decode_sequence {
   protocol::request_key key;
   protocol::request_spec spec;
-  std::string prefill; // the instance computing its prompt ("" for local prefill)
+  std::string prefill;         // the instance computing its prompt ("" for local prefill)
   model::kv_block_table table; // reserved for prompt + max_tokens
   std::vector<int32_t> generated;
 };

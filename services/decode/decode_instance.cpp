@@ -72,8 +72,8 @@ void decode_instance::end_unbatched(std::unique_ptr<decode_sequence> s, const st
   send_updates({std::move(u)});
 }
 
-void decode_instance::on_message(const transport::peer_id& from,
-                                 const transport::envelope& message, transport::endpoint& out) {
+void decode_instance::on_message(const transport::peer_id& from, const transport::envelope& message,
+                                 transport::endpoint& out) {
   using namespace protocol;
   if (auto* a = message.get<decode_assign>()) return assign(from, *a, out);
   if (auto* kv = message.get<kv_transfer>()) return receive_kv(*kv, out);
@@ -82,8 +82,8 @@ void decode_instance::on_message(const transport::peer_id& from,
   if (auto* c = message.get<cancel_request>()) return cancel(c->key, "cancelled", c->reason);
 }
 
-void decode_instance::assign(const transport::peer_id& scheduler,
-                             const protocol::decode_assign& a, transport::endpoint& out) {
+void decode_instance::assign(const transport::peer_id& scheduler, const protocol::decode_assign& a,
+                             transport::endpoint& out) {
   protocol::decode_assign_result result;
   result.key = a.key;
   auto seq = std::make_unique<decode_sequence>();
@@ -112,11 +112,13 @@ void decode_instance::assign(const transport::peer_id& scheduler,
     worker_.notify();
     return;
   }
-  const auto status = send_with_backoff(out, "control", a.prefill,
-                                        transport::make_envelope(protocol::prefill_request{a.key, a.spec}));
+  const auto status =
+      send_with_backoff(out, "control", a.prefill,
+                        transport::make_envelope(protocol::prefill_request{a.key, a.spec}));
   if (status != transport::send_status::ok) {
     end_unbatched(std::move(seq), "error",
-                  "cannot reach prefill instance " + a.prefill + ": " + transport::to_string(status));
+                  "cannot reach prefill instance " + a.prefill + ": " +
+                      transport::to_string(status));
     return;
   }
   auto& w = awaiting_[a.key];
@@ -138,7 +140,8 @@ void decode_instance::receive_kv(const protocol::kv_transfer& kv, transport::end
           std::to_string(layout.block_floats()) + ")";
   else if (kv.prompt_tokens != prompt || kv.total_blocks != static_cast<int64_t>(w.received.size()))
     bad = "prompt length or block count differs from the request";
-  else if (kv.first_block < 0 || kv.block_count < 1 || kv.first_block + kv.block_count > kv.total_blocks)
+  else if (kv.first_block < 0 || kv.block_count < 1 ||
+           kv.first_block + kv.block_count > kv.total_blocks)
     bad = "block range outside the prompt";
   else if (kv.data.size() != static_cast<size_t>(kv.block_count) * layout.block_bytes())
     bad = "payload size does not match its block count";
@@ -153,8 +156,8 @@ void decode_instance::receive_kv(const protocol::kv_transfer& kv, transport::end
   for (int64_t i = 0; i < kv.block_count; ++i) {
     const int64_t b = kv.first_block + i;
     if (w.received[b]) continue;
-    pool_.import_block_bytes(blocks[b], kv.data.bytes().subspan(i * layout.block_bytes(),
-                                                                layout.block_bytes()));
+    pool_.import_block_bytes(
+        blocks[b], kv.data.bytes().subspan(i * layout.block_bytes(), layout.block_bytes()));
     w.received[b] = true;
     ++w.blocks_received;
   }
@@ -232,7 +235,8 @@ void decode_instance::apply_cancels(std::vector<token_update>& updates) {
     auto matches = [&](const request_key& k) {
       return c.key.id == 0 ? k.gateway == c.key.gateway : k == c.key;
     };
-    for (auto& u : batch_.remove_where(matches, c.finish, c.reason)) updates.push_back(std::move(u));
+    for (auto& u : batch_.remove_where(matches, c.finish, c.reason))
+      updates.push_back(std::move(u));
     // Queued (KV arrived, or waiting for a local prefill): they never joined the batch.
     std::vector<std::unique_ptr<decode_sequence>> dropped;
     {

@@ -24,7 +24,8 @@ namespace supernode::services {
 
 class decode_instance : public role_logic {
 public:
-  decode_instance(std::shared_ptr<const model::model_weights> weights, const serving_config& config);
+  decode_instance(std::shared_ptr<const model::model_weights> weights,
+                  const serving_config& config);
   ~decode_instance() override;
 
   void start(transport::endpoint& out) override;

@@ -54,8 +54,10 @@ void gateway_service::start(transport::endpoint& out) {
   o.host = config_.http_host;
   o.port = static_cast<uint16_t>(config_.http_port);
   o.max_body_bytes = config_.max_body_bytes;
-  http_ = std::make_unique<http_server>(
-      o, [this](std::shared_ptr<http_exchange> ex, http_request req) { handle(ex, std::move(req)); });
+  http_ =
+      std::make_unique<http_server>(o, [this](std::shared_ptr<http_exchange> ex, http_request req) {
+        handle(ex, std::move(req));
+      });
   http_->start();
 }
 
@@ -127,8 +129,8 @@ std::vector<int32_t> gateway_service::prompt_tokens(const completion_request& ap
     }
     if (api.prompt_text) return tokenizer_.encode(*api.prompt_text, true);
   } catch (const std::invalid_argument& e) {
-    throw api_error(400, std::string("cannot tokenize the prompt: ") + e.what(), "invalid_request_error",
-                    api.kind == api_kind::chat ? "messages" : "prompt");
+    throw api_error(400, std::string("cannot tokenize the prompt: ") + e.what(),
+                    "invalid_request_error", api.kind == api_kind::chat ? "messages" : "prompt");
   }
   const int64_t vocab = model_config_.vocab_size;
   for (size_t i = 0; i < api.prompt_ids.size(); ++i)
@@ -141,20 +143,19 @@ std::vector<int32_t> gateway_service::prompt_tokens(const completion_request& ap
   return api.prompt_ids;
 }
 
-void gateway_service::handle_completion(std::shared_ptr<http_exchange> ex,
-                                        const http_request& req, api_kind kind) {
+void gateway_service::handle_completion(std::shared_ptr<http_exchange> ex, const http_request& req,
+                                        api_kind kind) {
   const auto label = endpoint_label(kind);
   auto r = std::make_shared<live_request>();
   try {
     r->api = parse_completion_request(req.body, kind);
     if (r->api.model != model_id_)
-      throw api_error(404, "The model '" + r->api.model + "' does not exist (serving '" +
-                               model_id_ + "')",
-                      "invalid_request_error", "model", "model_not_found");
+      throw api_error(
+          404, "The model '" + r->api.model + "' does not exist (serving '" + model_id_ + "')",
+          "invalid_request_error", "model", "model_not_found");
     r->prompt = prompt_tokens(r->api);
     const auto prompt = static_cast<int64_t>(r->prompt.size());
-    if (prompt == 0)
-      throw api_error(400, "the prompt is empty", "invalid_request_error", "prompt");
+    if (prompt == 0) throw api_error(400, "the prompt is empty", "invalid_request_error", "prompt");
     if (prompt >= context_limit_)
       throw api_error(400,
                       "This model's maximum context length is " + std::to_string(context_limit_) +
@@ -200,17 +201,18 @@ void gateway_service::handle_completion(std::shared_ptr<http_exchange> ex,
     if (static_cast<int64_t>(live_.size()) >= config_.max_pending) {
       metrics_.add_counter("supernode_requests_total", "Requests by endpoint and outcome", 1,
                            {{"endpoint", label}, {"status", "429"}});
-      return ex->respond(429, json_type,
-                         error_body(api_error(429,
-                                              "too many requests in flight (" +
-                                                  std::to_string(live_.size()) + ")",
-                                              "rate_limit_error")));
+      return ex->respond(
+          429, json_type,
+          error_body(api_error(429,
+                               "too many requests in flight (" + std::to_string(live_.size()) + ")",
+                               "rate_limit_error")));
     }
     if (target.empty()) {
       metrics_.add_counter("supernode_requests_total", "Requests by endpoint and outcome", 1,
                            {{"endpoint", label}, {"status", "503"}});
-      return ex->respond(503, json_type,
-                         error_body(api_error(503, "no scheduler is alive", "service_unavailable")));
+      return ex->respond(
+          503, json_type,
+          error_body(api_error(503, "no scheduler is alive", "service_unavailable")));
     }
     r->id = next_id_++;
     r->meta.id = (kind == api_kind::chat ? "chatcmpl-" : "cmpl-") + out_->self() + "-" +
@@ -237,8 +239,8 @@ void gateway_service::handle_completion(std::shared_ptr<http_exchange> ex,
   if (status != transport::send_status::ok) {
     std::lock_guard lock(mutex_);
     if (!r->done)
-      finish(*r, "error", std::string("cannot reach the scheduler: ") + transport::to_string(status),
-             503);
+      finish(*r, "error",
+             std::string("cannot reach the scheduler: ") + transport::to_string(status), 503);
   }
 }
 
@@ -248,12 +250,14 @@ void gateway_service::cancel_upstream(const live_request& r, const std::string& 
   auto msg = transport::make_envelope(protocol::cancel_request{key, reason});
   // Placed: the decode instance owns it. Not yet (or the placement is still on its way): the
   // scheduler removes it from its queue or forwards the cancel to the decode instance.
-  if (r.placed) out_->send("control", r.decode, msg);
-  else if (auto s = scheduler(); !s.empty()) out_->send("control", s, msg);
+  if (r.placed)
+    out_->send("control", r.decode, msg);
+  else if (auto s = scheduler(); !s.empty())
+    out_->send("control", s, msg);
 }
 
-void gateway_service::on_message(const transport::peer_id& from,
-                                 const transport::envelope& message, transport::endpoint& out) {
+void gateway_service::on_message(const transport::peer_id& from, const transport::envelope& message,
+                                 transport::endpoint& out) {
   (void)from, (void)out;
   using namespace protocol;
   if (auto* b = message.get<token_batch>()) {
@@ -261,7 +265,7 @@ void gateway_service::on_message(const transport::peer_id& from,
     for (auto& u : b->updates) {
       auto it = live_.find(u.key.id);
       if (it == live_.end()) continue; // finished or cancelled here already
-      auto r = it->second; // finish() drops the map's reference
+      auto r = it->second;             // finish() drops the map's reference
       apply_update(*r, u);
     }
     return;
@@ -309,7 +313,8 @@ void gateway_service::apply_update(live_request& r, const protocol::token_update
     std::string piece = r.text->feed(token_text(token));
     const bool last = i + 1 == u.tokens.size();
     std::string finish_reason;
-    if (r.text->stopped()) finish_reason = "stop";
+    if (r.text->stopped())
+      finish_reason = "stop";
     else if (last && (u.finish_reason == "stop" || u.finish_reason == "length"))
       finish_reason = u.finish_reason;
     if (!finish_reason.empty() && !r.text->stopped()) piece += r.text->finish();
@@ -317,8 +322,8 @@ void gateway_service::apply_update(live_request& r, const protocol::token_update
     if (stream) {
       r.meta.completion_tokens = static_cast<int64_t>(r.tokens.size());
       if (r.api.return_token_ids) r.meta.token_ids = std::vector<int32_t>{token};
-      r.ex->send_event(stream_chunk(r.kind, r.meta, piece,
-                                    finish_reason.empty() ? nullptr : &finish_reason));
+      r.ex->send_event(
+          stream_chunk(r.kind, r.meta, piece, finish_reason.empty() ? nullptr : &finish_reason));
     }
     if (!finish_reason.empty()) {
       if (r.text->stopped()) cancel_upstream(r, "stop string matched");
@@ -349,7 +354,8 @@ void gateway_service::finish(live_request& r, const std::string& finish_reason,
   std::string status = "200";
   if (finish_reason == "error") {
     status = std::to_string(error_status);
-    const api_error e(error_status, error, error_status == 429 ? "rate_limit_error" : "server_error");
+    const api_error e(error_status, error,
+                      error_status == 429 ? "rate_limit_error" : "server_error");
     if (r.api.stream && r.ex->finished() == false) {
       r.ex->send_event(error_body(e));
       r.ex->end_stream();
@@ -359,7 +365,8 @@ void gateway_service::finish(live_request& r, const std::string& finish_reason,
   } else {
     const auto now = clock::now();
     metrics_.observe("supernode_e2e_seconds", "Request latency, arrival to last token",
-                     latency_buckets_seconds, std::chrono::duration<double>(now - r.arrived).count());
+                     latency_buckets_seconds,
+                     std::chrono::duration<double>(now - r.arrived).count());
     if (r.tokens.size() > 1)
       metrics_.observe("supernode_tpot_seconds", "Time per output token after the first",
                        latency_buckets_seconds,
@@ -394,8 +401,7 @@ void gateway_service::on_member_event(const transport::membership_event& event,
     if ((r->placed && (r->decode == event.peer || r->prefill == event.peer)) ||
         (!r->placed && out_ && scheduler().empty()))
       lost.push_back(r);
-  for (auto& r : lost)
-    finish(*r, "error", event.peer + " went down (" + event.reason + ")", 503);
+  for (auto& r : lost) finish(*r, "error", event.peer + " went down (" + event.reason + ")", 503);
 }
 
 std::string gateway_service::render_metrics() {

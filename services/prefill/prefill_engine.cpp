@@ -61,8 +61,7 @@ std::vector<prefill_output> prefill_engine::step(std::span<prefill_job* const> j
   for (size_t i = 0; i < out.size(); ++i) {
     const auto& s = out[i].job->spec;
     const kernels::sampling_params params{s.temperature, s.top_p, s.top_k, s.seed};
-    out[i].first_token =
-        kernels::sample(std::span(logits_.data() + i * vocab, vocab), params, 0);
+    out[i].first_token = kernels::sample(std::span(logits_.data() + i * vocab, vocab), params, 0);
   }
   return out;
 }

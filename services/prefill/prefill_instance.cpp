@@ -147,11 +147,13 @@ void prefill_instance::ship(queued& q, int32_t first_token) {
     kv.block_count = count;
     kv.total_blocks = total;
     kv.data = transport::shared_bytes(std::move(bytes));
-    const auto status = send_with_backoff(*out_, "bulk", q.decode, transport::make_envelope(std::move(kv)));
+    const auto status =
+        send_with_backoff(*out_, "bulk", q.decode, transport::make_envelope(std::move(kv)));
     if (status != transport::send_status::ok) {
-      out_->send("control", q.decode,
-                 transport::make_envelope(protocol::prefill_failed{
-                     q.job.key, std::string("KV transfer failed: ") + transport::to_string(status)}));
+      out_->send(
+          "control", q.decode,
+          transport::make_envelope(protocol::prefill_failed{
+              q.job.key, std::string("KV transfer failed: ") + transport::to_string(status)}));
       return;
     }
   }
@@ -165,8 +167,8 @@ void prefill_instance::compute_round() {
   std::vector<prefill_job*> jobs;
   for (auto& q : active_) jobs.push_back(&q->job);
   for (auto& done : engine_.step(jobs, pool_)) {
-    auto it = std::find_if(active_.begin(), active_.end(),
-                           [&](auto& q) { return &q->job == done.job; });
+    auto it =
+        std::find_if(active_.begin(), active_.end(), [&](auto& q) { return &q->job == done.job; });
     ship(**it, done.first_token);
     finish(**it);
     active_.erase(it);

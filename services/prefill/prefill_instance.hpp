@@ -21,7 +21,8 @@ namespace supernode::services {
 
 class prefill_instance : public role_logic {
 public:
-  prefill_instance(std::shared_ptr<const model::model_weights> weights, const serving_config& config);
+  prefill_instance(std::shared_ptr<const model::model_weights> weights,
+                   const serving_config& config);
   ~prefill_instance() override;
 
   void start(transport::endpoint& out) override;

@@ -28,7 +28,9 @@ inline constexpr int serving_protocol_version = 1;
 struct request_key {
   std::string gateway;
   uint64_t id = 0; // from 1 up; 0 is never a request
-  bool operator<(const request_key& o) const { return std::tie(gateway, id) < std::tie(o.gateway, o.id); }
+  bool operator<(const request_key& o) const {
+    return std::tie(gateway, id) < std::tie(o.gateway, o.id);
+  }
   bool operator==(const request_key& o) const = default;
   std::string str() const { return gateway + "#" + std::to_string(id); }
   MSGPACK_DEFINE_MAP(gateway, id);

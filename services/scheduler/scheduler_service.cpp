@@ -61,9 +61,10 @@ void scheduler_service::on_message(const transport::peer_id& from,
 
 void scheduler_service::admit(const protocol::admit_request& a, transport::endpoint& out) {
   if (static_cast<int64_t>(queue_.size()) >= config_.max_queued) {
-    out.send("control", a.key.gateway,
-             transport::make_envelope(protocol::admit_rejected{
-                 a.key, 429, "scheduler queue full (" + std::to_string(queue_.size()) + " waiting)"}));
+    out.send(
+        "control", a.key.gateway,
+        transport::make_envelope(protocol::admit_rejected{
+            a.key, 429, "scheduler queue full (" + std::to_string(queue_.size()) + " waiting)"}));
     return;
   }
   queue_.push_back(a);
@@ -74,7 +75,8 @@ void scheduler_service::place_queued(transport::endpoint& out) {
   while (!queue_.empty()) {
     const auto& a = queue_.front();
     const int64_t tokens = static_cast<int64_t>(a.spec.prompt.size());
-    const int64_t blocks = (tokens + a.spec.max_tokens + config_.block_size - 1) / config_.block_size;
+    const int64_t blocks =
+        (tokens + a.spec.max_tokens + config_.block_size - 1) / config_.block_size;
 
     std::vector<decode_load> decode_candidates;
     bool any_could_fit = false, all_reported = true;
@@ -112,7 +114,8 @@ void scheduler_service::place_queued(transport::endpoint& out) {
     }
 
     protocol::decode_assign assign{a.key, a.spec, prefill, blocks};
-    if (out.send("control", *decode, transport::make_envelope(assign)) != transport::send_status::ok) {
+    if (out.send("control", *decode, transport::make_envelope(assign)) !=
+        transport::send_status::ok) {
       decodes_[*decode].refused = true;
       continue;
     }

@@ -12,11 +12,10 @@
 
 namespace supernode::services {
 
-transport::send_status send_with_backoff(transport::endpoint& ep, const std::string& flow,
-                                         const transport::peer_id& to,
-                                         const transport::envelope& message,
-                                         std::chrono::milliseconds deadline =
-                                             std::chrono::milliseconds(5000));
+transport::send_status
+send_with_backoff(transport::endpoint& ep, const std::string& flow, const transport::peer_id& to,
+                  const transport::envelope& message,
+                  std::chrono::milliseconds deadline = std::chrono::milliseconds(5000));
 
 // Instances of `role` in the cluster, in config order.
 std::vector<std::string> instances_with_role(const transport::cluster_config& cluster,

@@ -6,9 +6,10 @@
 namespace supernode::services {
 
 std::shared_ptr<const model::model_weights> shared_weights(const std::filesystem::path& dir,
-                                                          model::precision precision) {
+                                                           model::precision precision) {
   static std::mutex mutex;
-  static std::map<std::pair<std::string, model::precision>, std::weak_ptr<const model::model_weights>>
+  static std::map<std::pair<std::string, model::precision>,
+                  std::weak_ptr<const model::model_weights>>
       loaded;
   std::lock_guard lock(mutex);
   auto key = std::make_pair(std::filesystem::weakly_canonical(dir).string(), precision);

@@ -10,6 +10,6 @@
 namespace supernode::services {
 
 std::shared_ptr<const model::model_weights> shared_weights(const std::filesystem::path& dir,
-                                                          model::precision precision);
+                                                           model::precision precision);
 
 } // namespace supernode::services

@@ -57,9 +57,7 @@ serving_config serving_config::parse(std::string_view text, const std::string& s
     os << source << ": " << e.description() << " at line " << e.source().begin.line;
     throw std::runtime_error(os.str());
   }
-  auto reader = [&](const char* name) {
-    return table_reader{root[name].as_table(), source, name};
-  };
+  auto reader = [&](const char* name) { return table_reader{root[name].as_table(), source, name}; };
   serving_config c;
   const auto model = reader("model");
   c.model_path = model.get<std::string>("path", c.model_path.string());

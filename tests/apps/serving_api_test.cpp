@@ -55,13 +55,15 @@ TEST_F(serving_api, models_health_and_metrics) {
   EXPECT_EQ(health.status, 200u) << health.body;
   auto metrics = get("/metrics");
   EXPECT_EQ(metrics.status, 200u);
-  EXPECT_NE(metrics.body.find("# TYPE supernode_gateway_requests_in_flight gauge"), std::string::npos);
+  EXPECT_NE(metrics.body.find("# TYPE supernode_gateway_requests_in_flight gauge"),
+            std::string::npos);
 }
 
 TEST_F(serving_api, completion_and_chat_responses_have_the_openai_shape) {
   ASSERT_TRUE(server->up());
-  auto r = post("/v1/completions",
-                R"({"model":"tiny","prompt":"Hello","max_tokens":5,"temperature":0,"ignore_eos":true})");
+  auto r =
+      post("/v1/completions",
+           R"({"model":"tiny","prompt":"Hello","max_tokens":5,"temperature":0,"ignore_eos":true})");
   ASSERT_EQ(r.status, 200u) << r.body;
   auto j = json::parse(r.body);
   EXPECT_EQ(j["object"], "text_completion");
@@ -69,15 +71,16 @@ TEST_F(serving_api, completion_and_chat_responses_have_the_openai_shape) {
   EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
   EXPECT_TRUE(j["choices"][0]["text"].is_string());
   EXPECT_EQ(j["usage"]["completion_tokens"], 5);
-  EXPECT_EQ(j["usage"]["total_tokens"].get<int>(),
-            j["usage"]["prompt_tokens"].get<int>() + 5);
+  EXPECT_EQ(j["usage"]["total_tokens"].get<int>(), j["usage"]["prompt_tokens"].get<int>() + 5);
 
   // Ids past the tokenizer but inside the model's padded vocabulary are valid input.
-  auto padded = post("/v1/completions", R"({"model":"tiny","prompt":[129000,129270],"max_tokens":2})");
+  auto padded =
+      post("/v1/completions", R"({"model":"tiny","prompt":[129000,129270],"max_tokens":2})");
   EXPECT_EQ(padded.status, 200u) << padded.body;
 
-  auto c = post("/v1/chat/completions",
-                R"({"model":"tiny","messages":[{"role":"user","content":"Hi"}],"max_tokens":3,"temperature":0,"ignore_eos":true})");
+  auto c = post(
+      "/v1/chat/completions",
+      R"({"model":"tiny","messages":[{"role":"user","content":"Hi"}],"max_tokens":3,"temperature":0,"ignore_eos":true})");
   ASSERT_EQ(c.status, 200u) << c.body;
   auto cj = json::parse(c.body);
   EXPECT_EQ(cj["object"], "chat.completion");
@@ -87,9 +90,10 @@ TEST_F(serving_api, completion_and_chat_responses_have_the_openai_shape) {
 
 TEST_F(serving_api, streams_one_chunk_per_token_then_usage_then_done) {
   ASSERT_TRUE(server->up());
-  auto r = post("/v1/completions",
-                R"({"model":"tiny","prompt":[5,6,7,8],"max_tokens":4,"temperature":0,"ignore_eos":true,)"
-                R"("stream":true,"stream_options":{"include_usage":true}})");
+  auto r =
+      post("/v1/completions",
+           R"({"model":"tiny","prompt":[5,6,7,8],"max_tokens":4,"temperature":0,"ignore_eos":true,)"
+           R"("stream":true,"stream_options":{"include_usage":true}})");
   ASSERT_EQ(r.status, 200u);
   EXPECT_NE(r.content_type.find("text/event-stream"), std::string::npos);
   auto events = sse_data(r.body);
@@ -98,8 +102,10 @@ TEST_F(serving_api, streams_one_chunk_per_token_then_usage_then_done) {
     auto chunk = json::parse(events[i]);
     EXPECT_EQ(chunk["object"], "text_completion");
     ASSERT_EQ(chunk["choices"].size(), 1u);
-    if (i < 3) EXPECT_TRUE(chunk["choices"][0]["finish_reason"].is_null());
-    else EXPECT_EQ(chunk["choices"][0]["finish_reason"], "length");
+    if (i < 3)
+      EXPECT_TRUE(chunk["choices"][0]["finish_reason"].is_null());
+    else
+      EXPECT_EQ(chunk["choices"][0]["finish_reason"], "length");
   }
   auto usage = json::parse(events[4]);
   EXPECT_TRUE(usage["choices"].empty());
@@ -107,15 +113,18 @@ TEST_F(serving_api, streams_one_chunk_per_token_then_usage_then_done) {
   EXPECT_EQ(events[5], "[DONE]");
   // The streamed text is the non-streamed text.
   std::string streamed;
-  for (int i = 0; i < 4; ++i) streamed += json::parse(events[i])["choices"][0]["text"].get<std::string>();
-  auto whole = post("/v1/completions",
-                    R"({"model":"tiny","prompt":[5,6,7,8],"max_tokens":4,"temperature":0,"ignore_eos":true})");
+  for (int i = 0; i < 4; ++i)
+    streamed += json::parse(events[i])["choices"][0]["text"].get<std::string>();
+  auto whole = post(
+      "/v1/completions",
+      R"({"model":"tiny","prompt":[5,6,7,8],"max_tokens":4,"temperature":0,"ignore_eos":true})");
   EXPECT_EQ(streamed, json::parse(whole.body)["choices"][0]["text"].get<std::string>());
 }
 
 TEST_F(serving_api, a_stop_string_cuts_the_text_before_it) {
   ASSERT_TRUE(server->up());
-  const std::string base = R"({"model":"tiny","prompt":[11,12,13],"max_tokens":24,"temperature":0,"ignore_eos":true)";
+  const std::string base =
+      R"({"model":"tiny","prompt":[11,12,13],"max_tokens":24,"temperature":0,"ignore_eos":true)";
   auto full = json::parse(post("/v1/completions", base + "}").body);
   const auto text = full["choices"][0]["text"].get<std::string>();
   ASSERT_GE(text.size(), 8u);
@@ -123,7 +132,8 @@ TEST_F(serving_api, a_stop_string_cuts_the_text_before_it) {
   size_t at = text.size() / 2;
   while (at < text.size() && (static_cast<unsigned char>(text[at]) & 0x80)) ++at;
   size_t len = 1;
-  while (at + len < text.size() && !(static_cast<unsigned char>(text[at + len]) & 0x80) && len < 3) ++len;
+  while (at + len < text.size() && !(static_cast<unsigned char>(text[at + len]) & 0x80) && len < 3)
+    ++len;
   ASSERT_LT(at, text.size());
   const auto stop = text.substr(at, len);
   const auto expected = text.substr(0, text.find(stop));
@@ -167,7 +177,8 @@ TEST_F(serving_api, bad_requests_get_openai_errors_naming_the_problem) {
                "vocabulary");
   expect_error(post("/v1/completions", R"({"model":"tiny","prompt":"x","temperature":-1})"), 400,
                "temperature");
-  expect_error(post("/v1/chat/completions", R"({"model":"tiny","messages":"hi"})"), 400, "messages");
+  expect_error(post("/v1/chat/completions", R"({"model":"tiny","messages":"hi"})"), 400,
+               "messages");
   json huge = {{"model", "tiny"}, {"prompt", std::string(20000, 'a')}};
   auto big = post("/v1/completions", huge.dump());
   EXPECT_EQ(big.status, 413u) << big.body;

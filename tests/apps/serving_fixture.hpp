@@ -35,9 +35,8 @@ inline std::vector<int32_t> reference_tokens(const served_prompt& p) {
 }
 
 inline std::string completion_body(const served_prompt& p, bool stream = false) {
-  nlohmann::json j = {{"model", "tiny"},       {"prompt", p.ids},
-                      {"max_tokens", p.max_tokens}, {"temperature", 0},
-                      {"return_token_ids", true}, {"stream", stream}};
+  nlohmann::json j = {{"model", "tiny"},  {"prompt", p.ids},          {"max_tokens", p.max_tokens},
+                      {"temperature", 0}, {"return_token_ids", true}, {"stream", stream}};
   return j.dump();
 }
 

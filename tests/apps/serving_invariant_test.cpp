@@ -15,8 +15,9 @@ namespace {
 std::vector<served_prompt> prompts(size_t n, int64_t salt) {
   std::vector<served_prompt> out;
   for (size_t i = 0; i < n; ++i)
-    out.push_back({test_prompt(1 + static_cast<int64_t>((i * 37) % 90), salt + static_cast<int64_t>(i)),
-                   static_cast<int32_t>(2 + i % 7)});
+    out.push_back(
+        {test_prompt(1 + static_cast<int64_t>((i * 37) % 90), salt + static_cast<int64_t>(i)),
+         static_cast<int32_t>(2 + i % 7)});
   return out;
 }
 
@@ -44,7 +45,8 @@ TEST_P(serving_invariant, greedy_tokens_equal_the_reference_one_at_a_time_and_32
   std::vector<std::thread> clients;
   for (size_t i = 0; i < many.size(); ++i)
     clients.emplace_back([&, i] {
-      replies[i] = http_call(cluster.port(), "POST", "/v1/completions", completion_body(many[i], i % 3 == 0));
+      replies[i] = http_call(cluster.port(), "POST", "/v1/completions",
+                             completion_body(many[i], i % 3 == 0));
     });
   for (auto& t : clients) t.join();
   for (size_t i = 0; i < many.size(); ++i) {

@@ -17,12 +17,14 @@ TEST(serving_load, two_hundred_concurrent_requests_on_pdc_2p2d_all_complete_and_
   constexpr size_t n = 200;
   std::vector<served_prompt> prompts;
   for (size_t i = 0; i < n; ++i)
-    prompts.push_back({test_prompt(4 + static_cast<int64_t>(i % 40), 5000 + static_cast<int64_t>(i)), 4});
+    prompts.push_back(
+        {test_prompt(4 + static_cast<int64_t>(i % 40), 5000 + static_cast<int64_t>(i)), 4});
   std::vector<http_reply> replies(n);
   std::vector<std::thread> clients;
   for (size_t i = 0; i < n; ++i)
     clients.emplace_back([&, i] {
-      replies[i] = http_call(cluster.port(), "POST", "/v1/completions", completion_body(prompts[i]));
+      replies[i] =
+          http_call(cluster.port(), "POST", "/v1/completions", completion_body(prompts[i]));
     });
   for (auto& t : clients) t.join();
 

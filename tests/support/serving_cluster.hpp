@@ -22,8 +22,10 @@ inline std::string set_toml_key(std::string text, const std::string& table, cons
                                 const std::string& value) {
   const std::string header = "[" + table + "]";
   size_t at = text.find("\n" + header + "\n");
-  if (text.rfind(header + "\n", 0) == 0) at = 0;
-  else if (at != std::string::npos) at += 1;
+  if (text.rfind(header + "\n", 0) == 0)
+    at = 0;
+  else if (at != std::string::npos)
+    at += 1;
   if (at == std::string::npos) return text + "\n" + header + "\n" + key + " = " + value + "\n";
   const size_t body = at + header.size() + 1;
   size_t end = text.find("\n[", body);
@@ -62,7 +64,8 @@ public:
 
     multi_process_ = text.find("[process.all]") == std::string::npos;
     if (multi_process_) {
-      child_process up({binary(), "cluster", "up", "--config", config_.string(), "--model", model_});
+      child_process up(
+          {binary(), "cluster", "up", "--config", config_.string(), "--model", model_});
       auto line = up.wait_for_line("listening gateway-0 ", std::chrono::seconds(120));
       auto status = up.wait(std::chrono::seconds(60));
       up_ok_ = line && status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0;

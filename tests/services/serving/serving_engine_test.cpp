@@ -80,7 +80,8 @@ void run_disaggregated(bool ship) {
     auto seq = std::make_unique<decode_sequence>();
     seq->key = {"gateway-0", i + 1};
     seq->spec = specs[i];
-    seq->table.reserve(decode_pool, static_cast<int64_t>(specs[i].prompt.size()) + specs[i].max_tokens);
+    seq->table.reserve(decode_pool,
+                       static_cast<int64_t>(specs[i].prompt.size()) + specs[i].max_tokens);
     jobs[i].key = seq->key;
     jobs[i].spec = specs[i];
     if (ship) {
