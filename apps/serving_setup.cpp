@@ -2,8 +2,6 @@
 
 #include "apps/commands.hpp"
 
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
 
 namespace supernode::apps {
@@ -30,11 +28,8 @@ serving_setup parse_serving_setup(const std::string& text, const std::string& so
 serving_setup load_serving_setup(const std::filesystem::path& file,
                                  const std::optional<std::string>& model_override,
                                  bool model_required) {
-  std::ifstream in(file);
-  if (!in) throw std::runtime_error("cannot open config " + file.string());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_serving_setup(ss.str(), file.string(), model_override, model_required);
+  return parse_serving_setup(transport::read_config_file(file), file.string(), model_override,
+                             model_required);
 }
 
 } // namespace supernode::apps

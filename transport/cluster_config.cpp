@@ -128,12 +128,16 @@ cluster_config cluster_config::parse(std::string_view text, const std::string& s
   return c;
 }
 
-cluster_config cluster_config::load(const std::filesystem::path& file) {
+std::string read_config_file(const std::filesystem::path& file) {
   std::ifstream in(file);
-  if (!in) throw std::runtime_error("cannot open cluster config " + file.string());
+  if (!in) throw std::runtime_error("cannot open config " + file.string());
   std::stringstream ss;
   ss << in.rdbuf();
-  return parse(ss.str(), file.string());
+  return ss.str();
+}
+
+cluster_config cluster_config::load(const std::filesystem::path& file) {
+  return parse(read_config_file(file), file.string());
 }
 
 std::vector<instance_config> cluster_config::instances_of(const std::string& process,

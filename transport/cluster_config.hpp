@@ -24,6 +24,9 @@
 
 namespace supernode::transport {
 
+// The text of a config file; throws std::runtime_error naming the file when it cannot be read.
+std::string read_config_file(const std::filesystem::path& file);
+
 struct plane_config {
   std::string name;
   std::string kind;              // inproc | shm | zmq

@@ -72,11 +72,7 @@ decode_batch::remove_where(const std::function<bool(const protocol::request_key&
   std::vector<protocol::token_update> updates;
   for (size_t i = running_.size(); i-- > 0;)
     if (match(running_[i]->key)) {
-      protocol::token_update u;
-      u.key = running_[i]->key;
-      u.finish_reason = finish;
-      u.error = reason;
-      updates.push_back(std::move(u));
+      updates.push_back(protocol::final_update(running_[i]->key, finish, reason));
       leave(i);
     }
   return updates;

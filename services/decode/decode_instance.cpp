@@ -64,12 +64,8 @@ void decode_instance::send_updates(std::vector<token_update> updates) {
 
 void decode_instance::end_unbatched(std::unique_ptr<decode_sequence> s, const std::string& finish,
                                     const std::string& reason) {
-  token_update u;
-  u.key = s->key;
-  u.finish_reason = finish;
-  u.error = reason;
   release(*s);
-  send_updates({std::move(u)});
+  send_updates({protocol::final_update(s->key, finish, reason)});
 }
 
 void decode_instance::on_message(const transport::peer_id& from, const transport::envelope& message,
@@ -224,6 +220,21 @@ void decode_instance::on_tick(transport::endpoint& out) {
 
 // ---- compute thread --------------------------------------------------------------------------
 
+namespace {
+// Moves the sequences of `queue` whose key matches into `out`, keeping the others in order.
+template<class Queue, class Seq, class Match>
+void take_matching(Queue& queue, Seq seq_of, const Match& match,
+                   std::vector<std::unique_ptr<decode_sequence>>& out) {
+  for (auto it = queue.begin(); it != queue.end();)
+    if (match(seq_of(*it)->key)) {
+      out.push_back(std::move(seq_of(*it)));
+      it = queue.erase(it);
+    } else {
+      ++it;
+    }
+}
+} // namespace
+
 void decode_instance::apply_cancels(std::vector<token_update>& updates) {
   std::vector<pending_cancel> cancels;
   {
@@ -241,36 +252,17 @@ void decode_instance::apply_cancels(std::vector<token_update>& updates) {
     std::vector<std::unique_ptr<decode_sequence>> dropped;
     {
       std::lock_guard lock(worker_.mutex());
-      for (auto it = ready_.begin(); it != ready_.end();)
-        if (matches(it->first->key)) {
-          dropped.push_back(std::move(it->first));
-          it = ready_.erase(it);
-        } else {
-          ++it;
-        }
-      for (auto it = to_prefill_.begin(); it != to_prefill_.end();)
-        if (matches((*it)->key)) {
-          dropped.push_back(std::move(*it));
-          it = to_prefill_.erase(it);
-        } else {
-          ++it;
-        }
+      take_matching(
+          ready_, [](auto& e) -> auto& { return e.first; }, matches, dropped);
+      take_matching(
+          to_prefill_, [](auto& e) -> auto& { return e; }, matches, dropped);
     }
-    for (auto it = prefilling_.begin(); it != prefilling_.end();)
-      if (matches(it->seq->key)) {
-        dropped.push_back(std::move(it->seq));
-        it = prefilling_.erase(it);
-      } else {
-        ++it;
-      }
+    take_matching(
+        prefilling_, [](auto& e) -> auto& { return e.seq; }, matches, dropped);
     for (auto& s : dropped) {
       --waiting_;
-      token_update d;
-      d.key = s->key;
-      d.finish_reason = c.finish;
-      d.error = c.reason;
       release(*s);
-      updates.push_back(std::move(d));
+      updates.push_back(protocol::final_update(s->key, c.finish, c.reason));
     }
   }
 }

@@ -7,20 +7,10 @@
 // exactly as long as its reader (and writer) coroutines and pending timers, and a posted call
 // that arrives after the connection closed finds nothing and does nothing.
 
-// clang-format off
-#include <utility> // before asio: Boost 1.74's awaitable.hpp uses std::exchange
-// clang-format on
+#include "services/beast.hpp"
 #include "services/gateway/http_server.hpp"
 
 #include <atomic>
-#include <boost/asio.hpp>
-#include <boost/beast/core.hpp>
-// g++ 12 under -fsanitize=address calls the boost::optional in Beast's parser maybe
-// uninitialized (a false positive); silenced for Beast's headers only.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <boost/beast/http.hpp>
-#pragma GCC diagnostic pop
 #include <deque>
 #include <mutex>
 #include <thread>

@@ -137,6 +137,15 @@ struct token_update {
   MSGPACK_DEFINE_MAP(key, tokens, finish_reason, error);
 };
 
+// The last update of a request that ends without a new token (cancelled, failed).
+inline token_update final_update(const request_key& key, std::string finish, std::string error) {
+  token_update u;
+  u.key = key;
+  u.finish_reason = std::move(finish);
+  u.error = std::move(error);
+  return u;
+}
+
 struct token_batch {
   static constexpr uint16_t type_id = 112;
   static constexpr const char* type_name = "token_batch";

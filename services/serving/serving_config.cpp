@@ -1,6 +1,7 @@
 #include "services/serving/serving_config.hpp"
 
-#include <fstream>
+#include "transport/cluster_config.hpp"
+
 #include <sstream>
 #include <stdexcept>
 #include <toml++/toml.h>
@@ -91,11 +92,7 @@ serving_config serving_config::parse(std::string_view text, const std::string& s
 }
 
 serving_config serving_config::load(const std::filesystem::path& file) {
-  std::ifstream in(file);
-  if (!in) throw std::runtime_error("cannot open config " + file.string());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse(ss.str(), file.string());
+  return parse(transport::read_config_file(file), file.string());
 }
 
 } // namespace supernode::services

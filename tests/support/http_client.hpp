@@ -2,13 +2,10 @@
 // A blocking HTTP/1.1 client for tests (Boost.Beast): one request per connection, a deadline on
 // every operation, the whole response read (an SSE stream ends when the server ends it).
 
-#include <boost/asio/connect.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
+#include "services/beast.hpp"
+
 #include <chrono>
 #include <string>
-#include <utility> // before asio: Boost 1.74's awaitable.hpp needs std::exchange
 #include <vector>
 
 namespace supernode::testing {

@@ -3,19 +3,11 @@
 // parser fed by hand, so every byte the server writes is checked. Synchronisation is by futures
 // and condition variables with generous bounds, never by sleeping.
 
-// clang-format off
-#include <utility> // before asio: Boost 1.74's awaitable.hpp uses std::exchange
-// clang-format on
+#include "services/beast.hpp"
 #include "services/gateway/http_server.hpp"
 
 #include <arpa/inet.h>
 #include <atomic>
-// g++ 12 under -fsanitize=address calls the boost::optional in Beast's parser maybe
-// uninitialized (a false positive); silenced for Beast's headers only.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <boost/beast/http.hpp>
-#pragma GCC diagnostic pop
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>

@@ -1,16 +1,7 @@
 #include "tests/services/loadgen/fake_openai_server.hpp"
 
-// clang-format off
-#include <utility> // before asio: Boost 1.74's awaitable.hpp uses std::exchange
-// clang-format on
-#include <boost/asio.hpp>
-// g++ 12 with -fsanitize and -O3 flags boost::optional inside Beast's parser as maybe
-// uninitialized (a known false positive, toolchain.md section 7); keep the build warning-free.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-#pragma GCC diagnostic pop
+#include "services/beast.hpp"
+
 #include <nlohmann/json.hpp>
 #include <thread>
 
