@@ -36,7 +36,7 @@ int cmd_generate(cli_args& args) {
   lo.progress = !json;
   model::reference_engine engine(model::model_weights::load(dir, lo), eo);
   auto res = engine.generate(req);
-  const std::string text = tok.decode(res.tokens);
+  const std::string text = tok.decode(res.tokens, false, /*skip_unknown=*/true);
 
   if (json) {
     nlohmann::json j = {{"prompt_tokens", req.prompt},

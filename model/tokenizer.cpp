@@ -415,11 +415,13 @@ std::vector<int32_t> tokenizer::encode(std::string_view text, bool add_bos) cons
   return ids;
 }
 
-std::string tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
+std::string tokenizer::decode(std::span<const int32_t> ids, bool skip_special,
+                              bool skip_unknown) const {
   const impl& m = *impl_;
   std::string out;
   for (int32_t id : ids) {
     if (id < 0 || id >= static_cast<int32_t>(m.id_kind.size()) || m.id_kind[id] == 0) {
+      if (skip_unknown) continue;
       throw std::out_of_range("tokenizer::decode: token id " + std::to_string(id) +
                               " is not in the vocabulary");
     }

@@ -32,8 +32,11 @@ public:
   // Concatenated raw bytes of the tokens. Partial UTF-8 sequences are kept as they are rather
   // than replaced, so pieces decoded separately while streaming join into the right text.
   // skip_special drops tokens flagged "special" in tokenizer.json (not e.g. <｜User｜>, which
-  // DeepSeek-V3 marks as non-special). Ids outside the vocabulary throw std::out_of_range.
-  std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
+  // DeepSeek-V3 marks as non-special). Ids outside the vocabulary throw std::out_of_range,
+  // unless skip_unknown: generated text, where a model may pick one of the rows its embedding
+  // is padded with past the tokenizer (DeepSeek-V3: 129,280 rows for ~128,800 tokens).
+  std::string decode(std::span<const int32_t> ids, bool skip_special = false,
+                     bool skip_unknown = false) const;
 
   // Raw bytes of one token (may be an incomplete UTF-8 sequence).
   std::string token_piece(int32_t id) const;

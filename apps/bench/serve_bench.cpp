@@ -15,6 +15,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+#include <sys/resource.h>
 #include <unistd.h>
 
 namespace supernode::apps {
@@ -168,6 +169,13 @@ std::string plot_subtitle(const serve_bench_options& o, const std::string& model
          num(std::round(r.output_throughput)) + " output tok/s";
 }
 
+double process_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
 void write_file(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary);
   f << text;
@@ -228,12 +236,16 @@ int run_serve_bench(cli_args& args) {
     ro.on_progress = [terminal](const lg::run_progress& p) { print_progress(p, terminal); };
     if (!terminal) ro.progress_interval_s = 5;
   }
+  const double cpu_before = process_cpu_seconds();
   const auto result = lg::run_load(plan, ro);
+  const double client_cpu = process_cpu_seconds() - cpu_before;
   const auto report = lg::make_report(result.outcomes, result.duration_s, o.slo);
 
   nlohmann::ordered_json out;
   out["config"] = config_json(o, model);
   out.update(lg::to_json(report));
+  // The load generator shares the machine with the server: what it spent, to read throughput by.
+  out["client_cpu_s"] = client_cpu;
   if (o.compare_engine) {
     // The server is idle by now, so the engine has the cores the server had.
     auto engine = run_engine_baseline(*o.compare_engine, plan, o.concurrency);

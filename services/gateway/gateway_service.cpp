@@ -339,10 +339,7 @@ void gateway_service::apply_update(live_request& r, const protocol::token_update
 }
 
 std::string gateway_service::token_text(int32_t token) const {
-  // The model's vocabulary is padded past the tokenizer's (DeepSeek-V3: 129,280 rows for
-  // ~128,800 tokens); a padding id has no text.
-  if (token < 0 || token >= tokenizer_.vocab_size()) return {};
-  return tokenizer_.decode(std::span(&token, 1), true);
+  return tokenizer_.decode(std::span(&token, 1), /*skip_special=*/true, /*skip_unknown=*/true);
 }
 
 void gateway_service::finish(live_request& r, const std::string& finish_reason,

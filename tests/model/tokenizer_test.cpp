@@ -313,6 +313,9 @@ TEST(tokenizer, rejects_bad_ids_and_text) {
       EXPECT_NE(std::string(e.what()).find(std::to_string(bad)), std::string::npos) << e.what();
     }
     EXPECT_THROW((void)tok.token_piece(bad), std::out_of_range);
+    // Generated text: a padded vocabulary row has no text, the rest decodes as usual.
+    EXPECT_EQ(tok.decode(std::vector<int32_t>{19923, bad}, false, true),
+              tok.decode(std::vector<int32_t>{19923}));
   }
   EXPECT_THROW((void)tok.encode("abc\xff"), std::invalid_argument);
   EXPECT_THROW((void)tok.encode("\xe4\xb8"), std::invalid_argument);     // truncated character
