@@ -79,26 +79,34 @@ void scheduler_service::place_queued(transport::endpoint& out) {
         (tokens + a.spec.max_tokens + config_.block_size - 1) / config_.block_size;
 
     std::vector<decode_load> decode_candidates;
-    bool any_could_fit = false, all_reported = true;
+    bool any_could_fit = false, all_reported = true, decode_alive = false;
     for (auto& [name, d] : decodes_) {
       if (!d.alive) continue;
+      decode_alive = true;
       all_reported &= d.reported;
       any_could_fit |= d.reported && d.capacity >= blocks;
       if (d.reported && !d.refused)
         decode_candidates.push_back({name, d.free_blocks(), d.last.running, true, false});
     }
-    if (all_reported && !any_could_fit && !decodes_.empty()) {
-      bool someone_alive = false;
-      for (auto& [name, d] : decodes_) someone_alive |= d.alive;
-      if (someone_alive) {
-        out.send("control", a.key.gateway,
-                 transport::make_envelope(protocol::admit_rejected{
-                     a.key, 400,
-                     "request needs " + std::to_string(blocks) +
-                         " KV blocks, more than any decode instance holds"}));
-        queue_.pop_front();
-        continue;
-      }
+    bool prefill_alive = colocated_;
+    for (auto& [name, p] : prefills_) prefill_alive |= p.alive;
+    // Nobody left to serve it (instances dead, none joined since): answer now, not never.
+    std::string refusal;
+    unsigned status = 503;
+    if (!decode_alive)
+      refusal = "no decode instance is alive";
+    else if (!prefill_alive)
+      refusal = "no prefill instance is alive";
+    else if (all_reported && !any_could_fit) {
+      refusal = "request needs " + std::to_string(blocks) +
+                " KV blocks, more than any decode instance holds";
+      status = 400;
+    }
+    if (!refusal.empty()) {
+      out.send("control", a.key.gateway,
+               transport::make_envelope(protocol::admit_rejected{a.key, status, refusal}));
+      queue_.pop_front();
+      continue;
     }
     auto decode = pick_decode(decode_candidates, blocks);
     if (!decode) return; // waits for KV to free up (or an instance to report)

@@ -1,0 +1,54 @@
+// A prefill process killed while the cluster serves: requests routed to it end with an error
+// naming it instead of hanging, later requests are refused at once (no prefill instance is
+// left), and the decode instance gives back every KV block it had reserved for them.
+
+#include "serving_fixture.hpp"
+
+#include <csignal>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <thread>
+
+using namespace supernode::testing;
+
+TEST(serving_fault, a_killed_prefill_instance_fails_its_requests_and_frees_their_kv) {
+  serving_cluster cluster("pdc-1p1d.toml", tiny_model_dir());
+  ASSERT_TRUE(cluster.up());
+  served_prompt p{test_prompt(40, 9), 8};
+  auto ok = http_call(cluster.port(), "POST", "/v1/completions", completion_body(p));
+  ASSERT_EQ(ok.status, 200u) << ok.body;
+
+  pid_t pid = 0;
+  std::ifstream(cluster.run_dir() / "pids" / "prefill-0.pid") >> pid;
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+
+  // In flight while the death is discovered, or sent after: none may hang or succeed.
+  std::vector<http_reply> replies(4);
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < replies.size(); ++i)
+    clients.emplace_back([&, i] {
+      replies[i] = http_call(cluster.port(), "POST", "/v1/completions",
+                             completion_body({test_prompt(30, 100 + static_cast<int64_t>(i)), 8}),
+                             std::chrono::seconds(30));
+    });
+  for (auto& t : clients) t.join();
+  for (auto& r : replies) {
+    EXPECT_TRUE(r.error.empty()) << r.error; // answered, not timed out
+    EXPECT_GE(r.status, 500u) << r.body;
+    EXPECT_NE(r.body.find("prefill"), std::string::npos) << r.body;
+  }
+  auto later = http_call(cluster.port(), "POST", "/v1/completions", completion_body(p),
+                         std::chrono::seconds(30));
+  EXPECT_EQ(later.status, 503u) << later.body;
+  EXPECT_NE(later.body.find("no prefill instance is alive"), std::string::npos) << later.body;
+
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (;;) {
+    const auto text = http_call(cluster.port(), "GET", "/metrics").body;
+    if (metric(text, "supernode_kv_blocks_used", "instance=\"decode-0\"") == 0.0 &&
+        metric(text, "supernode_gateway_requests_in_flight") == 0.0)
+      break;
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << text;
+  }
+}
