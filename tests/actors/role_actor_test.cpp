@@ -207,7 +207,9 @@ void peer_killed_mid_transfer(const std::string& name, const std::string& planes
   ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
   EXPECT_NE(f.get().find("echo-0 is down"), std::string::npos);
   EXPECT_LT(std::chrono::steady_clock::now() - killed_at, 2s);
-  EXPECT_TRUE(saw_down(c.prober->in, "echo-0"));
+  // The endpoint fails pending requests before it reports the event: wait for the report.
+  auto& in = c.prober->in;
+  EXPECT_TRUE(in.wait_for([&] { return saw_down(in, "echo-0"); }));
   EXPECT_EQ(c.prober->ep.send("control", "echo-0", make_envelope(ping{})), send_status::peer_down);
 }
 
