@@ -33,19 +33,19 @@ void kv_block_pool::release(int32_t block) {
 }
 
 void kv_block_pool::export_block(int32_t block, std::span<float> out) const {
-  if (static_cast<int64_t>(out.size()) != layout_.block_floats())
-    throw std::invalid_argument("export_block: buffer size does not match the block layout");
-  for (int64_t l = 0; l < layout_.layers; ++l)
-    std::copy_n(block_data(l, block), layout_.layer_block_floats(),
-                out.data() + l * layout_.layer_block_floats());
+  export_block_bytes(block, std::as_writable_bytes(out));
 }
 
 void kv_block_pool::import_block(int32_t block, std::span<const float> in) {
-  if (static_cast<int64_t>(in.size()) != layout_.block_floats())
-    throw std::invalid_argument("import_block: buffer size does not match the block layout");
+  import_block_bytes(block, std::as_bytes(in));
+}
+
+void kv_block_pool::export_block_bytes(int32_t block, std::span<std::byte> out) const {
+  if (out.size() != layout_.block_bytes())
+    throw std::invalid_argument("export_block: buffer size does not match the block layout");
+  const size_t layer_bytes = static_cast<size_t>(layout_.layer_block_floats()) * sizeof(float);
   for (int64_t l = 0; l < layout_.layers; ++l)
-    std::copy_n(in.data() + l * layout_.layer_block_floats(), layout_.layer_block_floats(),
-                block_data(l, block));
+    std::memcpy(out.data() + l * layer_bytes, block_data(l, block), layer_bytes);
 }
 
 void kv_block_pool::import_block_bytes(int32_t block, std::span<const std::byte> in) {

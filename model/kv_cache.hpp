@@ -55,7 +55,8 @@ public:
   // Whole-block copies across layers in the shipping layout (kv_block_layout::block_floats).
   void export_block(int32_t block, std::span<float> out) const;
   void import_block(int32_t block, std::span<const float> in);
-  // The same from bytes that may sit at any alignment (a received frame).
+  // The same as bytes at any alignment (a message being built, a received frame).
+  void export_block_bytes(int32_t block, std::span<std::byte> out) const;
   void import_block_bytes(int32_t block, std::span<const std::byte> in);
 
 private:

@@ -3,7 +3,6 @@
 #include "services/serving/delivery.hpp"
 
 #include <algorithm>
-#include <cstring>
 
 namespace supernode::services {
 
@@ -131,13 +130,12 @@ void prefill_instance::ship(queued& q, int32_t first_token) {
       std::max<int64_t>(1, static_cast<int64_t>(max_run_bytes / layout.block_bytes()));
   for (int64_t first = 0; first < total; first += per_run) {
     const int64_t count = std::min(per_run, total - first);
+    // Straight from the pool into the message: the one copy the shipping layout needs.
     std::vector<char> bytes(static_cast<size_t>(count) * layout.block_bytes());
-    export_buffer_.resize(layout.block_floats());
-    for (int64_t i = 0; i < count; ++i) {
-      pool_.export_block(blocks[first + i], export_buffer_);
-      std::memcpy(bytes.data() + i * layout.block_bytes(), export_buffer_.data(),
-                  layout.block_bytes());
-    }
+    const auto out = std::as_writable_bytes(std::span(bytes));
+    for (int64_t i = 0; i < count; ++i)
+      pool_.export_block_bytes(blocks[first + i],
+                               out.subspan(i * layout.block_bytes(), layout.block_bytes()));
     protocol::kv_transfer kv;
     kv.key = q.job.key;
     kv.first_token = first_token;

@@ -60,7 +60,6 @@ private:
   std::set<protocol::request_key> cancelled_;
 
   std::deque<std::unique_ptr<queued>> active_; // compute thread only
-  std::vector<float> export_buffer_;
   compute_worker worker_; // last: its thread stops before the members it uses go
 };
 
