@@ -213,9 +213,7 @@ void decode_instance::on_tick(transport::endpoint& out) {
     std::lock_guard lock(worker_.mutex());
     r.finished.swap(finished_);
   }
-  r.planes = plane_traffic_of(out);
-  auto message = transport::make_envelope(std::move(r));
-  for (auto& s : instances_with_role(out.cluster(), "scheduler")) out.send("control", s, message);
+  send_load_report(out, std::move(r));
 }
 
 // ---- compute thread --------------------------------------------------------------------------

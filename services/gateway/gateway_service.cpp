@@ -19,8 +19,9 @@ struct gateway_service::live_request {
   std::vector<int32_t> prompt;
   std::vector<int32_t> tokens;
   std::unique_ptr<text_stream> text;
-  std::string decode, prefill; // known once placed
-  bool placed = false, done = false;
+  std::string decode, prefill; // known once the scheduler placed it
+  bool done = false;
+  bool placed() const { return !decode.empty(); }
   clock::time_point arrived, first_token, last_token;
   completion_result meta;
 };
@@ -250,7 +251,7 @@ void gateway_service::cancel_upstream(const live_request& r, const std::string& 
   auto msg = transport::make_envelope(protocol::cancel_request{key, reason});
   // Placed: the decode instance owns it. Not yet (or the placement is still on its way): the
   // scheduler removes it from its queue or forwards the cancel to the decode instance.
-  if (r.placed)
+  if (r.placed())
     out_->send("control", r.decode, msg);
   else if (auto s = scheduler(); !s.empty())
     out_->send("control", s, msg);
@@ -273,7 +274,6 @@ void gateway_service::on_message(const transport::peer_id& from, const transport
   if (auto* p = message.get<request_placed>()) {
     std::lock_guard lock(mutex_);
     if (auto it = live_.find(p->key.id); it != live_.end()) {
-      it->second->placed = true;
       it->second->decode = p->decode;
       it->second->prefill = p->prefill;
     }
@@ -394,9 +394,9 @@ void gateway_service::on_member_event(const transport::membership_event& event,
   if (event.what == transport::membership_event::kind::joined) return;
   std::lock_guard lock(mutex_);
   std::vector<std::shared_ptr<live_request>> lost;
+  const bool no_scheduler = out_ && scheduler().empty();
   for (auto& [id, r] : live_)
-    if ((r->placed && (r->decode == event.peer || r->prefill == event.peer)) ||
-        (!r->placed && out_ && scheduler().empty()))
+    if (r->placed() ? r->decode == event.peer || r->prefill == event.peer : no_scheduler)
       lost.push_back(r);
   for (auto& r : lost) finish(*r, "error", event.peer + " went down (" + event.reason + ")", 503);
 }

@@ -61,9 +61,7 @@ void prefill_instance::on_tick(transport::endpoint& out) {
   r.prompt_tokens_completed = tokens_completed_.load();
   r.running = running_.load();
   r.waiting = waiting_.load();
-  r.planes = plane_traffic_of(out);
-  auto message = transport::make_envelope(std::move(r));
-  for (auto& s : instances_with_role(out.cluster(), "scheduler")) out.send("control", s, message);
+  send_load_report(out, std::move(r));
 }
 
 void prefill_instance::finish(queued& q) {

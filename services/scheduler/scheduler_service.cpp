@@ -36,10 +36,9 @@ void scheduler_service::on_message(const transport::peer_id& from,
       auto& d = decodes_[from];
       d.reported = true;
       d.refused = false;
-      d.capacity = l->kv_blocks_total;
-      d.released = l->kv_blocks_released;
       d.last = *l;
       for (auto& k : l->finished) placed_.erase(k);
+      d.last.finished.clear(); // consumed
     } else if (l->role == "prefill") {
       auto& p = prefills_[from];
       p.completed_tokens = l->prompt_tokens_completed;
@@ -84,7 +83,7 @@ void scheduler_service::place_queued(transport::endpoint& out) {
       if (!d.alive) continue;
       decode_alive = true;
       all_reported &= d.reported;
-      any_could_fit |= d.reported && d.capacity >= blocks;
+      any_could_fit |= d.reported && d.capacity() >= blocks;
       if (d.reported && !d.refused)
         decode_candidates.push_back({name, d.free_blocks(), d.last.running, true, false});
     }
@@ -173,28 +172,25 @@ void scheduler_service::on_tick(transport::endpoint& out) {
   place_queued(out);
   protocol::cluster_stats stats;
   stats.queued = static_cast<int64_t>(queue_.size());
-  for (auto& [name, p] : prefills_) {
+  auto add = [&](const std::string& name, const char* role, bool alive,
+                 const protocol::load_report& last) -> protocol::instance_stats& {
     protocol::instance_stats s;
     s.name = name;
-    s.role = "prefill";
-    s.alive = p.alive;
-    s.running = p.last.running;
-    s.waiting = p.last.waiting;
-    s.outstanding_prompt_tokens = p.assigned_tokens - p.completed_tokens;
+    s.role = role;
+    s.alive = alive;
+    s.running = last.running;
+    s.waiting = last.waiting;
+    for (auto& t : last.planes) stats.planes.emplace_back(name, t);
     stats.instances.push_back(s);
-    for (auto& t : p.last.planes) stats.planes.emplace_back(name, t);
-  }
+    return stats.instances.back();
+  };
+  for (auto& [name, p] : prefills_)
+    add(name, "prefill", p.alive, p.last).outstanding_prompt_tokens =
+        p.assigned_tokens - p.completed_tokens;
   for (auto& [name, d] : decodes_) {
-    protocol::instance_stats s;
-    s.name = name;
-    s.role = "decode";
-    s.alive = d.alive;
-    s.running = d.last.running;
-    s.waiting = d.last.waiting;
-    s.kv_blocks_total = d.capacity;
-    s.kv_blocks_used = d.reserved - d.released;
-    stats.instances.push_back(s);
-    for (auto& t : d.last.planes) stats.planes.emplace_back(name, t);
+    auto& s = add(name, "decode", d.alive, d.last);
+    s.kv_blocks_total = d.capacity();
+    s.kv_blocks_used = d.used_blocks();
   }
   auto message = transport::make_envelope(std::move(stats));
   for (auto& g : instances_with_role(out.cluster(), "gateway")) out.send("control", g, message);

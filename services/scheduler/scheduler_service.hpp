@@ -38,9 +38,11 @@ private:
   struct decode_state {
     bool alive = true, reported = false;
     bool refused = false; // refused an assignment: no more until its next report
-    int64_t capacity = 0, reserved = 0, released = 0;
+    int64_t reserved = 0; // blocks this scheduler assigned to it, ever
     protocol::load_report last;
-    int64_t free_blocks() const { return capacity - (reserved - released); }
+    int64_t capacity() const { return last.kv_blocks_total; }
+    int64_t used_blocks() const { return reserved - last.kv_blocks_released; }
+    int64_t free_blocks() const { return capacity() - used_blocks(); }
   };
   struct placement {
     std::string prefill, decode;

@@ -27,6 +27,12 @@ std::vector<std::string> instances_with_role(const transport::cluster_config& cl
   return out;
 }
 
+void send_load_report(transport::endpoint& out, protocol::load_report report) {
+  report.planes = plane_traffic_of(out);
+  auto message = transport::make_envelope(std::move(report));
+  for (auto& s : instances_with_role(out.cluster(), "scheduler")) out.send("control", s, message);
+}
+
 std::vector<protocol::plane_traffic> plane_traffic_of(const transport::endpoint& ep) {
   std::vector<protocol::plane_traffic> out;
   for (auto& [name, pc] : ep.cluster().planes) {

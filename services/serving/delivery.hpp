@@ -21,6 +21,9 @@ send_with_backoff(transport::endpoint& ep, const std::string& flow, const transp
 std::vector<std::string> instances_with_role(const transport::cluster_config& cluster,
                                              const std::string& role);
 
+// Sends `report`, with this instance's plane traffic filled in, to every scheduler.
+void send_load_report(transport::endpoint& out, protocol::load_report report);
+
 // Byte and message counts of every plane of the endpoint, for load reports and /metrics.
 std::vector<protocol::plane_traffic> plane_traffic_of(const transport::endpoint& ep);
 

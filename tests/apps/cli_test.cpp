@@ -68,7 +68,10 @@ TEST(cli, tokenize_and_detokenize_round_trip) {
   ASSERT_EQ(r.exit_code, 0) << r.out;
   auto ids = nlohmann::json::parse(r.out)["ids"].get<std::vector<int32_t>>();
   std::string list;
-  for (auto id : ids) list += (list.empty() ? "" : ",") + std::to_string(id);
+  for (auto id : ids) {
+    if (!list.empty()) list += ',';
+    list += std::to_string(id);
+  }
   r = run("detokenize " + model_arg() + " --ids " + list);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(r.out, "Supernode serves DeepSeek\n");
