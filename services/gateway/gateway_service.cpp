@@ -29,6 +29,12 @@ struct gateway_service::live_request {
 namespace {
 constexpr const char* json_type = "application/json";
 
+int64_t unix_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 std::string endpoint_label(api_kind kind) {
   return kind == api_kind::chat ? "/v1/chat/completions" : "/v1/completions";
 }
@@ -38,10 +44,7 @@ gateway_service::gateway_service(const serving_config& config)
     : config_(config), model_config_(model::model_config::load(config.model_path / "config.json")),
       tokenizer_(model::tokenizer::load(config.model_path)),
       context_limit_(std::min(config.max_context, model_config_.max_position_embeddings)),
-      model_id_(config.model_id()),
-      created_(std::chrono::duration_cast<std::chrono::seconds>(
-                   std::chrono::system_clock::now().time_since_epoch())
-                   .count()) {
+      model_id_(config.model_id()), created_(unix_seconds()) {
   protocol::register_serving_messages();
 }
 
@@ -147,6 +150,10 @@ std::vector<int32_t> gateway_service::prompt_tokens(const completion_request& ap
 void gateway_service::handle_completion(std::shared_ptr<http_exchange> ex, const http_request& req,
                                         api_kind kind) {
   const auto label = endpoint_label(kind);
+  auto refuse = [&](const api_error& e) {
+    count_request(label, std::to_string(e.status));
+    ex->respond(e.status, json_type, error_body(e));
+  };
   auto r = std::make_shared<live_request>();
   try {
     r->api = parse_completion_request(req.body, kind);
@@ -173,9 +180,7 @@ void gateway_service::handle_completion(std::shared_ptr<http_exchange> ex, const
                       "invalid_request_error", "max_tokens");
     r->api.max_tokens = static_cast<int32_t>(max_tokens);
   } catch (const api_error& e) {
-    metrics_.add_counter("supernode_requests_total", "Requests by endpoint and outcome", 1,
-                         {{"endpoint", label}, {"status", std::to_string(e.status)}});
-    return ex->respond(e.status, json_type, error_body(e));
+    return refuse(e);
   }
 
   protocol::admit_request admit;
@@ -190,31 +195,19 @@ void gateway_service::handle_completion(std::shared_ptr<http_exchange> ex, const
   r->ex = ex;
   r->text = std::make_unique<text_stream>(r->api.stop);
   r->arrived = clock::now();
-  r->meta.created = std::chrono::duration_cast<std::chrono::seconds>(
-                        std::chrono::system_clock::now().time_since_epoch())
-                        .count();
+  r->meta.created = unix_seconds();
   r->meta.model = model_id_;
   r->meta.prompt_tokens = static_cast<int64_t>(r->prompt.size());
 
   const auto target = scheduler();
   {
     std::lock_guard lock(mutex_);
-    if (static_cast<int64_t>(live_.size()) >= config_.max_pending) {
-      metrics_.add_counter("supernode_requests_total", "Requests by endpoint and outcome", 1,
-                           {{"endpoint", label}, {"status", "429"}});
-      return ex->respond(
-          429, json_type,
-          error_body(api_error(429,
-                               "too many requests in flight (" + std::to_string(live_.size()) + ")",
-                               "rate_limit_error")));
-    }
-    if (target.empty()) {
-      metrics_.add_counter("supernode_requests_total", "Requests by endpoint and outcome", 1,
-                           {{"endpoint", label}, {"status", "503"}});
-      return ex->respond(
-          503, json_type,
-          error_body(api_error(503, "no scheduler is alive", "service_unavailable")));
-    }
+    if (static_cast<int64_t>(live_.size()) >= config_.max_pending)
+      return refuse(api_error(429,
+                              "too many requests in flight (" + std::to_string(live_.size()) + ")",
+                              "rate_limit_error"));
+    if (target.empty())
+      return refuse(api_error(503, "no scheduler is alive", "service_unavailable"));
     r->id = next_id_++;
     r->meta.id = (kind == api_kind::chat ? "chatcmpl-" : "cmpl-") + out_->self() + "-" +
                  std::to_string(r->id);
@@ -233,8 +226,7 @@ void gateway_service::handle_completion(std::shared_ptr<http_exchange> ex, const
     r->done = true;
     live_.erase(r->id);
     cancel_upstream(*r, "client disconnected");
-    metrics_.add_counter("supernode_requests_total", "Requests by endpoint and outcome", 1,
-                         {{"endpoint", endpoint_label(r->kind)}, {"status", "disconnected"}});
+    count_request(endpoint_label(r->kind), "disconnected");
   });
   const auto status = out_->send("control", target, transport::make_envelope(std::move(admit)));
   if (status != transport::send_status::ok) {
@@ -338,6 +330,11 @@ void gateway_service::apply_update(live_request& r, const protocol::token_update
   }
 }
 
+void gateway_service::count_request(const std::string& endpoint, const std::string& status) {
+  metrics_.add_counter("supernode_requests_total", "Requests by endpoint and outcome", 1,
+                       {{"endpoint", endpoint}, {"status", status}});
+}
+
 std::string gateway_service::token_text(int32_t token) const {
   return tokenizer_.decode(std::span(&token, 1), /*skip_special=*/true, /*skip_unknown=*/true);
 }
@@ -383,8 +380,7 @@ void gateway_service::finish(live_request& r, const std::string& finish_reason,
       r.ex->respond(200, json_type, completion_response(r.kind, r.meta));
     }
   }
-  metrics_.add_counter("supernode_requests_total", "Requests by endpoint and outcome", 1,
-                       {{"endpoint", label}, {"status", status}});
+  count_request(label, status);
   live_.erase(r.id);
 }
 

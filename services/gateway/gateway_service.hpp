@@ -55,6 +55,7 @@ private:
               unsigned error_status = 500);
   void cancel_upstream(const live_request& r, const std::string& reason);
   std::string token_text(int32_t token) const;
+  void count_request(const std::string& endpoint, const std::string& status);
   std::string scheduler() const;
 
   serving_config config_;
