@@ -4,7 +4,6 @@
 #include "kernels/elementwise.hpp"
 #include "kernels/gemm_fp32.hpp"
 #include "kernels/gemm_int8.hpp"
-#include "kernels/moe_gate.hpp"
 #include "kernels/thread_pool.hpp"
 
 #include <algorithm>
@@ -144,7 +143,7 @@ void transformer::layer_forward(const layer_weights& w, int64_t kv_layer, float*
   for (int64_t i = 0; i < rows * h; ++i) x[i] += proj_[i];
   kernels::rms_norm(x, rows, h, h, w.post_attention_norm.data(), eps, h_.data(), h);
   if (w.is_moe)
-    moe(w.moe, h_.data(), rows, proj_.data());
+    moe(kv_layer, w.moe, h_.data(), rows, proj_.data());
   else
     mlp(w.dense, h_.data(), rows, proj_.data());
   for (int64_t i = 0; i < rows * h; ++i) x[i] += proj_[i];
@@ -237,134 +236,78 @@ void transformer::mlp(const mlp_weights& w, const float* x, int64_t rows, float*
   matmul(w.down, act_.data(), rows, inter, out, h);
 }
 
-void transformer::moe(const moe_weights& w, const float* x, int64_t rows, float* out) {
+void transformer::moe(int64_t layer, const moe_weights& w, const float* x, int64_t rows,
+                      float* out) {
   const auto& c = config();
-  const int64_t h = c.hidden_size, n_exp = c.n_routed_experts, k = c.num_experts_per_tok,
-                inter = c.moe_intermediate_size;
-  // Buffers live in moe_ and keep their capacity: this runs for every MoE layer of every step.
-  auto& router_logits = moe_.router_logits;
-  router_logits.resize(rows * n_exp);
-  kernels::gemm_fp32(x, rows, h, w.router, router_logits.data(), n_exp);
-  count(w.router.bytes(), rows, w.router.n(), w.router.k());
-  kernels::moe_gate_params gp{n_exp,
-                              k,
-                              c.n_group,
-                              c.topk_group,
-                              c.scoring_func == "sigmoid",
-                              c.norm_topk_prob,
-                              static_cast<float>(c.routed_scaling_factor)};
-  auto& route_expert = moe_.route_expert;
-  auto& route_weight = moe_.route_weight;
-  route_expert.resize(rows * k);
-  route_weight.resize(rows * k);
-  for (int64_t r = 0; r < rows; ++r)
-    kernels::moe_gate(router_logits.data() + r * n_exp, w.correction_bias, gp,
-                      route_expert.data() + r * k, route_weight.data() + r * k);
-
-  // Bucket routes by expert; route_row[r * k + j] is that route's row in its expert's batch.
-  auto& expert_rows = moe_.expert_rows;
-  auto& route_row = moe_.route_row;
-  expert_rows.resize(n_exp);
-  for (auto& list : expert_rows) list.clear();
-  route_row.resize(rows * k);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < k; ++j) {
-      auto& list = expert_rows[route_expert[r * k + j]];
-      route_row[r * k + j] = static_cast<int64_t>(list.size());
-      list.push_back(r);
-    }
-  auto& active = moe_.active;
-  active.clear();
-  for (int64_t e = 0; e < n_exp; ++e)
-    if (!expert_rows[e].empty()) active.push_back(e);
-
-  auto &up = moe_.up, &act = moe_.act, &down = moe_.down;
-  up.resize(n_exp);
-  act.resize(n_exp);
-  down.resize(n_exp);
-  for (auto e : active) {
-    const int64_t n = static_cast<int64_t>(expert_rows[e].size());
-    count(w.experts[e].gate_up, n);
-    count(w.experts[e].down, n);
-    up[e].resize(n * 2 * inter);
-    act[e].resize(n * inter);
-    down[e].resize(n * h);
-  }
-  auto swiglu = [&] {
-    kernels::thread_pool::shared().parallel_for(
-        static_cast<int64_t>(active.size()), [&](int64_t i) {
-          const int64_t e = active[i], n = static_cast<int64_t>(expert_rows[e].size());
-          for (int64_t r = 0; r < n; ++r)
-            kernels::silu_mul(up[e].data() + r * 2 * inter, up[e].data() + r * 2 * inter + inter,
-                              act[e].data() + r * inter, inter);
-        });
-  };
-  if (w_->prec == precision::int8) {
-    // Quantize each token once; experts receive copies of its INT8 row and scale, as the
-    // fused dispatch ships them.
-    kernels::quantize_rows(x, rows, h, h, xq_);
-    auto &in = moe_.in_q, &mid = moe_.mid_q;
-    in.resize(n_exp);
-    mid.resize(n_exp);
-    std::vector<kernels::gemm_int8_problem> problems;
-    for (auto e : active) {
-      auto& q = in[e];
-      q.rows = static_cast<int64_t>(expert_rows[e].size());
-      q.cols = h;
-      q.stride = xq_.stride;
-      q.q.resize(q.rows * q.stride);
-      q.scale.resize(q.rows);
-      for (int64_t i = 0; i < q.rows; ++i) {
-        const int64_t src = expert_rows[e][i];
-        std::copy_n(xq_.row(src), xq_.stride, q.q.data() + i * q.stride);
-        q.scale[i] = xq_.scale[src];
-      }
-      problems.push_back({&q, &w.experts[e].gate_up.int8(), up[e].data(), 2 * inter});
-    }
-    kernels::gemm_int8_grouped(problems);
-    swiglu();
-    problems.clear();
-    for (auto e : active) {
-      kernels::quantize_rows(act[e].data(), static_cast<int64_t>(expert_rows[e].size()), inter,
-                             inter, mid[e]);
-      problems.push_back({&mid[e], &w.experts[e].down.int8(), down[e].data(), h});
-    }
-    kernels::gemm_int8_grouped(problems);
+  if (routed_ && layer < c.num_hidden_layers) {
+    routed_->forward(layer, w, x, rows, out);
   } else {
-    auto& in = moe_.in_f;
-    in.resize(n_exp);
-    std::vector<kernels::gemm_fp32_problem> problems;
-    for (auto e : active) {
-      const int64_t n = static_cast<int64_t>(expert_rows[e].size());
-      in[e].resize(n * h);
-      for (int64_t i = 0; i < n; ++i)
-        std::copy_n(x + expert_rows[e][i] * h, h, in[e].data() + i * h);
-      problems.push_back(
-          {in[e].data(), n, h, &w.experts[e].gate_up.fp32(), up[e].data(), 2 * inter});
-    }
-    kernels::gemm_fp32_grouped(problems);
-    swiglu();
-    problems.clear();
-    for (auto e : active)
-      problems.push_back({act[e].data(), static_cast<int64_t>(expert_rows[e].size()), inter,
-                          &w.experts[e].down.fp32(), down[e].data(), h});
-    kernels::gemm_fp32_grouped(problems);
+    count(w.router.bytes(), rows, w.router.n(), w.router.k());
+    route_tokens(c, w, x, rows, moe_.routing);
+    local_routed_experts(w, x, rows, out);
   }
-
-  // Combine in route-slot order: the fixed reduction order that keeps results batch-invariant
-  // (and, later, identical when experts live on other ranks).
-  std::fill(out, out + rows * h, 0.0f);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < k; ++j) {
-      const int64_t e = route_expert[r * k + j];
-      kernels::axpy(route_weight[r * k + j], down[e].data() + route_row[r * k + j] * h, out + r * h,
-                    h);
-    }
   if (w.has_shared) {
-    moe_out_.resize(rows * h);
+    moe_out_.resize(rows * c.hidden_size);
     mlp(w.shared, x, rows, moe_out_.data());
-    for (int64_t i = 0; i < rows * h; ++i) out[i] += moe_out_[i];
+    for (int64_t i = 0; i < rows * c.hidden_size; ++i) out[i] += moe_out_[i];
   }
+}
+
+void transformer::local_routed_experts(const moe_weights& w, const float* x, int64_t rows,
+                                       float* out) {
+  const auto& c = config();
+  const int64_t h = c.hidden_size, n_exp = c.n_routed_experts;
+  const auto& routing = moe_.routing;
+  const int64_t k = routing.k;
+  // Bucket routes by expert; route_row[r * k + j] is that route's row in its expert's batch.
+  auto& batches = moe_.batches;
+  batches.resize(n_exp);
+  for (int64_t e = 0; e < n_exp; ++e) {
+    batches[e].expert = static_cast<int32_t>(e);
+    batches[e].rows = 0;
+  }
+  auto& route_row = moe_.route_row;
+  route_row.resize(rows * k);
+  for (int64_t i = 0; i < rows * k; ++i) route_row[i] = batches[routing.expert[i]].rows++;
+
+  // Quantize each token once; experts receive copies of its INT8 row and scale, as the fused
+  // dispatch ships them.
+  const bool int8 = w_->prec == precision::int8;
+  if (int8) kernels::quantize_rows(x, rows, h, h, xq_);
+  for (auto& b : batches) {
+    if (int8) {
+      b.in_q.rows = b.rows;
+      b.in_q.cols = h;
+      b.in_q.stride = xq_.stride;
+      b.in_q.q.resize(b.rows * xq_.stride);
+      b.in_q.scale.resize(b.rows);
+    } else {
+      b.in_f.resize(b.rows * h);
+    }
+  }
+  for (int64_t i = 0; i < rows * k; ++i) {
+    auto& b = batches[routing.expert[i]];
+    const int64_t src = i / k, dst = route_row[i];
+    if (int8) {
+      std::copy_n(xq_.row(src), xq_.stride, b.in_q.q.data() + dst * xq_.stride);
+      b.in_q.scale[dst] = xq_.scale[src];
+    } else {
+      std::copy_n(x + src * h, h, b.in_f.data() + dst * h);
+    }
+  }
+  auto& pointers = moe_.batch_pointers;
+  pointers.clear();
+  for (auto& b : batches) pointers.push_back(&b);
+  const auto cost = cost_of(w, pointers);
+  streamed_bytes_ += cost.weight_bytes;
+  macs_ += cost.macs;
+  run_experts(c, w, w_->prec, pointers);
+  combine_routes(
+      routing, h,
+      [&](int64_t r, int64_t j) {
+        return batches[routing.expert[r * k + j]].out.data() + route_row[r * k + j] * h;
+      },
+      out);
 }
 
 } // namespace supernode::model

@@ -7,6 +7,7 @@
 #include "kernels/quantize.hpp"
 #include "kernels/rope.hpp"
 #include "model/kv_cache.hpp"
+#include "model/moe_layer.hpp"
 #include "model/weights.hpp"
 
 #include <cstdint>
@@ -25,6 +26,18 @@ struct sequence_step {
   int64_t first_pos = 0;
   int64_t n_tokens = 0;
   attention_mode mode = attention_mode::prefill;
+};
+
+// Where the routed experts of the main model's MoE layers run: in this transformer (none set) or
+// spread over expert-parallel ranks (services/moe). Called once per MoE layer of every forward,
+// in layer order, with the layer's normed hidden states; writes the routed experts' weighted sum
+// (the transformer adds the shared expert). Forwards with no tokens call it too: a rank with
+// nothing of its own to compute still serves its peers' tokens.
+class routed_experts {
+public:
+  virtual ~routed_experts() = default;
+  virtual void forward(int64_t layer, const moe_weights& w, const float* x, int64_t rows,
+                       float* out) = 0;
 };
 
 // Not thread-safe: one transformer per engine thread (weights are shared, scratch is not).
@@ -58,6 +71,8 @@ public:
   uint64_t streamed_weight_bytes() const { return streamed_bytes_; }
   // Multiply-accumulates of all matmuls since the last reset (routed experts by their rows).
   uint64_t matmul_macs() const { return macs_; }
+  // nullptr: experts run here. The caller keeps `r` alive while this transformer runs.
+  void set_routed_experts(routed_experts* r) { routed_ = r; }
   void reset_counters() { streamed_bytes_ = macs_ = 0; }
 
 private:
@@ -73,22 +88,22 @@ private:
   void attention(const attention_weights& w, int64_t kv_layer, const float* h, int64_t rows,
                  std::span<const sequence_step> steps, kv_block_pool& pool, float* out);
   void mlp(const mlp_weights& w, const float* x, int64_t rows, float* out);
-  void moe(const moe_weights& w, const float* x, int64_t rows, float* out);
+  void moe(int64_t layer, const moe_weights& w, const float* x, int64_t rows, float* out);
+  void local_routed_experts(const moe_weights& w, const float* x, int64_t rows, float* out);
 
   std::shared_ptr<const model_weights> w_;
   kernels::rope_table rope_;
   float softmax_scale_;
   uint64_t streamed_bytes_ = 0, macs_ = 0;
+  routed_experts* routed_ = nullptr;
   // Scratch reused across calls (one transformer per thread).
   kernels::quantized_rows xq_;
   std::vector<float> h_, qa_, q_, kva_, attn_out_, proj_, gu_, act_, moe_out_;
   struct moe_scratch {
-    std::vector<float> router_logits, route_weight;
-    std::vector<int32_t> route_expert;
-    std::vector<int64_t> route_row, active;
-    std::vector<std::vector<int64_t>> expert_rows; // token rows routed to each expert
-    std::vector<std::vector<float>> up, act, down, in_f;
-    std::vector<kernels::quantized_rows> in_q, mid_q;
+    moe_routing routing;
+    std::vector<expert_batch> batches; // by expert
+    std::vector<expert_batch*> batch_pointers;
+    std::vector<int64_t> route_row; // route r*k+j's row in its expert's batch
   } moe_;
 };
 

@@ -59,7 +59,16 @@ shm_region shm_region::create(std::string_view cluster, std::string_view name, s
 }
 
 shm_region shm_region::open(std::string_view cluster, std::string_view name) {
-  auto seg = shm_segment::open(cluster, "region." + std::string(name), segment_kind::region);
+  return from_segment(shm_segment::open(cluster, "region." + std::string(name), segment_kind::region));
+}
+
+std::optional<shm_region> shm_region::try_open(std::string_view cluster, std::string_view name) {
+  auto seg = shm_segment::try_open(cluster, "region." + std::string(name), segment_kind::region);
+  if (!seg || !seg->creator_alive()) return std::nullopt;
+  return from_segment(std::move(*seg));
+}
+
+shm_region shm_region::from_segment(shm_segment seg) {
   const auto* ctl = reinterpret_cast<const region_control*>(seg.data());
   if (ctl->magic != region_magic || ctl->flags > (size_t{1} << 24) ||
       data_offset(ctl->flags) + ctl->bytes != seg.data_bytes())

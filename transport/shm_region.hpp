@@ -22,6 +22,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string_view>
 
@@ -33,6 +34,8 @@ public:
   static shm_region create(std::string_view cluster, std::string_view name, size_t bytes,
                            size_t flags);
   static shm_region open(std::string_view cluster, std::string_view name);
+  // Nothing while the owner has not created it yet (or only a dead owner's leftover exists).
+  static std::optional<shm_region> try_open(std::string_view cluster, std::string_view name);
 
   size_t size() const { return bytes_; }
   size_t flag_count() const { return flags_; }
@@ -55,11 +58,16 @@ public:
 
   const std::string& name() const { return segment_.name(); }
   bool owner_alive() const { return segment_.creator_alive(); }
+  pid_t owner_pid() const { return segment_.creator_pid(); }
+  // The owner marks its region closed when it leaves cleanly; openers see it.
+  void mark_closed() { segment_.mark_closed(); }
+  bool closed() const { return segment_.closed(); }
 
 private:
   struct flag;
   void check_flag(size_t index) const;
   shm_region(shm_segment seg);
+  static shm_region from_segment(shm_segment seg); // checks the header
 
   shm_segment segment_;
   flag* flag_words_ = nullptr;

@@ -18,6 +18,7 @@ struct dispatch_header {
   int32_t source_rank = 0;
   int32_t batch_slot = 0;
   int32_t route_slot = 0;
+  int32_t expert = 0; // the routed expert (the receiver may host several)
   float scale = 0.0f; // the token's INT8 scale
 };
 

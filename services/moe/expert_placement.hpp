@@ -6,6 +6,7 @@
 // EPLB (issue 5) rewrites a placement between decode steps by adding and moving replicas.
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,21 @@ public:
   // Experts in contiguous runs over the ranks, the first (experts % ranks) ranks one more.
   // Throws std::invalid_argument for non-positive counts or more ranks than experts.
   static expert_placement uniform(int32_t experts, int32_t ranks);
+  // Rank r hosts hosted_by_rank[r], local indices in that order; each expert's replicas are
+  // listed by rank, which fixes which replica off-rank sources use (see route). Throws
+  // std::invalid_argument when an id is out of range, a rank hosts an expert twice or an
+  // expert has no replica.
+  static expert_placement from_hosted(int32_t experts,
+                                      std::vector<std::vector<int32_t>> hosted_by_rank);
+  // [experts, ranks, then per rank: count, ids...] — what a placement plan travels as.
+  // Replica order is not stored: from_words rebuilds it by rank, as from_hosted does, so a
+  // placement grown with add_replica can come back routing off-rank sources differently.
+  std::vector<int32_t> to_words() const;
+  // Throws std::invalid_argument naming the fault (truncated, bad count, id out of range,
+  // trailing words, duplicate, missing expert).
+  static expert_placement from_words(std::span<const int32_t> words);
+  // Same experts on the same ranks at the same local indices.
+  bool operator==(const expert_placement& other) const { return hosted_ == other.hosted_; }
 
   // Adds a copy of `expert` on `rank`; throws std::invalid_argument when the rank already has
   // one or either index is out of range.

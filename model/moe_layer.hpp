@@ -1,0 +1,73 @@
+#pragma once
+// The pieces of one MoE layer, shared by the single-process forward and by expert parallelism
+// (services/moe), so both run the very same arithmetic: the gate picks each token's experts and
+// weights; expert batches run through their SwiGLU with grouped GEMMs; routed outputs are summed
+// per token in route-slot order. Every row is computed independently of the other rows in its
+// batch, so a token's expert output is the same bits whichever rank or batch computes it.
+
+#include "kernels/quantize.hpp"
+#include "model/config.hpp"
+#include "model/weights.hpp"
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace supernode::model {
+
+// Each token's top-k experts and their weights, route slot j of token r at [r * k + j].
+struct moe_routing {
+  int64_t rows = 0, k = 0;
+  std::vector<int32_t> expert;
+  std::vector<float> weight;
+  std::vector<float> logits; // scratch: [rows][experts]
+};
+
+// Router (FP32) and the group-limited top-k gate over `rows` normed hidden states.
+void route_tokens(const model_config& config, const moe_weights& w, const float* x, int64_t rows,
+                  moe_routing& out);
+
+// One expert's rows. In INT8 mode the input is `in_q` (a token quantized once, as dispatch
+// ships it); in FP32 mode `in_f`. `out` receives [rows][hidden]. The rest is scratch.
+struct expert_batch {
+  int32_t expert = 0;
+  int64_t rows = 0;
+  kernels::quantized_rows in_q;
+  std::vector<float> in_f;
+  std::vector<float> up, act, out;
+  kernels::quantized_rows mid_q;
+};
+
+// Runs every batch through its expert (gate_up, SiLU·up, down) with one grouped GEMM per
+// projection. Batches with no rows are skipped.
+void run_experts(const model_config& config, const moe_weights& w, precision prec,
+                 std::span<expert_batch* const> batches);
+
+// out[r] = Σ_j weight[r,j] · routed[r,j] in route-slot order, where routed(r, j) points at the
+// expert output for route slot j of token r. The fixed order keeps the sum batch-invariant.
+template<class RoutedRow>
+void combine_routes(const moe_routing& routing, int64_t hidden, RoutedRow routed, float* out);
+
+// Multiply-accumulates and weight bytes the routed experts of one step cost, for bench figures.
+struct expert_cost {
+  uint64_t weight_bytes = 0, macs = 0;
+};
+expert_cost cost_of(const moe_weights& w, std::span<expert_batch* const> batches);
+
+} // namespace supernode::model
+
+#include "kernels/elementwise.hpp"
+
+#include <algorithm>
+
+namespace supernode::model {
+
+template<class RoutedRow>
+void combine_routes(const moe_routing& routing, int64_t hidden, RoutedRow routed, float* out) {
+  std::fill(out, out + routing.rows * hidden, 0.0f);
+  for (int64_t r = 0; r < routing.rows; ++r)
+    for (int64_t j = 0; j < routing.k; ++j)
+      kernels::axpy(routing.weight[r * routing.k + j], routed(r, j), out + r * hidden, hidden);
+}
+
+} // namespace supernode::model

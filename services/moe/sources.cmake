@@ -1,0 +1,9 @@
+# Expert parallelism: placement, static buffer sizing, FusedDispatch/FusedCombine over a rank fabric.
+target_sources(supernode_services PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/expert_placement.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/dispatch_buffers.cpp
+)
+target_sources(supernode_services PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/ep_layout.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/expert_parallel.cpp
+)

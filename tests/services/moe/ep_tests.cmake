@@ -1,0 +1,2 @@
+supernode_add_test(expert_parallel_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/expert_parallel_test.cpp
+                   LIBS supernode_services LABEL model FIXTURE tiny_model)

@@ -1,0 +1,289 @@
+// FusedDispatch/FusedCombine over a rank fabric, ranks as threads: every op must give the
+// single-process MoE's bits exactly, for any EP degree, any spread of tokens over ranks
+// (ranks with none, batch 1, the full local batch) and the most adversarial routing (every
+// token of every rank to the experts of one rank); a whole model run over EP ranks must give the
+// reference transformer's logits; a rank that leaves breaks the group without hanging it.
+
+#include "../../model/tiny_model.hpp"
+#include "model/moe_layer.hpp"
+#include "model/transformer.hpp"
+#include "services/moe/expert_parallel.hpp"
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <latch>
+#include <gtest/gtest.h>
+#include <random>
+#include <thread>
+#include <unistd.h>
+
+using namespace supernode;
+using services::ep_options;
+using services::expert_parallel;
+
+namespace {
+
+std::string unique_name(const std::string& what) {
+  static std::atomic<int> n{0};
+  return "ep" + std::to_string(getpid()) + "-" + what + std::to_string(n++);
+}
+
+std::unique_ptr<transport::rank_fabric> make_fabric(const std::string& kind,
+                                                    const std::string& group, int rank, int ranks,
+                                                    const services::ep_layout& layout) {
+  transport::rank_fabric_options o;
+  o.cluster = "eptest";
+  o.group = group;
+  o.rank = rank;
+  o.ranks = ranks;
+  o.bytes = layout.total_bytes();
+  o.flags = services::ep_flag_count;
+  if (kind == "zmq") {
+    const auto dir = std::filesystem::temp_directory_path() / group;
+    std::filesystem::create_directories(dir);
+    for (int r = 0; r < ranks; ++r)
+      o.addresses.push_back("ipc://" + (dir / ("r" + std::to_string(r))).string());
+    return transport::make_zmq_rank_fabric(o);
+  }
+  return transport::make_shm_rank_fabric(o);
+}
+
+// Runs body(rank, ep) on `ranks` threads, each with its own fabric and expert_parallel.
+void run_group(const std::string& kind, int ranks, const ep_options& base,
+               std::shared_ptr<const model::model_weights> weights,
+               const std::function<void(int, expert_parallel&, transport::rank_fabric&)>& body) {
+  const auto group = unique_name(kind);
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(ranks);
+  std::latch connected(ranks); // every rank is up before any body runs (or leaves)
+  for (int r = 0; r < ranks; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        auto o = base;
+        o.rank = r;
+        o.ranks = ranks;
+        const auto layout = expert_parallel::layout_for(weights->config, weights->prec, o);
+        auto fabric = make_fabric(kind, group, r, ranks, layout);
+        std::string why;
+        if (!fabric->connect(std::chrono::seconds(20), [] { return false; }, why))
+          throw std::runtime_error(why);
+        connected.arrive_and_wait();
+        expert_parallel ep(weights, *fabric, o);
+        body(r, ep, *fabric);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < ranks; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+// The single-process MoE (as the transformer runs it), for comparison.
+std::vector<float> local_moe(const model::model_weights& weights, const model::moe_weights& w,
+                             const std::vector<float>& x, int64_t rows) {
+  const auto& c = weights.config;
+  const int64_t h = c.hidden_size, k = c.num_experts_per_tok;
+  model::moe_routing routing;
+  model::route_tokens(c, w, x.data(), rows, routing);
+  std::vector<model::expert_batch> batches(c.n_routed_experts);
+  std::vector<int64_t> row_of(rows * k);
+  for (int64_t i = 0; i < rows * k; ++i) row_of[i] = batches[routing.expert[i]].rows++;
+  kernels::quantized_rows xq;
+  kernels::quantize_rows(x.data(), rows, h, h, xq);
+  for (int32_t e = 0; e < c.n_routed_experts; ++e) {
+    auto& b = batches[e];
+    b.expert = e;
+    b.in_q = {b.rows, h, xq.stride, std::vector<int8_t>(b.rows * xq.stride), std::vector<float>(b.rows)};
+  }
+  for (int64_t i = 0; i < rows * k; ++i) {
+    auto& b = batches[routing.expert[i]];
+    std::memcpy(b.in_q.q.data() + row_of[i] * xq.stride, xq.row(i / k), xq.stride);
+    b.in_q.scale[row_of[i]] = xq.scale[i / k];
+  }
+  std::vector<model::expert_batch*> pointers;
+  for (auto& b : batches) pointers.push_back(&b);
+  model::run_experts(c, w, weights.prec, pointers);
+  std::vector<float> out(rows * h);
+  model::combine_routes(
+      routing, h,
+      [&](int64_t r, int64_t j) {
+        return batches[routing.expert[r * k + j]].out.data() + row_of[r * k + j] * h;
+      },
+      out.data());
+  return out;
+}
+
+std::vector<float> random_rows(int64_t rows, int64_t h, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> x(rows * h);
+  for (auto& v : x) v = d(rng);
+  return x;
+}
+
+class expert_parallel_test : public ::testing::TestWithParam<std::string> {};
+
+void check_ops(const std::string& kind, int ranks, bool adversarial) {
+  auto weights = supernode::testing::tiny_weights(model::precision::int8);
+  const auto& c = weights->config;
+  const int64_t layer = c.first_k_dense_replace, h = c.hidden_size;
+  model::moe_weights w = weights->layers[layer].moe;
+  if (adversarial) {
+    // Every token picks experts 0..7, all hosted by rank 0: the worst case the buffers allow.
+    w.correction_bias.assign(c.n_routed_experts, 0.0f);
+    for (int e = 0; e < c.num_experts_per_tok; ++e) w.correction_bias[e] = 100.0f;
+  }
+  ep_options o;
+  o.local_batch = 24;
+  // Rows per rank and op: none, one, the full local batch, something in between.
+  const std::vector<std::vector<int64_t>> rows_by_op = {{24, 0, 1, 7, 24, 3, 0, 24},
+                                                        {1, 24, 0, 0, 5, 24, 24, 1},
+                                                        {0, 0, 0, 0, 0, 0, 0, 0},
+                                                        {24, 24, 24, 24, 24, 24, 24, 24}};
+  run_group(kind, ranks, o, weights, [&](int r, expert_parallel& ep, transport::rank_fabric&) {
+    for (size_t op = 0; op < rows_by_op.size(); ++op) {
+      const int64_t rows = rows_by_op[op][r];
+      const auto x = random_rows(rows, h, static_cast<uint32_t>(op * 100 + r));
+      std::vector<float> out(rows * h, -1.0f);
+      ep.forward(layer, w, x.data(), rows, out.data());
+      const auto expected = local_moe(*weights, w, x, rows);
+      ASSERT_EQ(0, std::memcmp(out.data(), expected.data(), out.size() * sizeof(float)))
+          << "rank " << r << " op " << op;
+    }
+  });
+}
+
+TEST_P(expert_parallel_test, ops_match_the_local_moe_bitwise_for_every_degree) {
+  for (int ranks : {1, 2, 4, 8}) check_ops(GetParam(), ranks, false);
+}
+
+TEST_P(expert_parallel_test, all_tokens_to_one_rank_fit_and_match) {
+  for (int ranks : {2, 8}) check_ops(GetParam(), ranks, true);
+}
+
+TEST_P(expert_parallel_test, a_model_over_ep_ranks_gives_the_reference_logits) {
+  auto weights = supernode::testing::tiny_weights(model::precision::int8);
+  const auto& c = weights->config;
+  const int ranks = 4, steps = 4;
+  // Rank 3 holds no sequence: it only serves its peers' tokens.
+  const std::vector<std::vector<int64_t>> prompts = {{9, 3}, {14}, {1, 6, 11}, {}};
+  const int64_t block = 16;
+  // Reference: one transformer, all sequences in one batch.
+  model::transformer ref(weights);
+  struct seq {
+    std::vector<int32_t> tokens;
+    model::kv_block_table table;
+  };
+  auto run = [&](model::transformer& t, model::kv_block_pool& pool, std::vector<seq>& seqs,
+                 const std::function<void()>& between) {
+    std::vector<std::vector<float>> all_logits;
+    for (auto& s : seqs) s.table.reserve(pool, 64);
+    for (int step = 0; step <= steps; ++step) {
+      std::vector<int32_t> tokens;
+      std::vector<model::sequence_step> st;
+      for (auto& s : seqs) {
+        const int64_t pos = s.table.tokens();
+        const int64_t n = step == 0 ? static_cast<int64_t>(s.tokens.size()) : 1;
+        for (int64_t i = 0; i < n; ++i) tokens.push_back(s.tokens[s.tokens.size() - n + i]);
+        st.push_back({&s.table, pos, n,
+                      step == 0 ? model::attention_mode::prefill : model::attention_mode::decode});
+        s.table.set_tokens(pos + n);
+      }
+      std::vector<float> hidden, logits;
+      t.forward(tokens, st, pool, hidden);
+      // Each sequence's last row picks its next token.
+      int64_t row = 0;
+      std::vector<int64_t> last;
+      for (auto& s : st) last.push_back((row += s.n_tokens) - 1);
+      std::vector<float> picked;
+      for (auto r : last)
+        picked.insert(picked.end(), hidden.begin() + r * c.hidden_size,
+                      hidden.begin() + (r + 1) * c.hidden_size);
+      t.logits(picked.data(), static_cast<int64_t>(last.size()), logits);
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        const float* l = logits.data() + i * c.vocab_size;
+        seqs[i].tokens.push_back(
+            static_cast<int32_t>(std::max_element(l, l + c.vocab_size) - l));
+      }
+      all_logits.push_back(logits);
+      if (between) between();
+    }
+    return all_logits;
+  };
+  std::vector<std::vector<int32_t>> expected_tokens;
+  {
+    model::kv_block_pool pool(ref.kv_layout(block, false), 64);
+    std::vector<seq> seqs;
+    for (auto& p : prompts)
+      for (auto salt : p) seqs.push_back({supernode::testing::test_prompt(5 + salt, salt), {}});
+    run(ref, pool, seqs, {});
+    for (auto& s : seqs) expected_tokens.push_back(s.tokens);
+  }
+  std::vector<std::vector<std::vector<int32_t>>> got(ranks);
+  std::atomic<int> done{0};
+  ep_options o;
+  o.local_batch = 64;
+  run_group(GetParam(), ranks, o, weights,
+            [&](int r, expert_parallel& ep, transport::rank_fabric&) {
+              if (!prompts[r].empty()) {
+                model::transformer t(weights);
+                t.set_routed_experts(&ep);
+                model::kv_block_pool pool(t.kv_layout(block, false), 64);
+                std::vector<seq> seqs;
+                for (auto salt : prompts[r])
+                  seqs.push_back({supernode::testing::test_prompt(5 + salt, salt), {}});
+                run(t, pool, seqs, {});
+                for (auto& s : seqs) got[r].push_back(s.tokens);
+              }
+              ++done;
+              ep.ring();
+              // Serve the peers until every rank is through.
+              for (;;) {
+                const auto seen = ep.doorbell_value();
+                if (ep.peer_waiting()) {
+                  ep.serve_idle_forward();
+                  continue;
+                }
+                if (done == ranks) break;
+                ep.sleep(seen, std::chrono::milliseconds(50));
+              }
+            });
+  std::vector<std::vector<int32_t>> flat;
+  for (auto& g : got)
+    for (auto& s : g) flat.push_back(s);
+  EXPECT_EQ(flat, expected_tokens);
+}
+
+TEST_P(expert_parallel_test, a_rank_that_leaves_breaks_the_group_without_a_hang) {
+  auto weights = supernode::testing::tiny_weights(model::precision::int8);
+  const auto& c = weights->config;
+  const int64_t layer = c.first_k_dense_replace;
+  std::string seen_error[2];
+  ep_options o;
+  o.local_batch = 8;
+  run_group(GetParam(), 3, o, weights, [&](int r, expert_parallel& ep, transport::rank_fabric& f) {
+    const auto x = random_rows(4, c.hidden_size, 5);
+    std::vector<float> out(4 * c.hidden_size);
+    if (r == 2) {
+      f.leave();
+      return;
+    }
+    try {
+      ep.forward(layer, weights->layers[layer].moe, x.data(), 4, out.data());
+      ADD_FAILURE() << "rank " << r << ": an op completed without rank 2";
+    } catch (const services::ep_failure& e) {
+      seen_error[r] = e.what();
+    }
+    EXPECT_THROW(ep.forward(layer, weights->layers[layer].moe, x.data(), 4, out.data()),
+                 services::ep_failure);
+  });
+  // Whoever noticed first names the rank that left (rank 0 may see rank 1 leave after it).
+  EXPECT_NE((seen_error[0] + seen_error[1]).find("rank 2 left"), std::string::npos)
+      << seen_error[0] << " | " << seen_error[1];
+}
+
+INSTANTIATE_TEST_SUITE_P(fabrics, expert_parallel_test, ::testing::Values("shm", "zmq"));
+
+} // namespace

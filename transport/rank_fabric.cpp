@@ -1,0 +1,20 @@
+#include "transport/rank_fabric.hpp"
+
+#include <stdexcept>
+
+namespace supernode::transport {
+
+rank_fabric::rank_fabric(int rank, int ranks, size_t bytes, size_t flags)
+    : rank_(rank), ranks_(ranks), bytes_(bytes), flags_(flags) {
+  if (ranks < 1 || rank < 0 || rank >= ranks)
+    throw std::invalid_argument("rank fabric: rank " + std::to_string(rank) + " of " +
+                                std::to_string(ranks) + " is out of range");
+}
+
+void rank_fabric::check_peer(int to) const {
+  if (to < 0 || to >= ranks_)
+    throw std::out_of_range("rank fabric: no rank " + std::to_string(to) + " in a group of " +
+                            std::to_string(ranks_));
+}
+
+} // namespace supernode::transport
