@@ -3,6 +3,7 @@
 #include "services/decode/decode_instance.hpp"
 #include "services/echo/echo_service.hpp"
 #include "services/gateway/gateway_service.hpp"
+#include "services/moe/expert_shard.hpp"
 #include "services/prefill/prefill_instance.hpp"
 #include "services/scheduler/scheduler_service.hpp"
 #include "services/serving/model_store.hpp"
@@ -19,12 +20,20 @@ std::unique_ptr<role_logic> make_role_logic(const role_context& c) {
   if (role == "prefill")
     return std::make_unique<prefill_instance>(
         shared_weights(c.serving.model_path, c.serving.precision), c.serving);
-  if (role == "decode")
-    return std::make_unique<decode_instance>(
-        shared_weights(c.serving.model_path, c.serving.precision), c.serving);
+  if (role == "decode") {
+    auto weights = shared_weights(c.serving.model_path, c.serving.precision);
+    auto group = ep_membership_of(c.cluster, c.serving, c.instance, weights->config, weights->prec);
+    return std::make_unique<decode_instance>(weights, c.serving, std::move(group));
+  }
+  if (role == "expert_shard") {
+    auto weights = shared_weights(c.serving.model_path, c.serving.precision);
+    auto group = ep_membership_of(c.cluster, c.serving, c.instance, weights->config, weights->prec);
+    if (!group) throw std::runtime_error(c.instance.name + ": an expert shard needs decode ranks");
+    return std::make_unique<expert_shard>(weights, std::move(*group));
+  }
   throw std::runtime_error("role '" + role +
                            "' is not implemented in this build (known: echo, gateway, scheduler, "
-                           "prefill, decode)");
+                           "prefill, decode, expert_shard)");
 }
 
 } // namespace supernode::services

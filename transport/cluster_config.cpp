@@ -103,6 +103,9 @@ cluster_config cluster_config::parse(std::string_view text, const std::string& s
         p.roles.push_back(*v);
       }
       p.threads = static_cast<int>(get_or<int64_t>(*t, "threads", 0, source, where));
+      p.per_process = static_cast<int>(get_or<int64_t>(*t, "per_process", 1, source, where));
+      if (p.per_process < 1 || p.per_process > 256)
+        fail(source, where + ".per_process must be in [1, 256]");
       if (p.threads < 0 || p.threads > 1024) fail(source, where + ".threads must be in [0, 1024]");
       if (auto* cpus = t->get("cpus")) {
         auto* list = cpus->as_array();
@@ -119,12 +122,15 @@ cluster_config cluster_config::parse(std::string_view text, const std::string& s
   int ordinal = 0;
   for (auto& p : c.processes)
     for (int i = 0; i < p.count; ++i)
-      for (auto& r : p.roles) {
-        instance_config inst{r + "-" + std::to_string(i), r, p.name, i, ordinal++};
-        if (!names.insert(inst.name).second)
-          fail(source, "instance '" + inst.name + "' is hosted by two processes");
-        c.instances_.push_back(inst);
-      }
+      for (auto& r : p.roles)
+        for (int j = 0; j < p.per_process; ++j) {
+          const int role_index = i * p.per_process + j;
+          instance_config inst{r + "-" + std::to_string(role_index), r, p.name, i, ordinal++,
+                               role_index};
+          if (!names.insert(inst.name).second)
+            fail(source, "instance '" + inst.name + "' is hosted by two processes");
+          c.instances_.push_back(inst);
+        }
   return c;
 }
 
@@ -176,7 +182,8 @@ std::string cluster_config::address(const instance_config& inst, const plane_con
   if (plane.kind == "zmq") {
     if (plane.transport == "tcp")
       return "tcp://" + plane.host + ":" +
-             std::to_string(plane.base_port + inst.ordinal * 2 + (channel == "bulk" ? 1 : 0));
+             std::to_string(plane.base_port + inst.ordinal * 3 +
+                            (channel == "bulk" ? 1 : channel == "ep" ? 2 : 0));
     return "ipc://" + (run_dir / (inst.name + "." + plane.name + "." + channel)).string();
   }
   return plane.kind + ":" + name + "/" + inst.name;

@@ -12,7 +12,8 @@
 //   [flows]       control = "vpc"   bulk = "rdma"   dispatch = "ub"
 //   [process.decode]  roles = ["decode", "expert_shard"]   count = 2   threads = 1   cpus = [1]
 //
-// Process "decode" #1 hosts instances "decode-1" and "expert_shard-1".
+// Process "decode" #1 hosts instances "decode-1" and "expert_shard-1". With per_process = 4 it
+// would host decode-4..7 and expert_shard-4..7 (ranks as threads of one process).
 
 #include <chrono>
 #include <cstdint>
@@ -42,6 +43,7 @@ struct process_config {
   std::vector<std::string> roles;
   int count = 1;
   int threads = 0;       // compute threads of each process; 0: all cores
+  int per_process = 1;   // instances of each role in one process (ranks as threads)
   std::vector<int> cpus; // CPUs each process is pinned to; empty: not pinned
 };
 
@@ -49,8 +51,9 @@ struct instance_config {
   std::string name; // "<role>-<index>"
   std::string role;
   std::string process;
-  int index = 0;
-  int ordinal = 0; // position among all instances, for port numbering
+  int index = 0;      // of its process
+  int ordinal = 0;    // position among all instances, for port numbering
+  int role_index = 0; // among the instances of its role: the number in its name
 };
 
 struct cluster_config {
@@ -68,7 +71,8 @@ struct cluster_config {
   std::vector<instance_config> instances_of(const std::string& process, int index) const;
   const instance_config& instance(const std::string& name) const;
   const plane_config& plane_for_flow(const std::string& flow) const;
-  // Address of an instance's endpoint on a plane: channel "control" or "bulk".
+  // Address of an instance's endpoint on a plane: channel "control", "bulk" or "ep" (its
+  // expert-parallel rank fabric).
   std::string address(const instance_config& instance, const plane_config& plane,
                       const std::string& channel) const;
 

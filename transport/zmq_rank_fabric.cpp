@@ -112,7 +112,13 @@ void poll_retrying(std::vector<zmq::pollitem_t>& items, std::chrono::millisecond
 }
 
 std::string range_text(size_t offset, size_t size) {
-  return "[" + std::to_string(offset) + ", +" + std::to_string(size) + ")";
+  // Appended piecewise: g++ 12 warns falsely (-Wrestrict) on "literal" + std::string&&.
+  std::string s = "[";
+  s += std::to_string(offset);
+  s += ", +";
+  s += std::to_string(size);
+  s += ")";
+  return s;
 }
 
 // One cache line per flag: different peers' messages bump different flags, and packing them
@@ -140,6 +146,28 @@ public:
     data_.reset(static_cast<std::byte*>(::operator new[](alloc, std::align_val_t{64})));
     std::memset(data_.get(), 0, alloc);
 
+    peers_.reserve(ranks_);
+    for (int r = 0; r < ranks_; ++r) {
+      peers_.push_back(std::make_unique<peer>());
+      if (r == rank_) continue;
+      auto& p = *peers_[r];
+      p.dealer = zmq::socket_t(context_, zmq::socket_type::dealer);
+      p.dealer.set(zmq::sockopt::routing_id, routing_id(rank_));
+      p.dealer.set(zmq::sockopt::linger, 0);
+      // Peers start in any order: retry an unbound ipc path or refused port quickly, and queue
+      // what we send meanwhile (ZMQ_IMMEDIATE stays off) so the first hello is not lost.
+      p.dealer.set(zmq::sockopt::reconnect_ivl, 10);
+      p.dealer.set(zmq::sockopt::reconnect_ivl_max, 200);
+      try {
+        p.dealer.connect(addresses_[r]);
+      } catch (const zmq::error_t& e) {
+        throw std::invalid_argument("zmq rank fabric: group " + group_ +
+                                    ": cannot connect to rank " + std::to_string(r) + " at " +
+                                    addresses_[r] + ": " + e.what());
+      }
+    }
+    // Bound after the DEALERs, whose addresses are the likelier to be malformed, so a throwing
+    // constructor leaves no ipc file behind.
     router_.set(zmq::sockopt::linger, 0);
     // A frame larger than any part a peer sends is garbage: zmq drops that connection instead of
     // buffering it (a raw socket could otherwise make this rank allocate without bound).
@@ -156,25 +184,6 @@ public:
     if (bound.starts_with("ipc://") && bound.size() > 6 && bound[6] != '@')
       ipc_file_ = bound.substr(6);
 
-    peers_.reserve(ranks_);
-    for (int r = 0; r < ranks_; ++r) {
-      peers_.push_back(std::make_unique<peer>());
-      if (r == rank_) continue;
-      auto& p = *peers_[r];
-      p.dealer = zmq::socket_t(context_, zmq::socket_type::dealer);
-      p.dealer.set(zmq::sockopt::routing_id, routing_id(rank_));
-      p.dealer.set(zmq::sockopt::linger, 0);
-      // Peers start in any order: retry an unbound ipc path or refused port quickly, and queue
-      // what we send meanwhile (ZMQ_IMMEDIATE stays off) so the first hello is not lost.
-      p.dealer.set(zmq::sockopt::reconnect_ivl, 10);
-      p.dealer.set(zmq::sockopt::reconnect_ivl_max, 200);
-      try {
-        p.dealer.connect(addresses_[r]);
-      } catch (const zmq::error_t& e) {
-        throw std::invalid_argument("zmq rank fabric: group " + group_ + ": cannot connect to rank " +
-                                    std::to_string(r) + " at " + addresses_[r] + ": " + e.what());
-      }
-    }
     stop_fd_ = open_eventfd();
     receiver_ = std::thread([this] {
       pthread_setname_np(pthread_self(), "sn-fabric-rx");
@@ -220,8 +229,9 @@ public:
           auto& p = *peers_[r];
           const bool heard = p.heard.load(std::memory_order_acquire);
           if ((heard && !told[r]) || (resend && !(told[r] && p.acked.load()))) {
-            tail t{wire_magic, static_cast<uint8_t>(kind::hello), heard, 0,
-                   static_cast<uint64_t>(ranks_), bytes_, flags_};
+            tail t{wire_magic, static_cast<uint8_t>(kind::hello), heard,
+                   0,          static_cast<uint64_t>(ranks_),     bytes_,
+                   flags_};
             if (send(r, t, false) && heard) told[r] = true;
           }
         }
@@ -236,8 +246,8 @@ public:
             return false;
           }
           if (!(told[r] && peers_[r]->acked.load(std::memory_order_acquire)))
-            missing += (missing.empty() ? "" : ", ") + std::to_string(r) + " (" + addresses_[r] +
-                       ")";
+            missing +=
+                (missing.empty() ? "" : ", ") + std::to_string(r) + " (" + addresses_[r] + ")";
         }
       }
       if (missing.empty()) {
@@ -330,19 +340,19 @@ public:
 
 private:
   struct peer {
-    zmq::socket_t dealer;                 // send_mutex_
-    std::vector<zmq::message_t> pending;  // send_mutex_: write parts awaiting their tail
-    size_t pending_bytes = 0;             // send_mutex_
-    std::atomic<bool> heard{false};       // receiver: its hello arrived
-    std::atomic<bool> acked{false};       // receiver: it has had our hello
-    std::atomic<bool> left{false};        // receiver: it said "leaving"
-    std::string config_error;             // failure_mutex_
+    zmq::socket_t dealer;                // send_mutex_
+    std::vector<zmq::message_t> pending; // send_mutex_: write parts awaiting their tail
+    size_t pending_bytes = 0;            // send_mutex_
+    std::atomic<bool> heard{false};      // receiver: its hello arrived
+    std::atomic<bool> acked{false};      // receiver: it has had our hello
+    std::atomic<bool> left{false};       // receiver: it said "leaving"
+    std::string config_error;            // failure_mutex_
   };
 
   void check_flag(size_t flag) const {
     if (flag >= flags_)
-      throw std::out_of_range("zmq rank fabric: flag " + std::to_string(flag) +
-                              " is outside the " + std::to_string(flags_) + " flags");
+      throw std::out_of_range("zmq rank fabric: flag " + std::to_string(flag) + " is outside the " +
+                              std::to_string(flags_) + " flags");
   }
 
   void require_connected(int to) const {
@@ -369,10 +379,8 @@ private:
                                        : zmq::send_flags::dontwait;
       // zmq counts its high-water mark in whole messages, so only the first part can be refused.
       while (!p.dealer.send(part, flags)) {
-        if (!block) {
-          if (i == 0) return false;
-          continue; // cannot happen (see above); never leave a half-sent message behind
-        }
+        // Past the first part, waiting is the only way not to leave a half-sent message behind.
+        if (!block && i == 0) return false;
         if (p.left.load())
           throw std::runtime_error("zmq rank fabric: rank " + std::to_string(to) +
                                    " left the group; cannot send to it");
@@ -401,8 +409,7 @@ private:
         for (int i = 0; i < 256; ++i) {
           parts.clear();
           try {
-            if (!zmq::recv_multipart(router_, std::back_inserter(parts),
-                                     zmq::recv_flags::dontwait))
+            if (!zmq::recv_multipart(router_, std::back_inserter(parts), zmq::recv_flags::dontwait))
               break;
           } catch (const zmq::error_t& e) {
             if (e.num() == EINTR) continue;
@@ -413,8 +420,8 @@ private:
       }
     } catch (const std::exception& e) {
       // Without this thread nothing reaches the region any more: say so where waiters look.
-      record_failure("zmq rank fabric: rank " + std::to_string(rank_) + "'s receive thread failed: " +
-                     e.what());
+      record_failure("zmq rank fabric: rank " + std::to_string(rank_) +
+                     "'s receive thread failed: " + e.what());
     }
   }
 
@@ -491,7 +498,8 @@ private:
                          std::to_string(t.a) + " ranks, " + std::to_string(t.b) + " bytes and " +
                          std::to_string(t.c) + " flags, rank " + std::to_string(rank_) +
                          " expects " + std::to_string(ranks_) + ", " + std::to_string(bytes_) +
-                         " and " + std::to_string(flags_) + " (the ranks were configured differently)";
+                         " and " + std::to_string(flags_) +
+                         " (the ranks were configured differently)";
         return;
       }
       if (t.ack) p.acked.store(true, std::memory_order_release);
@@ -508,9 +516,8 @@ private:
         std::memcpy(&offset, body[i].data(), sizeof offset);
         const size_t size = body[i].size() - write_header;
         if (size)
-          std::memcpy(data_.get() + offset, static_cast<const std::byte*>(body[i].data()) +
-                                                write_header,
-                      size);
+          std::memcpy(data_.get() + offset,
+                      static_cast<const std::byte*>(body[i].data()) + write_header, size);
       }
       // The release half of acq_rel orders the copies above before the new flag value.
       if (static_cast<kind>(t.kind) == kind::add) apply_add(t.a, t.b);
@@ -519,9 +526,9 @@ private:
   }
 
   void malformed(int from, const std::string& id, const std::string& why) {
-    const std::string who = from >= 0 ? "rank " + std::to_string(from)
-                                      : "a sender outside the group (routing id '" +
-                                            printable(id) + "')";
+    const std::string who = from >= 0
+                                ? "rank " + std::to_string(from)
+                                : "a sender outside the group (routing id '" + printable(id) + "')";
     const std::string text = who + " sent a malformed frame: " + why;
     if (malformed_frames_.fetch_add(1) < logged_malformed_frames)
       std::fprintf(stderr, "[zmq rank fabric %s/%d] dropped: %s\n", group_.c_str(), rank_,

@@ -47,7 +47,10 @@ std::vector<protocol::token_update> decode_batch::step() {
     steps_.push_back({&s->table, pos, 1, model::attention_mode::decode});
     s->table.set_tokens(pos + 1);
   }
-  model_.forward(tokens_, steps_, pool_, hidden_);
+  if (forward_)
+    forward_(tokens_, steps_, pool_, hidden_);
+  else
+    model_.forward(tokens_, steps_, pool_, hidden_);
   model_.logits(hidden_.data(), static_cast<int64_t>(running_.size()), logits_);
   const int64_t vocab = model_.config().vocab_size;
   std::vector<size_t> finished;

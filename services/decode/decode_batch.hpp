@@ -42,6 +42,12 @@ public:
   // Ends every sequence (instance shutting down or failing) with `reason` as an error.
   std::vector<protocol::token_update> fail_all(const std::string& reason);
 
+  // Replaces model.forward for the step (microbatch pipelining runs it on two threads).
+  using forward_fn =
+      std::function<void(std::span<const int32_t>, std::span<const model::sequence_step>,
+                         model::kv_block_pool&, std::vector<float>&)>;
+  void set_forward(forward_fn f) { forward_ = std::move(f); }
+
   size_t size() const { return running_.size(); }
   bool empty() const { return running_.empty(); }
 
@@ -53,6 +59,7 @@ private:
   model::transformer& model_;
   model::kv_block_pool& pool_;
   release_fn release_;
+  forward_fn forward_;
   std::vector<std::unique_ptr<decode_sequence>> running_;
   std::vector<int32_t> tokens_;
   std::vector<model::sequence_step> steps_;

@@ -11,12 +11,23 @@ using protocol::request_key;
 using protocol::token_update;
 
 decode_instance::decode_instance(std::shared_ptr<const model::model_weights> weights,
-                                 const serving_config& config)
+                                 const serving_config& config,
+                                 std::optional<ep_membership> membership)
     : config_(config), model_(weights),
       pool_(model_.kv_layout(config.block_size, false), config.decode_kv_blocks),
       batch_(model_, pool_, [this](decode_sequence& s) { release(s); }),
       prefill_(model_, config.prefill_token_budget) {
   protocol::register_serving_messages();
+  if (membership) {
+    group_ = std::make_unique<ep_rank>(weights, std::move(*membership));
+    model_.set_routed_experts(group_.get());
+    if (group_->membership().options.microbatches == 2) {
+      microbatches_ = std::make_unique<microbatch_pipeline>(weights, *group_);
+      batch_.set_forward([this](auto tokens, auto steps, auto& pool, auto& hidden) {
+        microbatches_->forward(tokens, steps, pool, hidden);
+      });
+    }
+  }
 }
 
 decode_instance::~decode_instance() {
@@ -25,8 +36,12 @@ decode_instance::~decode_instance() {
 
 void decode_instance::start(transport::endpoint& out) {
   out_ = &out;
-  worker_.start([this] { return has_work(); }, [this] { compute_round(); },
-                [this] { send_updates(batch_.fail_all("decode instance stopping")); });
+  auto at_exit = [this] { send_updates(batch_.fail_all("decode instance stopping")); };
+  if (group_)
+    worker_.start_in_group(*group_, [this] { return has_work(); }, [this] { compute_round(); },
+                           at_exit);
+  else
+    worker_.start([this] { return has_work(); }, [this] { compute_round(); }, at_exit);
 }
 
 void decode_instance::stop() {
@@ -90,6 +105,8 @@ void decode_instance::assign(const transport::peer_id& scheduler, const protocol
     if (a.spec.prompt.empty() || a.spec.max_tokens < 1)
       throw std::invalid_argument("empty prompt or max_tokens below 1");
     if (awaiting_.count(a.key)) throw std::invalid_argument("request assigned twice");
+    if (group_ && group_->broken())
+      throw std::runtime_error("expert-parallel group broken: " + group_->failure());
     std::lock_guard lock(pool_mutex_);
     seq->table.reserve(pool_, static_cast<int64_t>(a.spec.prompt.size()) + a.spec.max_tokens);
     result.accepted = true;
@@ -187,6 +204,9 @@ void decode_instance::on_member_event(const transport::membership_event& event,
                                       transport::endpoint& out) {
   (void)out;
   if (event.what == transport::membership_event::kind::joined) return;
+  if (group_)
+    for (auto& m : group_->membership().members)
+      if (m == event.peer) group_->fail(event.peer + " is down (" + event.reason + ")");
   // A prefill instance gone: the requests waiting on its KV can no longer start.
   std::vector<request_key> lost;
   for (auto& [key, w] : awaiting_)
@@ -209,6 +229,10 @@ void decode_instance::on_tick(transport::endpoint& out) {
   r.kv_blocks_released = blocks_released_.load();
   r.running = running_.load();
   r.waiting = waiting_.load();
+  if (group_) {
+    if (group_->broken()) r.unavailable = "expert-parallel group broken: " + group_->failure();
+    r.ep_stage_seconds = group_->stage_seconds(r.ep_forwards);
+  }
   {
     std::lock_guard lock(worker_.mutex());
     r.finished.swap(finished_);
@@ -300,9 +324,29 @@ bool decode_instance::has_work() const {
          !prefilling_.empty();
 }
 
+void decode_instance::fail_everything(const std::string& reason,
+                                      std::vector<token_update>& updates) {
+  for (auto& u : batch_.fail_all(reason)) updates.push_back(std::move(u));
+  std::deque<std::pair<std::unique_ptr<decode_sequence>, int32_t>> ready;
+  {
+    std::lock_guard lock(worker_.mutex());
+    ready.swap(ready_);
+  }
+  for (auto& [s, first] : ready) {
+    --waiting_;
+    release(*s);
+    updates.push_back(protocol::final_update(s->key, "error", reason));
+  }
+  running_ = 0;
+}
+
 void decode_instance::compute_round() {
   std::vector<token_update> updates;
   apply_cancels(updates);
+  if (group_ && group_->broken()) {
+    fail_everything("expert-parallel group broken: " + group_->failure(), updates);
+    return send_updates(std::move(updates));
+  }
   prefill_locally();
   // Join what is ready, up to the batch limit; the rest waits for seats.
   for (;;) {
@@ -317,8 +361,12 @@ void decode_instance::compute_round() {
     updates.push_back(batch_.join(std::move(next.first), next.second));
   }
   running_ = static_cast<int64_t>(batch_.size());
-  if (!batch_.empty())
-    for (auto& u : batch_.step()) updates.push_back(std::move(u));
+  try {
+    if (!batch_.empty())
+      for (auto& u : batch_.step()) updates.push_back(std::move(u));
+  } catch (const ep_failure& e) {
+    fail_everything(e.what(), updates);
+  }
   running_ = static_cast<int64_t>(batch_.size());
   send_updates(std::move(updates));
 }

@@ -10,6 +10,8 @@
 #include "model/transformer.hpp"
 #include "services/decode/decode_batch.hpp"
 #include "services/prefill/prefill_engine.hpp"
+#include "services/moe/ep_rank.hpp"
+#include "services/moe/microbatch_pipeline.hpp"
 #include "services/role_logic.hpp"
 #include "services/serving/compute_worker.hpp"
 #include "services/serving/serving_config.hpp"
@@ -19,13 +21,15 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 namespace supernode::services {
 
 class decode_instance : public role_logic {
 public:
+  // With a membership, this instance is one rank of an expert-parallel decode instance.
   decode_instance(std::shared_ptr<const model::model_weights> weights,
-                  const serving_config& config);
+                  const serving_config& config, std::optional<ep_membership> membership = {});
   ~decode_instance() override;
 
   void start(transport::endpoint& out) override;
@@ -62,6 +66,8 @@ private:
   void send_updates(std::vector<protocol::token_update> updates);
 
   bool has_work() const; // with worker_.mutex() held
+  // The group broke: every request here ends with `reason`.
+  void fail_everything(const std::string& reason, std::vector<protocol::token_update>& updates);
   void compute_round();
   void apply_cancels(std::vector<protocol::token_update>& updates);
   void prefill_locally();
@@ -91,6 +97,8 @@ private:
   prefill_engine prefill_;
   std::deque<local_prefill> prefilling_;
   std::atomic<int64_t> running_{0}, waiting_{0};
+  std::unique_ptr<ep_rank> group_; // expert parallelism; null for a lone rank
+  std::unique_ptr<microbatch_pipeline> microbatches_;
   compute_worker worker_; // last: its thread stops before the members it uses go
 };
 

@@ -91,8 +91,14 @@ struct load_report {
   int64_t waiting = 0;                 // queued (prefill) or waiting for KV (decode)
   std::vector<request_key> finished;   // decode: requests ended since the last report
   std::vector<plane_traffic> planes;
+  // Why the instance takes no new requests (its expert-parallel group broke); empty: serving.
+  std::string unavailable;
+  // Expert parallelism: seconds per stage (attention, gate, dispatch, experts, combine, idle)
+  // summed over MoE layers since start, and forwards run; empty for a single rank.
+  std::vector<double> ep_stage_seconds;
+  uint64_t ep_forwards = 0;
   MSGPACK_DEFINE_MAP(role, kv_blocks_total, kv_blocks_released, prompt_tokens_completed, running,
-                     waiting, finished, planes);
+                     waiting, finished, planes, unavailable, ep_stage_seconds, ep_forwards);
 };
 
 // Also sent to the decode instance of a placed request, and to a prefill instance.

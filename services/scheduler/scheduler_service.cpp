@@ -79,8 +79,13 @@ void scheduler_service::place_queued(transport::endpoint& out) {
 
     std::vector<decode_load> decode_candidates;
     bool any_could_fit = false, all_reported = true, decode_alive = false;
+    std::string unavailable; // why a live decode instance takes nothing
     for (auto& [name, d] : decodes_) {
       if (!d.alive) continue;
+      if (!d.last.unavailable.empty()) {
+        unavailable = name + ": " + d.last.unavailable;
+        continue;
+      }
       decode_alive = true;
       all_reported &= d.reported;
       any_could_fit |= d.reported && d.capacity() >= blocks;
@@ -93,7 +98,8 @@ void scheduler_service::place_queued(transport::endpoint& out) {
     std::string refusal;
     unsigned status = 503;
     if (!decode_alive)
-      refusal = "no decode instance is alive";
+      refusal = unavailable.empty() ? "no decode instance is alive"
+                                    : "no decode instance is serving (" + unavailable + ")";
     else if (!prefill_alive)
       refusal = "no prefill instance is alive";
     else if (all_reported && !any_could_fit) {

@@ -88,6 +88,16 @@ serving_config serving_config::parse(std::string_view text, const std::string& s
   const auto dc = reader("decode");
   c.decode_max_batch = dc.get_int("max_batch", c.decode_max_batch, 1, 4096);
   c.decode_kv_blocks = dc.get_int("kv_blocks", c.decode_kv_blocks, 1, 1 << 24);
+
+  const auto ep = reader("ep");
+  c.decode_ranks = static_cast<int32_t>(ep.get_int("decode_ranks", c.decode_ranks, 1, 1024));
+  c.prefill_ranks = static_cast<int32_t>(ep.get_int("prefill_ranks", c.prefill_ranks, 1, 1024));
+  c.microbatch = ep.get<bool>("microbatch", c.microbatch);
+  c.redundant_experts =
+      static_cast<int32_t>(ep.get_int("redundant_experts", c.redundant_experts, 0, 64));
+  c.eplb_interval = ep.get_int("eplb_interval", c.eplb_interval, 0, 1 << 20);
+  if (c.eplb_interval > 0 && c.eplb_interval < 4) ep.fail("eplb_interval", "must be 0 or >= 4");
+  c.ep_op_timeout_ms = ep.get_int("op_timeout_ms", c.ep_op_timeout_ms, 100, 3600000);
   return c;
 }
 

@@ -155,6 +155,15 @@ TEST(eplb_planner, hot_expert_is_copied_to_every_rank_first) {
   EXPECT_EQ(copies, expected);
 }
 
+TEST(eplb_planner, zero_load_spreads_experts_evenly) {
+  const std::vector<uint64_t> idle(10, 0);
+  const auto p = plan_placement(idle, 4, {0});
+  std::vector<size_t> per_rank;
+  for (int32_t r = 0; r < 4; ++r) per_rank.push_back(p.experts_on(r).size());
+  EXPECT_EQ(per_rank, (std::vector<size_t>{3, 3, 2, 2}));
+  expect_valid_plan(plan_placement(idle, 4, {1}), 10, 4, 1);
+}
+
 TEST(eplb_planner, rejects_bad_arguments) {
   std::vector<uint64_t> load(8, 1);
   expect_invalid([&] { plan_placement(load, 0, {}); }, "ranks");
@@ -201,6 +210,7 @@ TEST(eplb_planner, lowers_the_hottest_rank_under_zipf_routing) {
               uniform, rearranged, redundant);
   EXPECT_LE(rearranged, uniform);
   EXPECT_LT(redundant, uniform);
+  EXPECT_LT(redundant, rearranged); // replicas split the hot experts no rearranging can
   EXPECT_GE(redundant, 1.0);
 }
 

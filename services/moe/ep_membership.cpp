@@ -1,0 +1,100 @@
+#include "services/moe/ep_membership.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace supernode::services {
+
+namespace {
+
+std::vector<const transport::instance_config*> of_role(const transport::cluster_config& c,
+                                                       const std::string& role) {
+  std::vector<const transport::instance_config*> out;
+  for (auto& i : c.instances())
+    if (i.role == role) out.push_back(&i);
+  // By the number in the name, whatever the process order.
+  std::sort(out.begin(), out.end(), [](auto* a, auto* b) { return a->role_index < b->role_index; });
+  return out;
+}
+
+} // namespace
+
+std::string ep_membership::describe() const {
+  std::string s = fabric.group + " rank " + std::to_string(options.rank) + " of " +
+                  std::to_string(options.ranks) + " over " + fabric_kind + " (";
+  for (size_t i = 0; i < members.size(); ++i) s += (i ? ", " : "") + members[i];
+  s += ")";
+  if (!options.expert_hosts.empty())
+    s += ", experts on " + std::to_string(options.expert_hosts.size()) + " shard(s)";
+  if (options.microbatches > 1) s += ", two microbatches";
+  return s;
+}
+
+std::optional<ep_membership> ep_membership_of(const transport::cluster_config& cluster,
+                                              const serving_config& serving,
+                                              const transport::instance_config& instance,
+                                              const model::model_config& model,
+                                              model::precision prec) {
+  const bool shard = instance.role == "expert_shard";
+  const std::string role = shard ? "decode" : instance.role;
+  if (role != "decode" && role != "prefill") return std::nullopt;
+  const int32_t size = role == "decode" ? serving.decode_ranks : serving.prefill_ranks;
+  const auto attention = of_role(cluster, role);
+  const auto shards = role == "decode" ? of_role(cluster, "expert_shard")
+                                       : std::vector<const transport::instance_config*>{};
+  if (attention.size() % static_cast<size_t>(size) != 0)
+    throw std::runtime_error("[ep] " + role + "_ranks = " + std::to_string(size) + " does not divide the " +
+                             std::to_string(attention.size()) + " " + role + " instances");
+  const size_t groups = attention.size() / static_cast<size_t>(size);
+  if (!shards.empty() && (groups == 0 || shards.size() % groups != 0))
+    throw std::runtime_error(std::to_string(shards.size()) +
+                             " expert_shard instances cannot be spread evenly over " +
+                             std::to_string(groups) + " decode group(s)");
+  const size_t per_group = groups ? shards.size() / groups : 0;
+  size_t group = 0;
+  if (shard) {
+    size_t s = 0;
+    while (shards[s]->name != instance.name) ++s;
+    group = s / per_group;
+  } else {
+    size_t a = 0;
+    while (attention[a]->name != instance.name) ++a;
+    group = a / static_cast<size_t>(size);
+  }
+  ep_membership m;
+  for (int32_t r = 0; r < size; ++r) m.members.push_back(attention[group * size + r]->name);
+  for (size_t s = 0; s < per_group; ++s) {
+    m.options.expert_hosts.push_back(static_cast<int32_t>(m.members.size()));
+    m.members.push_back(shards[group * per_group + s]->name);
+  }
+  if (m.members.size() == 1) return std::nullopt;
+  if (role == "decode" && of_role(cluster, "prefill").empty())
+    throw std::runtime_error("a decode instance of " + std::to_string(m.members.size()) +
+                             " ranks needs prefill instances: prefilling on one rank would stall "
+                             "the group's lockstep");
+  m.options.ranks = static_cast<int32_t>(m.members.size());
+  for (int32_t r = 0; r < m.options.ranks; ++r)
+    if (m.members[r] == instance.name) m.options.rank = r;
+  m.options.local_batch =
+      role == "decode" ? serving.decode_max_batch : serving.prefill_token_budget;
+  m.options.microbatches = role == "decode" && serving.microbatch ? 2 : 1;
+  m.options.redundant_per_rank = serving.redundant_experts;
+  m.options.eplb_interval = serving.eplb_interval;
+  m.options.op_timeout = std::chrono::milliseconds(serving.ep_op_timeout_ms);
+
+  const auto& plane = cluster.plane_for_flow("dispatch");
+  m.fabric_kind = plane.kind == "zmq" ? "zmq" : "shm";
+  m.fabric.cluster = cluster.name;
+  m.fabric.group = role + "-ep" + std::to_string(group);
+  m.fabric.rank = m.options.rank;
+  m.fabric.ranks = m.options.ranks;
+  const auto layout = expert_parallel::layout_for(model, prec, m.options);
+  m.fabric.bytes = layout.total_bytes();
+  m.fabric.flags = ep_flag_count;
+  if (m.fabric_kind == "zmq")
+    for (auto& name : m.members)
+      m.fabric.addresses.push_back(cluster.address(cluster.instance(name), plane, "ep"));
+  return m;
+}
+
+} // namespace supernode::services

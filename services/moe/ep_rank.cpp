@@ -1,0 +1,98 @@
+#include "services/moe/ep_rank.hpp"
+
+#include <cstdio>
+
+namespace supernode::services {
+
+ep_rank::ep_rank(std::shared_ptr<const model::model_weights> weights, ep_membership membership)
+    : weights_(std::move(weights)), membership_(std::move(membership)),
+      fabric_(membership_.fabric_kind == "zmq" ? transport::make_zmq_rank_fabric(membership_.fabric)
+                                               : transport::make_shm_rank_fabric(membership_.fabric)) {
+  const auto layout = expert_parallel::layout_for(weights_->config, weights_->prec,
+                                                  membership_.options);
+  std::fprintf(stderr, "expert parallelism: %s; %s\n", membership_.describe().c_str(),
+               layout.describe().c_str());
+}
+
+bool ep_rank::connect(const std::function<bool()>& give_up) {
+  std::string why;
+  if (!fabric_->connect(membership_.options.op_timeout * 4, give_up, why)) {
+    fail(why);
+    return false;
+  }
+  try {
+    ep_ = std::make_unique<expert_parallel>(weights_, *fabric_, membership_.options);
+  } catch (const std::exception& e) {
+    fail(e.what());
+    return false;
+  }
+  connected_ = true;
+  if (broken_) ep_->fail(failure());
+  return true;
+}
+
+void ep_rank::forward(int64_t layer, const model::moe_weights& w, const float* x, int64_t rows,
+                      float* out) {
+  if (!connected_ || broken_)
+    throw ep_failure("expert-parallel group " + membership_.fabric.group + " is not serving: " +
+                     (broken_ ? failure() : std::string("peers not connected yet")));
+  try {
+    ep_->forward(layer, w, x, rows, out);
+  } catch (const ep_failure& e) {
+    fail(e.what());
+    throw;
+  }
+}
+
+bool ep_rank::serve_peers() {
+  if (!connected_ || broken_ || !ep_->peer_waiting()) return false;
+  try {
+    ep_->serve_idle_forward();
+  } catch (const ep_failure& e) {
+    fail(e.what());
+  }
+  return true;
+}
+
+uint64_t ep_rank::doorbell_value() const {
+  return fabric_->load(ep_flag_doorbell);
+}
+
+void ep_rank::sleep(uint64_t seen, std::chrono::milliseconds timeout) {
+  fabric_->wait(ep_flag_doorbell, seen + 1, timeout);
+}
+
+void ep_rank::ring() {
+  fabric_->add(membership_.options.rank, ep_flag_doorbell, 1);
+}
+
+void ep_rank::fail(const std::string& why) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!failure_.empty()) return;
+    failure_ = why;
+  }
+  broken_ = true;
+  std::fprintf(stderr, "expert parallelism: %s broken: %s\n", membership_.fabric.group.c_str(),
+               why.c_str());
+  if (connected_) ep_->fail(why);
+  ring();
+}
+
+std::string ep_rank::failure() const {
+  std::lock_guard lock(mutex_);
+  return failure_;
+}
+
+std::vector<double> ep_rank::stage_seconds(uint64_t& forwards) const {
+  forwards = 0;
+  if (!connected_) return {};
+  const auto t = ep_->stage_times();
+  std::vector<double> sums(ep_stage_times::count, 0.0);
+  for (auto& layer : t.seconds)
+    for (int s = 0; s < ep_stage_times::count; ++s) sums[s] += layer[s];
+  forwards = t.forwards;
+  return sums;
+}
+
+} // namespace supernode::services
