@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -146,7 +147,13 @@ private:
 
   // EPLB: routed tokens of this rank's own tokens since the last exchange, [moe layer][expert].
   std::vector<uint32_t> routed_counts_;
-  uint64_t stats_rounds_ = 0;
+  uint64_t stats_rounds_ = 0;      // rank 0: rounds of stats planned from
+  uint64_t placements_seen_ = 0;   // publications read
+  struct pending_placement {
+    uint64_t version = 0, effective_forward = 0;
+    std::vector<expert_placement> placements;
+  };
+  std::optional<pending_placement> pending_;
 
   mutable std::mutex shared_mutex_; // stage times, failure text, rebalance report
   ep_stage_times times_;
