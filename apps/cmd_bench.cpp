@@ -1,6 +1,7 @@
 #include "apps/bench/inproc_plane_bench.hpp"
 #include "apps/bench/kernel_bench.hpp"
 #include "apps/bench/model_bench.hpp"
+#include "apps/bench/moe_bench.hpp"
 #include "apps/bench/serve_bench.hpp"
 #include "apps/bench/shm_plane_bench.hpp"
 #include "apps/bench/zmq_plane_bench.hpp"
@@ -16,6 +17,7 @@ int cmd_bench(cli_args& args) {
   auto what = args.take_positional();
   if (what && *what == "model") return run_model_bench(args);
   if (what && *what == "serve") return run_serve_bench(args);
+  if (what && *what == "moe") return run_moe_bench(args);
   if (what && *what == "kernels") {
     // The kernel benchmark parses its own options: hand it the rest as argv.
     std::vector<std::string> rest = args.take_rest();
@@ -35,9 +37,9 @@ int cmd_bench(cli_args& args) {
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
   }
-  throw usage_error(
-      "expected `bench kernels`, `bench model`, `bench planes` or `bench serve` (`bench serve "
-      "--help` lists its options)");
+  throw usage_error("expected `bench kernels`, `bench model`, `bench moe`, `bench planes` or "
+                    "`bench serve` (`bench serve "
+                    "--help` lists its options)");
 }
 
 } // namespace supernode::apps

@@ -64,8 +64,8 @@ void run_experts(const model_config& c, const moe_weights& w, precision prec,
   } else {
     std::vector<kernels::gemm_fp32_problem> problems;
     for (auto* b : batches)
-      problems.push_back(
-          {b->in_f.data(), b->rows, h, &w.experts[b->expert].gate_up.fp32(), b->up.data(), 2 * inter});
+      problems.push_back({b->in_f.data(), b->rows, h, &w.experts[b->expert].gate_up.fp32(),
+                          b->up.data(), 2 * inter});
     kernels::gemm_fp32_grouped(problems);
     swiglu();
     problems.clear();

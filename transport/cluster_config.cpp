@@ -125,8 +125,8 @@ cluster_config cluster_config::parse(std::string_view text, const std::string& s
       for (auto& r : p.roles)
         for (int j = 0; j < p.per_process; ++j) {
           const int role_index = i * p.per_process + j;
-          instance_config inst{r + "-" + std::to_string(role_index), r, p.name, i, ordinal++,
-                               role_index};
+          instance_config inst{
+              r + "-" + std::to_string(role_index), r, p.name, i, ordinal++, role_index};
           if (!names.insert(inst.name).second)
             fail(source, "instance '" + inst.name + "' is hosted by two processes");
           c.instances_.push_back(inst);
@@ -183,7 +183,9 @@ std::string cluster_config::address(const instance_config& inst, const plane_con
     if (plane.transport == "tcp")
       return "tcp://" + plane.host + ":" +
              std::to_string(plane.base_port + inst.ordinal * 3 +
-                            (channel == "bulk" ? 1 : channel == "ep" ? 2 : 0));
+                            (channel == "bulk" ? 1
+                             : channel == "ep" ? 2
+                                               : 0));
     return "ipc://" + (run_dir / (inst.name + "." + plane.name + "." + channel)).string();
   }
   return plane.kind + ":" + name + "/" + inst.name;

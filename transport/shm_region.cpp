@@ -59,7 +59,8 @@ shm_region shm_region::create(std::string_view cluster, std::string_view name, s
 }
 
 shm_region shm_region::open(std::string_view cluster, std::string_view name) {
-  return from_segment(shm_segment::open(cluster, "region." + std::string(name), segment_kind::region));
+  return from_segment(
+      shm_segment::open(cluster, "region." + std::string(name), segment_kind::region));
 }
 
 std::optional<shm_region> shm_region::try_open(std::string_view cluster, std::string_view name) {

@@ -38,8 +38,8 @@ void decode_instance::start(transport::endpoint& out) {
   out_ = &out;
   auto at_exit = [this] { send_updates(batch_.fail_all("decode instance stopping")); };
   if (group_)
-    worker_.start_in_group(*group_, [this] { return has_work(); }, [this] { compute_round(); },
-                           at_exit);
+    worker_.start_in_group(
+        *group_, [this] { return has_work(); }, [this] { compute_round(); }, at_exit);
   else
     worker_.start([this] { return has_work(); }, [this] { compute_round(); }, at_exit);
 }

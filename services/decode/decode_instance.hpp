@@ -9,9 +9,9 @@
 #include "model/kv_cache.hpp"
 #include "model/transformer.hpp"
 #include "services/decode/decode_batch.hpp"
-#include "services/prefill/prefill_engine.hpp"
 #include "services/moe/ep_rank.hpp"
 #include "services/moe/microbatch_pipeline.hpp"
+#include "services/prefill/prefill_engine.hpp"
 #include "services/role_logic.hpp"
 #include "services/serving/compute_worker.hpp"
 #include "services/serving/serving_config.hpp"
@@ -28,8 +28,8 @@ namespace supernode::services {
 class decode_instance : public role_logic {
 public:
   // With a membership, this instance is one rank of an expert-parallel decode instance.
-  decode_instance(std::shared_ptr<const model::model_weights> weights,
-                  const serving_config& config, std::optional<ep_membership> membership = {});
+  decode_instance(std::shared_ptr<const model::model_weights> weights, const serving_config& config,
+                  std::optional<ep_membership> membership = {});
   ~decode_instance() override;
 
   void start(transport::endpoint& out) override;

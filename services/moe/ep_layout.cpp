@@ -26,10 +26,11 @@ size_t ep_layout::count_offset(int slot, int source) const {
 }
 
 size_t ep_layout::combine_offset(int slot, int64_t batch_slot, int64_t route_slot) const {
-  const size_t base = count_offset(0, 0) + 2 * static_cast<size_t>(sizes.ranks) * sizeof(ep_count_entry);
-  return base + static_cast<size_t>((slot * sizes.local_batch + batch_slot) * sizes.topk +
-                                    route_slot) *
-                    combine_message_bytes();
+  const size_t base =
+      count_offset(0, 0) + 2 * static_cast<size_t>(sizes.ranks) * sizeof(ep_count_entry);
+  return base +
+         static_cast<size_t>((slot * sizes.local_batch + batch_slot) * sizes.topk + route_slot) *
+             combine_message_bytes();
 }
 
 size_t ep_layout::stats_bytes_per_rank() const {

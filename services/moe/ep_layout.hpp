@@ -22,12 +22,12 @@ namespace supernode::services {
 
 // Flag words of the region.
 enum ep_flag : size_t {
-  ep_flag_announce = 0,       // forwards started by the peers (each adds 1 per forward)
-  ep_flag_doorbell = 1,       // anything an idle rank should wake up for
-  ep_flag_dispatch = 2,       // + slot: source ranks whose dispatch for the slot's op is in
-  ep_flag_combine = 4,        // + slot: combine messages delivered for the slot's op
-  ep_flag_stats = 6,          // source ranks whose EPLB stats are in (rank 0)
-  ep_flag_placement = 7,      // placement version published (every rank)
+  ep_flag_announce = 0,  // forwards started by the peers (each adds 1 per forward)
+  ep_flag_doorbell = 1,  // anything an idle rank should wake up for
+  ep_flag_dispatch = 2,  // + slot: source ranks whose dispatch for the slot's op is in
+  ep_flag_combine = 4,   // + slot: combine messages delivered for the slot's op
+  ep_flag_stats = 6,     // source ranks whose EPLB stats are in (rank 0)
+  ep_flag_placement = 7, // placement version published (every rank)
   ep_flag_count = 8
 };
 

@@ -43,8 +43,9 @@ std::optional<ep_membership> ep_membership_of(const transport::cluster_config& c
   const auto shards = role == "decode" ? of_role(cluster, "expert_shard")
                                        : std::vector<const transport::instance_config*>{};
   if (attention.size() % static_cast<size_t>(size) != 0)
-    throw std::runtime_error("[ep] " + role + "_ranks = " + std::to_string(size) + " does not divide the " +
-                             std::to_string(attention.size()) + " " + role + " instances");
+    throw std::runtime_error("[ep] " + role + "_ranks = " + std::to_string(size) +
+                             " does not divide the " + std::to_string(attention.size()) + " " +
+                             role + " instances");
   const size_t groups = attention.size() / static_cast<size_t>(size);
   if (!shards.empty() && (groups == 0 || shards.size() % groups != 0))
     throw std::runtime_error(std::to_string(shards.size()) +

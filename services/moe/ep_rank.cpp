@@ -6,10 +6,11 @@ namespace supernode::services {
 
 ep_rank::ep_rank(std::shared_ptr<const model::model_weights> weights, ep_membership membership)
     : weights_(std::move(weights)), membership_(std::move(membership)),
-      fabric_(membership_.fabric_kind == "zmq" ? transport::make_zmq_rank_fabric(membership_.fabric)
-                                               : transport::make_shm_rank_fabric(membership_.fabric)) {
-  const auto layout = expert_parallel::layout_for(weights_->config, weights_->prec,
-                                                  membership_.options);
+      fabric_(membership_.fabric_kind == "zmq"
+                  ? transport::make_zmq_rank_fabric(membership_.fabric)
+                  : transport::make_shm_rank_fabric(membership_.fabric)) {
+  const auto layout =
+      expert_parallel::layout_for(weights_->config, weights_->prec, membership_.options);
   std::fprintf(stderr, "expert parallelism: %s; %s\n", membership_.describe().c_str(),
                layout.describe().c_str());
 }

@@ -1,10 +1,10 @@
 #include "services/moe/expert_parallel.hpp"
 
+#include "services/moe/eplb_planner.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-
-#include "services/moe/eplb_planner.hpp"
 
 namespace supernode::services {
 
@@ -435,8 +435,8 @@ void expert_parallel::exchange_stats() {
   for (int64_t l = 0; l < layout_.moe_layers; ++l) {
     std::vector<uint64_t> by_source(static_cast<size_t>(ranks * experts)), load(experts, 0);
     for (int64_t s = 0; s < ranks; ++s) {
-      const auto* counts =
-          reinterpret_cast<const uint32_t*>(fabric_.local() + layout_.stats_offset(static_cast<int>(s)));
+      const auto* counts = reinterpret_cast<const uint32_t*>(
+          fabric_.local() + layout_.stats_offset(static_cast<int>(s)));
       for (int64_t e = 0; e < experts; ++e) {
         by_source[s * experts + e] = counts[l * experts + e];
         load[e] += counts[l * experts + e];

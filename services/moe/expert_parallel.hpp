@@ -48,8 +48,8 @@ struct ep_options {
   int32_t ranks = 1;
   // Fabric ranks that host routed experts, in placement order; empty: every rank.
   std::vector<int32_t> expert_hosts;
-  int64_t local_batch = 64; // most tokens this rank (or any rank) sends in one op
-  int32_t microbatches = 1; // ops per MoE layer per forward (2 with microbatch pipelining)
+  int64_t local_batch = 64;       // most tokens this rank (or any rank) sends in one op
+  int32_t microbatches = 1;       // ops per MoE layer per forward (2 with microbatch pipelining)
   int32_t redundant_per_rank = 0; // replica slots EPLB may add on each host
   int64_t eplb_interval = 0;      // forwards between re-placements; 0: off
   std::chrono::milliseconds op_timeout{60000};
@@ -131,7 +131,7 @@ private:
   std::vector<expert_placement> placements_;
   uint64_t placement_version_ = 0;
 
-  uint64_t ops_ = 0;      // collective ops completed
+  uint64_t ops_ = 0; // collective ops completed
   uint64_t combine_expected_[2] = {0, 0};
   std::chrono::steady_clock::time_point last_op_end_{};
   bool in_forward_ = false;
@@ -147,8 +147,8 @@ private:
 
   // EPLB: routed tokens of this rank's own tokens since the last exchange, [moe layer][expert].
   std::vector<uint32_t> routed_counts_;
-  uint64_t stats_rounds_ = 0;      // rank 0: rounds of stats planned from
-  uint64_t placements_seen_ = 0;   // publications read
+  uint64_t stats_rounds_ = 0;    // rank 0: rounds of stats planned from
+  uint64_t placements_seen_ = 0; // publications read
   struct pending_placement {
     uint64_t version = 0, effective_forward = 0;
     std::vector<expert_placement> placements;

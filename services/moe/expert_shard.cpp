@@ -12,7 +12,8 @@ expert_shard::~expert_shard() {
 
 void expert_shard::start(transport::endpoint& out) {
   (void)out;
-  worker_.start_in_group(group_, [] { return false; }, [] {});
+  worker_.start_in_group(
+      group_, [] { return false; }, [] {});
 }
 
 void expert_shard::stop() {

@@ -46,10 +46,10 @@ struct serving_config {
   // ranks; expert_shard instances join the decode groups (attention/MoE split).
   int32_t decode_ranks = 1;
   int32_t prefill_ranks = 1;
-  bool microbatch = false;           // two microbatches per step, attention overlapping MoE
-  int32_t redundant_experts = 0;     // replica slots per expert host that EPLB may fill
-  int64_t eplb_interval = 0;         // forwards between EPLB re-placements; 0: off
-  int64_t ep_op_timeout_ms = 30000;  // a peer silent this long breaks the group
+  bool microbatch = false;          // two microbatches per step, attention overlapping MoE
+  int32_t redundant_experts = 0;    // replica slots per expert host that EPLB may fill
+  int64_t eplb_interval = 0;        // forwards between EPLB re-placements; 0: off
+  int64_t ep_op_timeout_ms = 30000; // a peer silent this long breaks the group
 
   // The model id served: the model folder's name.
   std::string model_id() const;

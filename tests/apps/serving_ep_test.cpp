@@ -17,8 +17,9 @@ namespace {
 std::vector<served_prompt> prompts(size_t n, int64_t salt, int32_t max_tokens) {
   std::vector<served_prompt> out;
   for (size_t i = 0; i < n; ++i)
-    out.push_back({test_prompt(1 + static_cast<int64_t>((i * 29) % 60), salt + static_cast<int64_t>(i)),
-                   max_tokens + static_cast<int32_t>(i % 5)});
+    out.push_back(
+        {test_prompt(1 + static_cast<int64_t>((i * 29) % 60), salt + static_cast<int64_t>(i)),
+         max_tokens + static_cast<int32_t>(i % 5)});
   return out;
 }
 
@@ -107,8 +108,8 @@ TEST(serving_ep, a_rank_process_killed_mid_step_fails_the_groups_requests_withou
   for (auto& r : replies) {
     EXPECT_TRUE(r.error.empty()) << r.error; // answered, not timed out
     EXPECT_GE(r.status, 500u) << r.body;
-    const bool named = r.body.find("decode-2") != std::string::npos ||
-                       r.body.find("rank 2") != std::string::npos;
+    const bool named =
+        r.body.find("decode-2") != std::string::npos || r.body.find("rank 2") != std::string::npos;
     EXPECT_TRUE(named) << r.body;
   }
   // The surviving ranks report their group broken: new requests are refused at once.

@@ -13,8 +13,8 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
-#include <latch>
 #include <gtest/gtest.h>
+#include <latch>
 #include <random>
 #include <thread>
 #include <unistd.h>
@@ -67,7 +67,8 @@ void run_group(const std::string& kind, int ranks, const ep_options& base,
         const auto layout = expert_parallel::layout_for(weights->config, weights->prec, o);
         auto fabric = make_fabric(kind, group, r, ranks, layout);
         std::string why;
-        if (!fabric->connect(std::chrono::seconds(20), [] { return false; }, why))
+        if (!fabric->connect(
+                std::chrono::seconds(20), [] { return false; }, why))
           throw std::runtime_error(why);
         connected.arrive_and_wait();
         expert_parallel ep(weights, *fabric, o);
@@ -95,7 +96,8 @@ std::vector<float> local_moe(const model::model_weights& weights, const model::m
   for (int32_t e = 0; e < c.n_routed_experts; ++e) {
     auto& b = batches[e];
     b.expert = e;
-    b.in_q = {b.rows, h, xq.stride, std::vector<int8_t>(b.rows * xq.stride), std::vector<float>(b.rows)};
+    b.in_q = {b.rows, h, xq.stride, std::vector<int8_t>(b.rows * xq.stride),
+              std::vector<float>(b.rows)};
   }
   for (int64_t i = 0; i < rows * k; ++i) {
     auto& b = batches[routing.expert[i]];
@@ -204,8 +206,7 @@ TEST_P(expert_parallel_test, a_model_over_ep_ranks_gives_the_reference_logits) {
       t.logits(picked.data(), static_cast<int64_t>(last.size()), logits);
       for (size_t i = 0; i < seqs.size(); ++i) {
         const float* l = logits.data() + i * c.vocab_size;
-        seqs[i].tokens.push_back(
-            static_cast<int32_t>(std::max_element(l, l + c.vocab_size) - l));
+        seqs[i].tokens.push_back(static_cast<int32_t>(std::max_element(l, l + c.vocab_size) - l));
       }
       all_logits.push_back(logits);
       if (between) between();

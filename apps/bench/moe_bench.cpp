@@ -1,0 +1,295 @@
+#include "apps/bench/moe_bench.hpp"
+
+#include "apps/cli_args.hpp"
+#include "kernels/thread_pool.hpp"
+#include "model/transformer.hpp"
+#include "services/moe/expert_parallel.hpp"
+#include "services/moe/microbatch_pipeline.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <latch>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+#include <unistd.h>
+
+namespace supernode::apps {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+using services::ep_options;
+using services::expert_parallel;
+
+// One MoE layer at DeepSeek-V3's width (hidden 7168, 256 experts, top-8 of 8 groups) with
+// experts shrunk to 16 columns, so an op's time is the dispatch and the combine, not the GEMMs.
+std::shared_ptr<const model::model_weights> dispatch_only_model(int64_t hidden) {
+  auto w = std::make_shared<model::model_weights>();
+  auto& c = w->config;
+  c.hidden_size = hidden;
+  c.n_routed_experts = 256;
+  c.num_experts_per_tok = 8;
+  c.n_group = 8;
+  c.topk_group = 4;
+  c.moe_intermediate_size = 16;
+  c.num_hidden_layers = 1;
+  c.first_k_dense_replace = 0;
+  c.scoring_func = "sigmoid";
+  c.norm_topk_prob = true;
+  c.routed_scaling_factor = 2.5;
+  w->prec = model::precision::int8;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> d(0.0f, 0.02f);
+  auto random = [&](int64_t n) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(rng);
+    return v;
+  };
+  model::layer_weights layer;
+  layer.is_moe = true;
+  auto router = random(c.n_routed_experts * hidden);
+  layer.moe.router = kernels::fp32_weight::pack(router.data(), c.n_routed_experts, hidden);
+  for (int64_t e = 0; e < c.n_routed_experts; ++e) {
+    model::mlp_weights m;
+    m.intermediate = c.moe_intermediate_size;
+    auto gu = random(2 * m.intermediate * hidden), down = random(hidden * m.intermediate);
+    m.gate_up = model::linear::from_float(gu.data(), 2 * m.intermediate, hidden, w->prec);
+    m.down = model::linear::from_float(down.data(), hidden, m.intermediate, w->prec);
+    layer.moe.experts.push_back(std::move(m));
+  }
+  w->layers.push_back(std::move(layer));
+  return w;
+}
+
+std::unique_ptr<transport::rank_fabric>
+fabric_for(const std::string& kind, const std::string& group, int rank, int ranks, size_t bytes) {
+  transport::rank_fabric_options o;
+  o.cluster = "bench";
+  o.group = group;
+  o.rank = rank;
+  o.ranks = ranks;
+  o.bytes = bytes;
+  o.flags = services::ep_flag_count;
+  if (kind == "zmq") {
+    const auto dir = std::filesystem::temp_directory_path() / ("supernode-bench-" + group);
+    std::filesystem::create_directories(dir);
+    for (int r = 0; r < ranks; ++r)
+      o.addresses.push_back("ipc://" + (dir / std::to_string(r)).string());
+    return transport::make_zmq_rank_fabric(o);
+  }
+  return transport::make_shm_rank_fabric(o);
+}
+
+// Runs body(rank, ep) on `ranks` threads sharing one group; returns what rank 0's body returns.
+nlohmann::json run_group(
+    const std::string& kind, int ranks, ep_options o, std::shared_ptr<const model::model_weights> w,
+    const std::function<nlohmann::json(int, expert_parallel&, transport::rank_fabric&)>& body) {
+  static std::atomic<int> n{0};
+  const auto group = "b" + std::to_string(getpid()) + "-" + std::to_string(n++);
+  o.ranks = ranks;
+  nlohmann::json result;
+  std::string error;
+  std::latch connected(ranks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r)
+    threads.emplace_back([&, r, o]() mutable {
+      o.rank = r;
+      try {
+        const auto layout = expert_parallel::layout_for(w->config, w->prec, o);
+        auto fabric = fabric_for(kind, group, r, ranks, layout.total_bytes());
+        std::string why;
+        if (!fabric->connect(
+                std::chrono::seconds(30), [] { return false; }, why))
+          throw std::runtime_error(why);
+        connected.arrive_and_wait();
+        expert_parallel ep(w, *fabric, o);
+        auto out = body(r, ep, *fabric);
+        if (r == 0) result = std::move(out);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  if (!error.empty()) throw std::runtime_error("bench moe: " + error);
+  return result;
+}
+
+std::vector<float> random_rows(int64_t rows, int64_t h, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> x(rows * h);
+  for (auto& v : x) v = d(rng);
+  return x;
+}
+
+// Table 7: every rank sends `tokens` tokens through one op, `ops` times.
+nlohmann::json dispatch_combine(const std::string& kind, int ranks, int64_t tokens, int ops) {
+  auto w = dispatch_only_model(7168);
+  ep_options o;
+  o.local_batch = tokens;
+  return run_group(kind, ranks, o, w, [&](int r, expert_parallel& ep, transport::rank_fabric& f) {
+    const auto x = random_rows(tokens, 7168, static_cast<uint32_t>(r + 1));
+    std::vector<float> out(tokens * 7168);
+    const auto& moe = w->layers[0].moe;
+    for (int i = 0; i < 3; ++i) ep.forward(0, moe, x.data(), tokens, out.data()); // warm-up
+    const auto before = ep.stage_times();
+    const uint64_t sent = f.bytes_sent();
+    const auto start = clock_type::now();
+    for (int i = 0; i < ops; ++i) ep.forward(0, moe, x.data(), tokens, out.data());
+    const double seconds = std::chrono::duration<double>(clock_type::now() - start).count();
+    auto t = ep.stage_times();
+    nlohmann::json j;
+    j["fabric"] = kind;
+    j["ep"] = ranks;
+    j["tokens_per_rank"] = tokens;
+    j["op_us"] = seconds / ops * 1e6;
+    auto stage_us = [&](int s) { return (t.seconds[0][s] - before.seconds[0][s]) / ops * 1e6; };
+    // Dispatch latency: writing the messages plus waiting for every peer's; combine: writing
+    // the outputs, waiting for them and summing. Idle splits between the two waits.
+    j["dispatch_write_us"] = stage_us(services::ep_stage_times::dispatch);
+    j["combine_us"] = stage_us(services::ep_stage_times::combine);
+    j["wait_us"] = stage_us(services::ep_stage_times::idle);
+    j["experts_us"] = stage_us(services::ep_stage_times::experts);
+    // The protocol's share of the op: everything but the gate and the (shrunk) expert GEMMs.
+    j["comm_us"] = stage_us(services::ep_stage_times::dispatch) +
+                   stage_us(services::ep_stage_times::combine) +
+                   stage_us(services::ep_stage_times::idle);
+    const double bytes = static_cast<double>(f.bytes_sent() - sent) / ops;
+    j["bytes_per_rank_per_op"] = bytes;
+    j["rank_gbps"] = bytes / (seconds / ops) / 1e9;
+    return j;
+  });
+}
+
+// Decode steps of a real model over EP ranks (threads): tokens per second, the stage breakdown
+// of rank 0 (Figure 20b) and, with EPLB on, the host-load balance before and after.
+nlohmann::json decode_run(std::shared_ptr<const model::model_weights> w, int ranks, int64_t batch,
+                          int steps, bool microbatch, int64_t eplb_interval, bool skewed) {
+  ep_options o;
+  o.local_batch = batch;
+  o.microbatches = microbatch ? 2 : 1;
+  o.eplb_interval = eplb_interval;
+  o.redundant_per_rank = eplb_interval > 0 ? 1 : 0;
+  std::atomic<int> done{0};
+  return run_group("shm", ranks, o, w, [&](int r, expert_parallel& ep, transport::rank_fabric&) {
+    model::transformer t(w);
+    t.set_routed_experts(&ep);
+    std::unique_ptr<services::microbatch_pipeline> pipeline;
+    if (microbatch) pipeline = std::make_unique<services::microbatch_pipeline>(w, ep);
+    const int64_t block = 16, ctx = 64 + steps;
+    model::kv_block_pool pool(t.kv_layout(block, false), batch * ((ctx + block - 1) / block));
+    std::vector<model::kv_block_table> tables(batch);
+    std::vector<int32_t> tokens(batch);
+    for (int64_t i = 0; i < batch; ++i) {
+      tables[i].reserve(pool, ctx);
+      tables[i].set_tokens(32); // a 32-token context, its KV left as the pool holds it
+      // Skewed: a handful of token ids, so the gate keeps choosing the same experts.
+      tokens[i] = skewed ? static_cast<int32_t>(1000 + i % 3)
+                         : static_cast<int32_t>((r * 7919 + i * 104729) % 120000 + 10);
+    }
+    std::vector<float> hidden;
+    std::vector<model::sequence_step> st(batch);
+    auto step = [&] {
+      for (int64_t i = 0; i < batch; ++i) {
+        st[i] = {&tables[i], tables[i].tokens(), 1, model::attention_mode::decode};
+        tables[i].set_tokens(tables[i].tokens() + 1);
+      }
+      hidden.clear();
+      if (pipeline)
+        pipeline->forward(tokens, st, pool, hidden);
+      else
+        t.forward(tokens, st, pool, hidden);
+    };
+    step(); // warm-up
+    const auto before = ep.stage_times();
+    const auto start = clock_type::now();
+    for (int s = 1; s < steps; ++s) step();
+    const double seconds = std::chrono::duration<double>(clock_type::now() - start).count();
+    ++done;
+    // Stay in the group until every rank is through (a rank that leaves breaks it).
+    for (;;) {
+      const auto seen = ep.doorbell_value();
+      if (ep.peer_waiting()) {
+        ep.serve_idle_forward();
+        continue;
+      }
+      if (done == ranks) break;
+      ep.sleep(seen, std::chrono::milliseconds(20));
+    }
+    nlohmann::json j;
+    j["ep"] = ranks;
+    j["batch_per_rank"] = batch;
+    j["microbatch"] = microbatch;
+    j["tokens_per_s"] = static_cast<double>(batch * ranks * (steps - 1)) / seconds;
+    const auto after = ep.stage_times();
+    nlohmann::json stages;
+    for (int s = 0; s < services::ep_stage_times::count; ++s) {
+      double total = 0;
+      for (size_t l = 0; l < after.seconds.size(); ++l)
+        total += after.seconds[l][s] - before.seconds[l][s];
+      stages[services::ep_stage_times::name(s)] = total / (steps - 1) * 1e3;
+    }
+    j["rank0_stage_ms_per_step"] = stages;
+    if (eplb_interval > 0) {
+      const auto rb = ep.last_rebalance();
+      j["eplb_placements"] = rb.version;
+      j["host_load_max_over_mean_before"] = rb.ratio_before;
+      j["host_load_max_over_mean_after"] = rb.ratio_after;
+    }
+    return j;
+  });
+}
+
+} // namespace
+
+int run_moe_bench(cli_args& args) {
+  const bool quick = args.take_flag("--quick");
+  const auto model_dir = args.take_or("--model", "");
+  // Ranks are threads here, as many as 8 on 2 cores: each computes on its own thread, as a rank
+  // owns its cores, instead of sharing a pool whose idle workers spin.
+  kernels::thread_pool::configure_shared(static_cast<int>(args.take_int("--threads", 1, 1, 1024)));
+  args.expect_consumed("bench moe");
+  nlohmann::json out;
+  const int ops = quick ? 20 : 200;
+  // 128 tokens per rank (Table 7's load, bandwidth-bound) and 1 (latency-bound).
+  for (int64_t tokens : {int64_t{128}, int64_t{1}}) {
+    nlohmann::json table;
+    for (auto kind : {"shm", "zmq"})
+      for (int ranks : {2, 4, 8})
+        table.push_back(dispatch_combine(kind, ranks, tokens, tokens == 1 ? ops * 10 : ops));
+    const auto key = std::to_string(tokens);
+    out["dispatch_combine"][key + "_tokens_per_rank"] = table;
+    for (auto& row : table)
+      if (row["fabric"] == "zmq")
+        for (auto& s : table)
+          if (s["fabric"] == "shm" && s["ep"] == row["ep"]) {
+            const auto ep = std::to_string(row["ep"].get<int>());
+            out["zmq_over_shm"][key + "_tokens"]["op_time"][ep] =
+                row["op_us"].get<double>() / s["op_us"].get<double>();
+            out["zmq_over_shm"][key + "_tokens"]["comm_time"][ep] =
+                row["comm_us"].get<double>() / s["comm_us"].get<double>();
+          }
+  }
+
+  if (!model_dir.empty()) {
+    model::load_options lo;
+    auto w = model::model_weights::load(model_dir, lo);
+    const int steps = quick ? 6 : 24;
+    nlohmann::json mb;
+    for (int64_t batch : {8, 32, 64})
+      for (bool on : {false, true}) mb.push_back(decode_run(w, 2, batch, steps, on, 0, false));
+    out["microbatch_decode"] = mb;
+    nlohmann::json eplb;
+    for (int64_t interval : {0, 4})
+      eplb.push_back(decode_run(w, 4, 32, steps * 2, false, interval, true));
+    out["eplb_skewed_decode"] = eplb;
+  }
+  std::printf("%s\n", out.dump(2).c_str());
+  return 0;
+}
+
+} // namespace supernode::apps
