@@ -66,7 +66,11 @@ constexpr size_t write_header = sizeof(uint64_t);
 // Large writes travel in parts of at most this size and a batch is sent once it holds this much,
 // so the receiver copies one part while the sender prepares the next and no batch grows without
 // bound while a caller issues many writes before its add().
-constexpr size_t max_part_bytes = size_t{1} << 20;
+constexpr size_t max_part_bytes = size_t{256} << 10;
+// zmq bounds queues in messages, not bytes: with parts of at most max_part_bytes this caps what
+// one peer can have queued here and there at 2 * 256 * 256 KiB. A full queue blocks the sender
+// (flow control), never the receive thread, which drains independently of its rank.
+constexpr int queue_messages = 256;
 // A peer whose receiver stays this long behind is treated as broken rather than waited on forever.
 constexpr auto send_timeout = std::chrono::seconds(60);
 constexpr auto hello_interval = std::chrono::milliseconds(100);
@@ -154,6 +158,7 @@ public:
       p.dealer = zmq::socket_t(context_, zmq::socket_type::dealer);
       p.dealer.set(zmq::sockopt::routing_id, routing_id(rank_));
       p.dealer.set(zmq::sockopt::linger, 0);
+      p.dealer.set(zmq::sockopt::sndhwm, queue_messages);
       // Peers start in any order: retry an unbound ipc path or refused port quickly, and queue
       // what we send meanwhile (ZMQ_IMMEDIATE stays off) so the first hello is not lost.
       p.dealer.set(zmq::sockopt::reconnect_ivl, 10);
@@ -169,6 +174,7 @@ public:
     // Bound after the DEALERs, whose addresses are the likelier to be malformed, so a throwing
     // constructor leaves no ipc file behind.
     router_.set(zmq::sockopt::linger, 0);
+    router_.set(zmq::sockopt::rcvhwm, queue_messages);
     // A frame larger than any part a peer sends is garbage: zmq drops that connection instead of
     // buffering it (a raw socket could otherwise make this rank allocate without bound).
     router_.set(zmq::sockopt::maxmsgsize,
