@@ -62,6 +62,10 @@ struct tail {
 };
 static_assert(sizeof(tail) == 32);
 
+tail make_tail(kind k, uint64_t a = 0, uint64_t b = 0, uint64_t c = 0, bool ack = false) {
+  return {wire_magic, static_cast<uint8_t>(k), static_cast<uint8_t>(ack), 0, a, b, c};
+}
+
 constexpr size_t write_header = sizeof(uint64_t);
 // Large writes travel in parts of at most this size and a batch is sent once it holds this much,
 // so the receiver copies one part while the sender prepares the next and no batch grows without
@@ -235,9 +239,8 @@ public:
           auto& p = *peers_[r];
           const bool heard = p.heard.load(std::memory_order_acquire);
           if ((heard && !told[r]) || (resend && !(told[r] && p.acked.load()))) {
-            tail t{wire_magic, static_cast<uint8_t>(kind::hello), heard,
-                   0,          static_cast<uint64_t>(ranks_),     bytes_,
-                   flags_};
+            const auto t =
+                make_tail(kind::hello, static_cast<uint64_t>(ranks_), bytes_, flags_, heard);
             if (send(r, t, false) && heard) told[r] = true;
           }
         }
@@ -294,8 +297,7 @@ public:
       p.pending.push_back(std::move(part));
       p.pending_bytes += n;
       done += n;
-      if (p.pending_bytes >= max_part_bytes)
-        send(to, tail{wire_magic, static_cast<uint8_t>(kind::writes), 0, 0, 0, 0, 0}, true);
+      if (p.pending_bytes >= max_part_bytes) send(to, make_tail(kind::writes), true);
     }
     bytes_sent_ += data.size();
   }
@@ -309,7 +311,7 @@ public:
     }
     std::lock_guard lock(send_mutex_);
     require_connected(to);
-    send(to, tail{wire_magic, static_cast<uint8_t>(kind::add), 0, 0, flag, delta, 0}, true);
+    send(to, make_tail(kind::add, flag, delta), true);
   }
 
   uint64_t load(size_t flag) const override {
@@ -340,7 +342,7 @@ public:
       // Writes without their add would never be waited for: drop them with the goodbye.
       peers_[r]->pending.clear();
       peers_[r]->pending_bytes = 0;
-      send(r, tail{wire_magic, static_cast<uint8_t>(kind::leaving), 0, 0, 0, 0, 0}, false);
+      send(r, make_tail(kind::leaving), false);
     }
   }
 

@@ -397,6 +397,21 @@ void gateway_service::on_member_event(const transport::membership_event& event,
   for (auto& r : lost) finish(*r, "error", event.peer + " went down (" + event.reason + ")", 503);
 }
 
+void gateway_service::render_stage_times(const protocol::instance_stats& s) {
+  static const char* stages[] = {"attention", "gate", "dispatch", "experts", "combine", "idle"};
+  constexpr size_t n = std::size(stages);
+  if (s.ep_stage_seconds.empty()) return;
+  metrics_.set_gauge("supernode_ep_forwards", "Forwards an expert-parallel rank took part in",
+                     static_cast<double>(s.ep_forwards), {{"instance", s.name}});
+  for (size_t i = 0; i + n <= s.ep_stage_seconds.size(); i += n)
+    for (size_t st = 0; st < n; ++st)
+      metrics_.set_gauge(
+          "supernode_ep_stage_seconds",
+          "Seconds an expert-parallel rank spent per MoE layer and stage",
+          s.ep_stage_seconds[i + st],
+          {{"instance", s.name}, {"moe_layer", std::to_string(i / n)}, {"stage", stages[st]}});
+}
+
 std::string gateway_service::render_metrics() {
   protocol::cluster_stats stats;
   size_t live = 0;
@@ -417,6 +432,10 @@ std::string gateway_service::render_metrics() {
                        static_cast<double>(s.running), l);
     metrics_.set_gauge("supernode_instance_waiting", "Requests queued at the instance",
                        static_cast<double>(s.waiting), l);
+    metrics_.set_gauge("supernode_instance_unavailable",
+                       "1 when the instance takes no requests (its expert-parallel group broke)",
+                       s.unavailable.empty() ? 0 : 1, l);
+    render_stage_times(s);
     if (s.role == "decode") {
       metrics_.set_gauge("supernode_kv_blocks_used", "KV blocks reserved or in use",
                          static_cast<double>(s.kv_blocks_used), l);

@@ -89,11 +89,10 @@ std::vector<double> ep_rank::stage_seconds(uint64_t& forwards) const {
   forwards = 0;
   if (!connected_) return {};
   const auto t = ep_->stage_times();
-  std::vector<double> sums(ep_stage_times::count, 0.0);
-  for (auto& layer : t.seconds)
-    for (int s = 0; s < ep_stage_times::count; ++s) sums[s] += layer[s];
+  std::vector<double> flat;
+  for (auto& layer : t.seconds) flat.insert(flat.end(), layer.begin(), layer.end());
   forwards = t.forwards;
-  return sums;
+  return flat;
 }
 
 } // namespace supernode::services

@@ -39,7 +39,8 @@ public:
   void fail(const std::string& why); // any thread
   bool broken() const { return broken_; }
   std::string failure() const;
-  // Stage seconds summed over layers, and forwards, for load reports (empty before connect).
+  // Seconds per [MoE layer][stage], flattened, and forwards, for load reports (empty before
+  // the group connects).
   std::vector<double> stage_seconds(uint64_t& forwards) const;
 
 private:

@@ -93,8 +93,9 @@ struct load_report {
   std::vector<plane_traffic> planes;
   // Why the instance takes no new requests (its expert-parallel group broke); empty: serving.
   std::string unavailable;
-  // Expert parallelism: seconds per stage (attention, gate, dispatch, experts, combine, idle)
-  // summed over MoE layers since start, and forwards run; empty for a single rank.
+  // Expert parallelism: seconds per MoE layer and stage since start, [layer * 6 + stage] with
+  // stages attention, gate, dispatch, experts, combine, idle; and forwards run. Empty for a
+  // lone rank.
   std::vector<double> ep_stage_seconds;
   uint64_t ep_forwards = 0;
   MSGPACK_DEFINE_MAP(role, kv_blocks_total, kv_blocks_released, prompt_tokens_completed, running,
@@ -167,8 +168,11 @@ struct instance_stats {
   int64_t running = 0, waiting = 0;
   int64_t kv_blocks_used = 0, kv_blocks_total = 0;
   int64_t outstanding_prompt_tokens = 0;
+  std::string unavailable;              // see load_report
+  std::vector<double> ep_stage_seconds; // see load_report
+  uint64_t ep_forwards = 0;
   MSGPACK_DEFINE_MAP(name, role, alive, running, waiting, kv_blocks_used, kv_blocks_total,
-                     outstanding_prompt_tokens);
+                     outstanding_prompt_tokens, unavailable, ep_stage_seconds, ep_forwards);
 };
 
 struct cluster_stats {

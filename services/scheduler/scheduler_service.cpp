@@ -186,6 +186,9 @@ void scheduler_service::on_tick(transport::endpoint& out) {
     s.alive = alive;
     s.running = last.running;
     s.waiting = last.waiting;
+    s.unavailable = last.unavailable;
+    s.ep_stage_seconds = last.ep_stage_seconds;
+    s.ep_forwards = last.ep_forwards;
     for (auto& t : last.planes) stats.planes.emplace_back(name, t);
     stats.instances.push_back(s);
     return stats.instances.back();

@@ -59,7 +59,9 @@ TEST(cluster_config, expands_processes_into_instances_and_addresses) {
   EXPECT_EQ(c.plane_for_flow("control").name, "vpc");
   EXPECT_EQ(c.address(all[3], c.planes.at("vpc"), "control"),
             "ipc:///tmp/sn-t1/prefill-1.vpc.control");
-  EXPECT_EQ(c.address(all[3], c.planes.at("rdma"), "bulk"), "tcp://127.0.0.1:20007");
+  EXPECT_EQ(c.address(all[3], c.planes.at("rdma"), "bulk"),
+            "tcp://127.0.0.1:20010"); // base + 3 x ordinal + 1 (bulk)
+  EXPECT_EQ(c.address(all[3], c.planes.at("rdma"), "ep"), "tcp://127.0.0.1:20011");
   EXPECT_THROW(c.instances_of("decode", 1), std::runtime_error);
   EXPECT_THROW(c.instances_of("gateway", 0), std::runtime_error);
   EXPECT_THROW(c.plane_for_flow("ems"), std::runtime_error);
