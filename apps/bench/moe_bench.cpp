@@ -5,6 +5,7 @@
 #include "model/transformer.hpp"
 #include "services/moe/expert_parallel.hpp"
 #include "services/moe/microbatch_pipeline.hpp"
+#include "services/moe/skewed_routing.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -25,42 +26,19 @@ using clock_type = std::chrono::steady_clock;
 using services::ep_options;
 using services::expert_parallel;
 
-// One MoE layer at DeepSeek-V3's width (hidden 7168, 256 experts, top-8 of 8 groups) with
-// experts shrunk to 16 columns, so an op's time is the dispatch and the combine, not the GEMMs.
+// One MoE layer at DeepSeek-V3's width (hidden 7168, 256 routed experts, top-8). The protocol
+// benchmark never runs the gate or the experts, so the layer holds no weights.
 std::shared_ptr<const model::model_weights> dispatch_only_model(int64_t hidden) {
   auto w = std::make_shared<model::model_weights>();
   auto& c = w->config;
   c.hidden_size = hidden;
   c.n_routed_experts = 256;
   c.num_experts_per_tok = 8;
-  c.n_group = 8;
-  c.topk_group = 4;
-  c.moe_intermediate_size = 16;
   c.num_hidden_layers = 1;
   c.first_k_dense_replace = 0;
-  c.scoring_func = "sigmoid";
-  c.norm_topk_prob = true;
-  c.routed_scaling_factor = 2.5;
   w->prec = model::precision::int8;
-  std::mt19937 rng(1);
-  std::normal_distribution<float> d(0.0f, 0.02f);
-  auto random = [&](int64_t n) {
-    std::vector<float> v(n);
-    for (auto& x : v) x = d(rng);
-    return v;
-  };
   model::layer_weights layer;
   layer.is_moe = true;
-  auto router = random(c.n_routed_experts * hidden);
-  layer.moe.router = kernels::fp32_weight::pack(router.data(), c.n_routed_experts, hidden);
-  for (int64_t e = 0; e < c.n_routed_experts; ++e) {
-    model::mlp_weights m;
-    m.intermediate = c.moe_intermediate_size;
-    auto gu = random(2 * m.intermediate * hidden), down = random(hidden * m.intermediate);
-    m.gate_up = model::linear::from_float(gu.data(), 2 * m.intermediate, hidden, w->prec);
-    m.down = model::linear::from_float(down.data(), hidden, m.intermediate, w->prec);
-    layer.moe.experts.push_back(std::move(m));
-  }
   w->layers.push_back(std::move(layer));
   return w;
 }
@@ -126,38 +104,40 @@ std::vector<float> random_rows(int64_t rows, int64_t h, uint32_t seed) {
   return x;
 }
 
-// Table 7: every rank sends `tokens` tokens through one op, `ops` times.
+// Table 7: every rank sends `tokens` tokens (uniformly routed, 8 distinct experts each) through
+// one op, `ops` times; the receivers compute nothing, so the op is the protocol alone:
+// FusedDispatch (INT8 tokens to their experts' ranks) and FusedCombine (FP32 outputs back).
 nlohmann::json dispatch_combine(const std::string& kind, int ranks, int64_t tokens, int ops) {
-  auto w = dispatch_only_model(7168);
+  constexpr int64_t hidden = 7168;
+  auto w = dispatch_only_model(hidden);
   ep_options o;
   o.local_batch = tokens;
   return run_group(kind, ranks, o, w, [&](int r, expert_parallel& ep, transport::rank_fabric& f) {
-    const auto x = random_rows(tokens, 7168, static_cast<uint32_t>(r + 1));
-    std::vector<float> out(tokens * 7168);
-    const auto& moe = w->layers[0].moe;
-    for (int i = 0; i < 3; ++i) ep.forward(0, moe, x.data(), tokens, out.data()); // warm-up
+    const auto x = random_rows(tokens, hidden, static_cast<uint32_t>(r + 1));
+    std::vector<float> out(tokens * hidden);
+    model::moe_routing routing;
+    routing.rows = tokens;
+    routing.k = 8;
+    routing.weight.assign(tokens * 8, 0.125f);
+    const auto experts = services::skewed_routing(256, 8, tokens, 0.0, 1000 + r);
+    routing.expert.assign(experts.begin(), experts.end());
+    auto no_compute = [&](std::span<model::expert_batch* const> batches) {
+      for (auto* b : batches) b->out.resize(b->rows * hidden);
+    };
+    for (int i = 0; i < 3; ++i) ep.exchange(0, routing, x.data(), tokens, out.data(), no_compute);
     const auto before = ep.stage_times();
     const uint64_t sent = f.bytes_sent();
     const auto start = clock_type::now();
-    for (int i = 0; i < ops; ++i) ep.forward(0, moe, x.data(), tokens, out.data());
+    for (int i = 0; i < ops; ++i) ep.exchange(0, routing, x.data(), tokens, out.data(), no_compute);
     const double seconds = std::chrono::duration<double>(clock_type::now() - start).count();
-    auto t = ep.stage_times();
+    const auto t = ep.stage_times();
     nlohmann::json j;
     j["fabric"] = kind;
     j["ep"] = ranks;
     j["tokens_per_rank"] = tokens;
     j["op_us"] = seconds / ops * 1e6;
-    auto stage_us = [&](int s) { return (t.seconds[0][s] - before.seconds[0][s]) / ops * 1e6; };
-    // Dispatch latency: writing the messages plus waiting for every peer's; combine: writing
-    // the outputs, waiting for them and summing. Idle splits between the two waits.
-    j["dispatch_write_us"] = stage_us(services::ep_stage_times::dispatch);
-    j["combine_us"] = stage_us(services::ep_stage_times::combine);
-    j["wait_us"] = stage_us(services::ep_stage_times::idle);
-    j["experts_us"] = stage_us(services::ep_stage_times::experts);
-    // The protocol's share of the op: everything but the gate and the (shrunk) expert GEMMs.
-    j["comm_us"] = stage_us(services::ep_stage_times::dispatch) +
-                   stage_us(services::ep_stage_times::combine) +
-                   stage_us(services::ep_stage_times::idle);
+    j["dispatch_us"] = (t.dispatch_latency - before.dispatch_latency) / ops * 1e6;
+    j["combine_us"] = (t.combine_latency - before.combine_latency) / ops * 1e6;
     const double bytes = static_cast<double>(f.bytes_sent() - sent) / ops;
     j["bytes_per_rank_per_op"] = bytes;
     j["rank_gbps"] = bytes / (seconds / ops) / 1e9;
@@ -268,10 +248,9 @@ int run_moe_bench(cli_args& args) {
         for (auto& s : table)
           if (s["fabric"] == "shm" && s["ep"] == row["ep"]) {
             const auto ep = std::to_string(row["ep"].get<int>());
-            out["zmq_over_shm"][key + "_tokens"]["op_time"][ep] =
-                row["op_us"].get<double>() / s["op_us"].get<double>();
-            out["zmq_over_shm"][key + "_tokens"]["comm_time"][ep] =
-                row["comm_us"].get<double>() / s["comm_us"].get<double>();
+            for (auto what : {"op_us", "dispatch_us", "combine_us"})
+              out["zmq_over_shm"][key + "_tokens"][what][ep] =
+                  row[what].get<double>() / s[what].get<double>();
           }
   }
 

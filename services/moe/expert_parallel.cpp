@@ -43,6 +43,8 @@ void ep_stage_times::add(const ep_stage_times& other) {
     for (int s = 0; s < count; ++s) seconds[l][s] += other.seconds[l][s];
   ops += other.ops;
   forwards += other.forwards;
+  dispatch_latency += other.dispatch_latency;
+  combine_latency += other.combine_latency;
 }
 
 ep_layout expert_parallel::layout_for(const model::model_config& c, model::precision prec,
@@ -187,8 +189,7 @@ void expert_parallel::record(int64_t moe_layer, int stage, clock_type::time_poin
   since = now;
 }
 
-void expert_parallel::forward(int64_t layer, const model::moe_weights& w, const float* x,
-                              int64_t rows, float* out) {
+int64_t expert_parallel::begin_op(int64_t layer, int64_t rows) {
   check_failed();
   if (layer < 0 || layer >= static_cast<int64_t>(moe_layer_of_.size()) || moe_layer_of_[layer] < 0)
     throw std::invalid_argument("expert parallelism: layer " + std::to_string(layer) +
@@ -199,10 +200,7 @@ void expert_parallel::forward(int64_t layer, const model::moe_weights& w, const 
                                 std::to_string(options_.local_batch) + " per rank");
   const int64_t moe_layer = moe_layer_of_[layer];
   const uint64_t per_forward = static_cast<uint64_t>(layout_.moe_layers * options_.microbatches);
-  const uint64_t op = ops_;
-  const int slot = static_cast<int>(op % 2);
-  auto since = clock_type::now();
-  if (op % per_forward == 0) {
+  if (ops_ % per_forward == 0) {
     if (options_.eplb_interval > 0) exchange_stats();
     apply_published_placement();
     announce();
@@ -213,12 +211,38 @@ void expert_parallel::forward(int64_t layer, const model::moe_weights& w, const 
     auto prev = last_op_end_;
     record(moe_layer, ep_stage_times::attention, prev);
   }
+  return moe_layer;
+}
+
+void expert_parallel::forward(int64_t layer, const model::moe_weights& w, const float* x,
+                              int64_t rows, float* out) {
+  const int64_t moe_layer = begin_op(layer, rows);
+  auto since = clock_type::now();
   model::route_tokens(weights_->config, w, x, rows, routing_);
   record(moe_layer, ep_stage_times::gate, since);
-  dispatch(slot, op, moe_layer, w, x, rows);
+  run_op(moe_layer, routing_, x, rows, out, [&](std::span<model::expert_batch* const> batches) {
+    model::run_experts(weights_->config, w, weights_->prec, batches);
+  });
+}
+
+void expert_parallel::exchange(int64_t layer, const model::moe_routing& routing, const float* x,
+                               int64_t rows, float* out, const expert_step& experts) {
+  if (routing.rows != rows || routing.k != weights_->config.num_experts_per_tok)
+    throw std::invalid_argument("expert parallelism: routing for " + std::to_string(routing.rows) +
+                                " tokens given with " + std::to_string(rows));
+  run_op(begin_op(layer, rows), routing, x, rows, out, experts);
+}
+
+void expert_parallel::run_op(int64_t moe_layer, const model::moe_routing& routing, const float* x,
+                             int64_t rows, float* out, const expert_step& experts) {
+  const uint64_t op = ops_;
+  const int slot = static_cast<int>(op % 2);
+  auto since = clock_type::now();
+  dispatch_start_ = since;
+  dispatch(slot, op, moe_layer, routing, x, rows);
   record(moe_layer, ep_stage_times::dispatch, since);
-  serve_experts(slot, op, moe_layer, w);
-  combine(slot, op, moe_layer, rows, out);
+  serve_experts(slot, op, moe_layer, experts);
+  combine(slot, op, moe_layer, routing, rows, out);
   ++ops_;
   last_op_end_ = clock_type::now();
   std::lock_guard lock(shared_mutex_);
@@ -226,10 +250,9 @@ void expert_parallel::forward(int64_t layer, const model::moe_weights& w, const 
 }
 
 void expert_parallel::dispatch(int slot, uint64_t op, int64_t moe_layer,
-                               const model::moe_weights& w, const float* x, int64_t rows) {
-  (void)w;
+                               const model::moe_routing& routing, const float* x, int64_t rows) {
   const auto& c = weights_->config;
-  const int64_t k = routing_.k, h = c.hidden_size, max_tokens = layout_.sizes.max_tokens();
+  const int64_t k = routing.k, h = c.hidden_size, max_tokens = layout_.sizes.max_tokens();
   const size_t msg = layout_.dispatch_message_bytes(),
                payload = static_cast<size_t>(layout_.sizes.hidden),
                header_at = round_up(payload, layout_.sizes.alignment);
@@ -239,7 +262,7 @@ void expert_parallel::dispatch(int slot, uint64_t op, int64_t moe_layer,
   const auto& placement = placements_[moe_layer];
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < k; ++j) {
-      const int32_t e = routing_.expert[r * k + j];
+      const int32_t e = routing.expert[r * k + j];
       ++routed_counts_[moe_layer * layout_.experts + e];
       const int32_t dest = hosts_[placement.route(e, options_.rank).rank];
       const int64_t index = per_dest_[dest]++;
@@ -276,11 +299,15 @@ void expert_parallel::dispatch(int slot, uint64_t op, int64_t moe_layer,
 }
 
 void expert_parallel::serve_experts(int slot, uint64_t op, int64_t moe_layer,
-                                    const model::moe_weights& w) {
+                                    const expert_step& experts) {
   const auto& c = weights_->config;
   const int64_t h = c.hidden_size, ranks = options_.ranks;
   auto since = clock_type::now();
   wait_flag(ep_flag_dispatch + slot, (op / 2 + 1) * static_cast<uint64_t>(ranks), "dispatches", op);
+  {
+    std::lock_guard lock(shared_mutex_);
+    times_.dispatch_latency += std::chrono::duration<double>(clock_type::now() - dispatch_start_).count();
+  }
   record(moe_layer, ep_stage_times::idle, since);
 
   const std::byte* base = fabric_.local();
@@ -344,8 +371,9 @@ void expert_parallel::serve_experts(int slot, uint64_t op, int64_t moe_layer,
     }
     batch_pointers_.push_back(&b);
   }
-  model::run_experts(c, w, weights_->prec, batch_pointers_);
+  experts(batch_pointers_);
   record(moe_layer, ep_stage_times::experts, since);
+  combine_start_ = since;
 
   // Each output goes straight to its source's combine buffer at [batch slot][route slot].
   std::vector<uint64_t> sent(static_cast<size_t>(ranks), 0);
@@ -367,11 +395,16 @@ void expert_parallel::serve_experts(int slot, uint64_t op, int64_t moe_layer,
   record(moe_layer, ep_stage_times::combine, since);
 }
 
-void expert_parallel::combine(int slot, uint64_t op, int64_t moe_layer, int64_t rows, float* out) {
-  const int64_t k = routing_.k, h = weights_->config.hidden_size;
+void expert_parallel::combine(int slot, uint64_t op, int64_t moe_layer,
+                              const model::moe_routing& routing, int64_t rows, float* out) {
+  const int64_t k = routing.k, h = weights_->config.hidden_size;
   auto since = clock_type::now();
   combine_expected_[slot] += static_cast<uint64_t>(rows * k);
   wait_flag(ep_flag_combine + slot, combine_expected_[slot], "combine outputs", op);
+  {
+    std::lock_guard lock(shared_mutex_);
+    times_.combine_latency += std::chrono::duration<double>(clock_type::now() - combine_start_).count();
+  }
   record(moe_layer, ep_stage_times::idle, since);
   if (rows == 0) return;
   const std::byte* base = fabric_.local();
@@ -387,7 +420,7 @@ void expert_parallel::combine(int slot, uint64_t op, int64_t moe_layer, int64_t 
       }
     }
   model::combine_routes(
-      routing_, h,
+      routing, h,
       [&](int64_t r, int64_t j) {
         return reinterpret_cast<const float*>(base + layout_.combine_offset(slot, r, j) +
                                               sizeof(ep_combine_header));

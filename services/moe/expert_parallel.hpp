@@ -28,6 +28,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -61,6 +62,9 @@ struct ep_stage_times {
   static const char* name(int s);
   std::vector<std::array<double, count>> seconds; // [moe layer][stage]
   uint64_t ops = 0, forwards = 0;
+  // Summed over ops: from this rank's first dispatch write until every peer's dispatch is in,
+  // and from its first combine write until every output for its tokens is in (Table 7).
+  double dispatch_latency = 0, combine_latency = 0;
   void add(const ep_stage_times& other);
 };
 
@@ -77,6 +81,13 @@ public:
   // routed_experts: one collective op. Throws ep_failure when the group is broken.
   void forward(int64_t layer, const model::moe_weights& w, const float* x, int64_t rows,
                float* out) override;
+  // The same op with the routing given and `experts` computing the batches this rank receives
+  // (each batch's `out` sized rows x hidden): forward() passes the gate's routing and the
+  // grouped GEMMs; `bench moe` passes precomputed routes and no computation to time the
+  // protocol alone.
+  using expert_step = std::function<void(std::span<model::expert_batch* const>)>;
+  void exchange(int64_t layer, const model::moe_routing& routing, const float* x, int64_t rows,
+                float* out, const expert_step& experts);
 
   // Between forwards: has a peer started the forward this rank has not yet joined?
   bool peer_waiting() const;
@@ -113,10 +124,14 @@ private:
   void wait_flag(size_t flag, uint64_t at_least, const char* what, uint64_t op);
   void check_failed() const;
   void announce();
-  void dispatch(int slot, uint64_t op, int64_t layer, const model::moe_weights& w, const float* x,
-                int64_t rows);
-  void serve_experts(int slot, uint64_t op, int64_t moe_layer, const model::moe_weights& w);
-  void combine(int slot, uint64_t op, int64_t moe_layer, int64_t rows, float* out);
+  int64_t begin_op(int64_t layer, int64_t rows); // returns the MoE layer index
+  void run_op(int64_t moe_layer, const model::moe_routing& routing, const float* x, int64_t rows,
+              float* out, const expert_step& experts);
+  void dispatch(int slot, uint64_t op, int64_t moe_layer, const model::moe_routing& routing,
+                const float* x, int64_t rows);
+  void serve_experts(int slot, uint64_t op, int64_t moe_layer, const expert_step& experts);
+  void combine(int slot, uint64_t op, int64_t moe_layer, const model::moe_routing& routing,
+               int64_t rows, float* out);
   void record(int64_t moe_layer, int stage, std::chrono::steady_clock::time_point& since);
   // EPLB, at forward boundaries.
   void exchange_stats();
@@ -133,7 +148,7 @@ private:
 
   uint64_t ops_ = 0; // collective ops completed
   uint64_t combine_expected_[2] = {0, 0};
-  std::chrono::steady_clock::time_point last_op_end_{};
+  std::chrono::steady_clock::time_point last_op_end_{}, dispatch_start_{}, combine_start_{};
   bool in_forward_ = false;
 
   // Scratch.
