@@ -17,9 +17,11 @@ std::unique_ptr<role_logic> make_role_logic(const role_context& c) {
   if (role == "echo") return std::make_unique<echo_service>();
   if (role == "scheduler") return std::make_unique<scheduler_service>(c.serving, c.cluster);
   if (role == "gateway") return std::make_unique<gateway_service>(c.serving);
-  if (role == "prefill")
-    return std::make_unique<prefill_instance>(
-        shared_weights(c.serving.model_path, c.serving.precision), c.serving);
+  if (role == "prefill") {
+    auto weights = shared_weights(c.serving.model_path, c.serving.precision);
+    auto group = ep_membership_of(c.cluster, c.serving, c.instance, weights->config, weights->prec);
+    return std::make_unique<prefill_instance>(weights, c.serving, std::move(group));
+  }
   if (role == "decode") {
     auto weights = shared_weights(c.serving.model_path, c.serving.precision);
     auto group = ep_membership_of(c.cluster, c.serving, c.instance, weights->config, weights->prec);

@@ -45,8 +45,13 @@ size_t ep_layout::placement_offset() const {
   return stats_offset(static_cast<int>(sizes.ranks));
 }
 
+size_t ep_layout::note_offset(int source) const {
+  return round_up(placement_offset() + placement_words * sizeof(int32_t), 64) +
+         static_cast<size_t>(source) * note_bytes;
+}
+
 size_t ep_layout::total_bytes() const {
-  return round_up(placement_offset() + placement_words * sizeof(int32_t), 4096);
+  return round_up(note_offset(static_cast<int>(sizes.ranks)), 4096);
 }
 
 std::string ep_layout::describe() const {

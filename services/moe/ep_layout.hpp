@@ -7,6 +7,7 @@
 //   combine   [2 slots][batch slot][route slot] messages    ({op stamp}, then hidden floats)
 //   stats     [source rank][moe layer][expert] uint32       routed tokens, for EPLB (rank 0's)
 //   placement int32 words                                   the placement EPLB publishes
+//   notes     [source rank][256 bytes]                       why a rank left a broken group
 //
 // Collective op m uses slot m % 2, so a source may fill op m+1's dispatch while the receiver is
 // still reading op m's (double buffering). Sizes follow the paper's formula (dispatch_sizes);
@@ -45,6 +46,8 @@ struct ep_layout {
   size_t stats_offset(int source) const;
   size_t stats_bytes_per_rank() const;
   size_t placement_offset() const;
+  static constexpr size_t note_bytes = 256;
+  size_t note_offset(int source) const;
   size_t total_bytes() const;
   // "dispatch 4 x 128 x 1152 B = 0.6 MiB, combine ..., region 3.1 MiB per rank (x2 slots)".
   std::string describe() const;

@@ -36,11 +36,14 @@ std::optional<ep_membership> ep_membership_of(const transport::cluster_config& c
                                               const model::model_config& model,
                                               model::precision prec) {
   const bool shard = instance.role == "expert_shard";
-  if (!shard && instance.role != "decode") return std::nullopt; // prefill ranks: not yet
-  const std::string role = "decode";
-  const int32_t size = serving.decode_ranks;
+  const std::string role = shard ? "decode" : instance.role;
+  if (role != "decode" && role != "prefill") return std::nullopt;
+  const bool decode = role == "decode";
+  const int32_t size = decode ? serving.decode_ranks : serving.prefill_ranks;
   const auto attention = of_role(cluster, role);
-  const auto shards = of_role(cluster, "expert_shard");
+  // Expert shards serve decode groups: prefill ranks host their experts themselves.
+  const auto shards =
+      decode ? of_role(cluster, "expert_shard") : std::vector<const transport::instance_config*>{};
   if (attention.size() % static_cast<size_t>(size) != 0)
     throw std::runtime_error("[ep] " + role + "_ranks = " + std::to_string(size) +
                              " does not divide the " + std::to_string(attention.size()) + " " +
@@ -68,17 +71,19 @@ std::optional<ep_membership> ep_membership_of(const transport::cluster_config& c
     m.members.push_back(shards[group * per_group + s]->name);
   }
   if (m.members.size() == 1) return std::nullopt;
-  if (of_role(cluster, "prefill").empty())
+  if (decode && of_role(cluster, "prefill").empty())
     throw std::runtime_error("a decode instance of " + std::to_string(m.members.size()) +
                              " ranks needs prefill instances: prefilling on one rank would stall "
                              "the group's lockstep");
   m.options.ranks = static_cast<int32_t>(m.members.size());
   for (int32_t r = 0; r < m.options.ranks; ++r)
     if (m.members[r] == instance.name) m.options.rank = r;
-  m.options.local_batch = serving.decode_max_batch;
-  m.options.microbatches = serving.microbatch ? 2 : 1;
-  m.options.redundant_per_rank = serving.redundant_experts;
-  m.options.eplb_interval = serving.eplb_interval;
+  // A prefill step packs up to the token budget; a decode step one token per sequence.
+  m.options.local_batch = decode ? serving.decode_max_batch : serving.prefill_token_budget;
+  // Microbatching and EPLB are decode mechanisms here (the paper's §4.2.3 and §4.2.4).
+  m.options.microbatches = decode && serving.microbatch ? 2 : 1;
+  m.options.redundant_per_rank = decode ? serving.redundant_experts : 0;
+  m.options.eplb_interval = decode ? serving.eplb_interval : 0;
   m.options.op_timeout = std::chrono::milliseconds(serving.ep_op_timeout_ms);
 
   const auto& plane = cluster.plane_for_flow("dispatch");

@@ -1,9 +1,11 @@
 #pragma once
 // Which expert-parallel group an instance belongs to, read off the cluster and serving config
 // every process shares: consecutive decode instances form groups of [ep] decode_ranks ranks
-// (decode-0..3 are one decode instance of 4 ranks), and expert_shard instances are spread evenly over the decode groups as extra ranks that host
-// the experts (the attention ranks then host none). The fabric follows the dispatch flow's
-// plane: shared memory for shm and inproc planes, ZeroMQ for zmq planes.
+// (decode-0..3 are one decode instance of 4 ranks), prefill instances groups of prefill_ranks
+// (a prefill step of up to the token budget is one op per MoE layer), and expert_shard instances
+// are spread evenly over the decode groups as extra ranks that host the experts (the attention
+// ranks then host none). The fabric follows the dispatch flow's plane: shared memory for shm and
+// inproc planes, ZeroMQ for zmq planes.
 
 #include "services/moe/expert_parallel.hpp"
 #include "services/serving/serving_config.hpp"

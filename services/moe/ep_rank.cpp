@@ -77,6 +77,9 @@ void ep_rank::fail(const std::string& why) {
   std::fprintf(stderr, "expert parallelism: %s broken: %s\n", membership_.fabric.group.c_str(),
                why.c_str());
   if (connected_) ep_->fail(why);
+  // Tell the peers at once (they see "rank N left the group"), so the whole group stops
+  // together instead of each peer waiting out its op timeout.
+  fabric_->leave();
   ring();
 }
 

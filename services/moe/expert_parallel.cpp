@@ -112,10 +112,36 @@ expert_parallel::expert_parallel(std::shared_ptr<const model::model_weights> wei
 void expert_parallel::fail(const std::string& why) {
   {
     std::lock_guard lock(shared_mutex_);
-    if (failure_.empty()) failure_ = why;
+    if (!failure_.empty()) return;
+    failure_ = why;
   }
   failed_ = true;
+  // Leave a note in every peer's region first: a peer that then sees this rank leave can say
+  // why, instead of only "rank N left the group".
+  std::string note = why.substr(0, ep_layout::note_bytes - 1);
+  note.resize(ep_layout::note_bytes, '\0');
+  for (int32_t r = 0; r < options_.ranks; ++r) {
+    if (r == options_.rank) continue;
+    try {
+      fabric_.write(r, layout_.note_offset(options_.rank), std::as_bytes(std::span(note)));
+      fabric_.add(r, ep_flag_doorbell, 1); // orders the note before the leave that follows
+    } catch (const std::exception&) {
+      // That peer is gone or unreachable: nobody there to read it.
+    }
+  }
   ring();
+}
+
+std::string expert_parallel::peer_notes() const {
+  fabric_.load(ep_flag_doorbell); // acquire: notes written before their doorbell add
+  std::string notes;
+  for (int32_t r = 0; r < options_.ranks; ++r) {
+    if (r == options_.rank) continue;
+    const char* text = reinterpret_cast<const char*>(fabric_.local() + layout_.note_offset(r));
+    const std::string note(text, strnlen(text, ep_layout::note_bytes));
+    if (!note.empty()) notes += "; rank " + std::to_string(r) + " said: " + note;
+  }
+  return notes;
 }
 
 std::string expert_parallel::failure() const {
@@ -132,7 +158,7 @@ void expert_parallel::wait_flag(size_t flag, uint64_t at_least, const char* what
   while (!fabric_.wait(flag, at_least, std::chrono::milliseconds(20))) {
     check_failed();
     if (auto why = fabric_.peer_failure(); !why.empty()) {
-      fail(why);
+      fail(why + peer_notes());
       check_failed();
     }
     if (clock_type::now() >= deadline) {
@@ -306,7 +332,8 @@ void expert_parallel::serve_experts(int slot, uint64_t op, int64_t moe_layer,
   wait_flag(ep_flag_dispatch + slot, (op / 2 + 1) * static_cast<uint64_t>(ranks), "dispatches", op);
   {
     std::lock_guard lock(shared_mutex_);
-    times_.dispatch_latency += std::chrono::duration<double>(clock_type::now() - dispatch_start_).count();
+    times_.dispatch_latency +=
+        std::chrono::duration<double>(clock_type::now() - dispatch_start_).count();
   }
   record(moe_layer, ep_stage_times::idle, since);
 
@@ -403,7 +430,8 @@ void expert_parallel::combine(int slot, uint64_t op, int64_t moe_layer,
   wait_flag(ep_flag_combine + slot, combine_expected_[slot], "combine outputs", op);
   {
     std::lock_guard lock(shared_mutex_);
-    times_.combine_latency += std::chrono::duration<double>(clock_type::now() - combine_start_).count();
+    times_.combine_latency +=
+        std::chrono::duration<double>(clock_type::now() - combine_start_).count();
   }
   record(moe_layer, ep_stage_times::idle, since);
   if (rows == 0) return;

@@ -28,8 +28,8 @@
 #include <array>
 #include <atomic>
 #include <chrono>
-#include <functional>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -123,6 +123,8 @@ private:
   };
   void wait_flag(size_t flag, uint64_t at_least, const char* what, uint64_t op);
   void check_failed() const;
+  // What peers that left wrote in their notes ("; rank 0 said: rank 2 (pid 77) is gone").
+  std::string peer_notes() const;
   void announce();
   int64_t begin_op(int64_t layer, int64_t rows); // returns the MoE layer index
   void run_op(int64_t moe_layer, const model::moe_routing& routing, const float* x, int64_t rows,

@@ -7,11 +7,16 @@
 namespace supernode::services {
 
 prefill_instance::prefill_instance(std::shared_ptr<const model::model_weights> weights,
-                                   const serving_config& config)
+                                   const serving_config& config,
+                                   std::optional<ep_membership> membership)
     : config_(config), model_(weights),
       pool_(model_.kv_layout(config.block_size, false), config.prefill_pool_blocks()),
       engine_(model_, config.prefill_token_budget) {
   protocol::register_serving_messages();
+  if (membership) {
+    group_ = std::make_unique<ep_rank>(weights, std::move(*membership));
+    model_.set_routed_experts(group_.get());
+  }
 }
 
 prefill_instance::~prefill_instance() {
@@ -20,8 +25,11 @@ prefill_instance::~prefill_instance() {
 
 void prefill_instance::start(transport::endpoint& out) {
   out_ = &out;
-  worker_.start([this] { return !queue_.empty() || !active_.empty() || !cancelled_.empty(); },
-                [this] { compute_round(); });
+  auto has_work = [this] { return !queue_.empty() || !active_.empty() || !cancelled_.empty(); };
+  if (group_)
+    worker_.start_in_group(*group_, has_work, [this] { compute_round(); });
+  else
+    worker_.start(has_work, [this] { compute_round(); });
 }
 
 void prefill_instance::stop() {
@@ -35,9 +43,12 @@ void prefill_instance::on_message(const transport::peer_id& from,
     q->decode = from;
     q->job.key = r->key;
     q->job.spec = r->spec;
-    if (q->job.spec.prompt.empty()) {
+    std::string refusal;
+    if (q->job.spec.prompt.empty()) refusal = "empty prompt";
+    if (group_ && group_->broken()) refusal = "expert-parallel group broken: " + group_->failure();
+    if (!refusal.empty()) {
       out.send("control", from,
-               transport::make_envelope(protocol::prefill_failed{r->key, "empty prompt"}));
+               transport::make_envelope(protocol::prefill_failed{r->key, refusal}));
       return;
     }
     {
@@ -61,7 +72,37 @@ void prefill_instance::on_tick(transport::endpoint& out) {
   r.prompt_tokens_completed = tokens_completed_.load();
   r.running = running_.load();
   r.waiting = waiting_.load();
+  if (group_) {
+    if (group_->broken()) r.unavailable = "expert-parallel group broken: " + group_->failure();
+    r.ep_stage_seconds = group_->stage_seconds(r.ep_forwards);
+  }
   send_load_report(out, std::move(r));
+}
+
+void prefill_instance::on_member_event(const transport::membership_event& event,
+                                       transport::endpoint& out) {
+  (void)out;
+  if (!group_ || event.what == transport::membership_event::kind::joined) return;
+  for (auto& m : group_->membership().members)
+    if (m == event.peer) group_->fail(event.peer + " is down (" + event.reason + ")");
+}
+
+void prefill_instance::fail_everything(const std::string& reason) {
+  std::deque<std::unique_ptr<queued>> all;
+  {
+    std::lock_guard lock(worker_.mutex());
+    all.swap(queue_);
+    waiting_ = 0;
+  }
+  for (auto& q : active_) all.push_back(std::move(q));
+  active_.clear();
+  for (auto& q : all) {
+    if (out_)
+      send_with_backoff(*out_, "control", q->decode,
+                        transport::make_envelope(protocol::prefill_failed{q->job.key, reason}));
+    finish(*q);
+  }
+  running_ = 0;
 }
 
 void prefill_instance::finish(queued& q) {
@@ -157,12 +198,20 @@ void prefill_instance::ship(queued& q, int32_t first_token) {
 
 void prefill_instance::compute_round() {
   drop_cancelled();
+  if (group_ && group_->broken())
+    return fail_everything("expert-parallel group broken: " + group_->failure());
   admit_queued();
   running_ = static_cast<int64_t>(active_.size());
   if (active_.empty()) return;
   std::vector<prefill_job*> jobs;
   for (auto& q : active_) jobs.push_back(&q->job);
-  for (auto& done : engine_.step(jobs, pool_)) {
+  std::vector<prefill_output> done_jobs;
+  try {
+    done_jobs = engine_.step(jobs, pool_);
+  } catch (const ep_failure& e) {
+    return fail_everything(e.what());
+  }
+  for (auto& done : done_jobs) {
     auto it =
         std::find_if(active_.begin(), active_.end(), [&](auto& q) { return &q->job == done.job; });
     ship(**it, done.first_token);

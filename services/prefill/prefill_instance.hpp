@@ -6,6 +6,7 @@
 
 #include "model/kv_cache.hpp"
 #include "model/transformer.hpp"
+#include "services/moe/ep_rank.hpp"
 #include "services/prefill/prefill_engine.hpp"
 #include "services/role_logic.hpp"
 #include "services/serving/compute_worker.hpp"
@@ -15,14 +16,16 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 
 namespace supernode::services {
 
 class prefill_instance : public role_logic {
 public:
+  // With a membership, this instance is one rank of an expert-parallel prefill instance.
   prefill_instance(std::shared_ptr<const model::model_weights> weights,
-                   const serving_config& config);
+                   const serving_config& config, std::optional<ep_membership> membership = {});
   ~prefill_instance() override;
 
   void start(transport::endpoint& out) override;
@@ -30,6 +33,7 @@ public:
   void on_message(const transport::peer_id& from, const transport::envelope& message,
                   transport::endpoint& out) override;
   void on_tick(transport::endpoint& out) override;
+  void on_member_event(const transport::membership_event& event, transport::endpoint& out) override;
 
   // Bytes of KV in one kv_transfer message at most (whole blocks; at least one).
   static constexpr size_t max_run_bytes = size_t{16} << 20;
@@ -47,6 +51,8 @@ private:
   void drop_cancelled();
   void ship(queued& q, int32_t first_token);
   void finish(queued& q); // blocks back, prompt tokens counted as completed
+  // The group broke: every prompt here fails with `reason` (its decode instance is told).
+  void fail_everything(const std::string& reason);
 
   serving_config config_;
   model::transformer model_;
@@ -60,6 +66,7 @@ private:
   std::set<protocol::request_key> cancelled_;
 
   std::deque<std::unique_ptr<queued>> active_; // compute thread only
+  std::unique_ptr<ep_rank> group_;             // expert parallelism; null for a lone rank
   compute_worker worker_; // last: its thread stops before the members it uses go
 };
 

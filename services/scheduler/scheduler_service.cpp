@@ -93,7 +93,14 @@ void scheduler_service::place_queued(transport::endpoint& out) {
         decode_candidates.push_back({name, d.free_blocks(), d.last.running, true, false});
     }
     bool prefill_alive = colocated_;
-    for (auto& [name, p] : prefills_) prefill_alive |= p.alive;
+    std::string prefill_unavailable;
+    for (auto& [name, p] : prefills_) {
+      if (p.alive && !p.last.unavailable.empty()) {
+        prefill_unavailable = name + ": " + p.last.unavailable;
+        continue;
+      }
+      prefill_alive |= p.alive;
+    }
     // Nobody left to serve it (instances dead, none joined since): answer now, not never.
     std::string refusal;
     unsigned status = 503;
@@ -101,7 +108,9 @@ void scheduler_service::place_queued(transport::endpoint& out) {
       refusal = unavailable.empty() ? "no decode instance is alive"
                                     : "no decode instance is serving (" + unavailable + ")";
     else if (!prefill_alive)
-      refusal = "no prefill instance is alive";
+      refusal = prefill_unavailable.empty()
+                    ? "no prefill instance is alive"
+                    : "no prefill instance is serving (" + prefill_unavailable + ")";
     else if (all_reported && !any_could_fit) {
       refusal = "request needs " + std::to_string(blocks) +
                 " KV blocks, more than any decode instance holds";
@@ -119,8 +128,8 @@ void scheduler_service::place_queued(transport::endpoint& out) {
     if (!colocated_) {
       std::vector<prefill_load> prefill_candidates;
       for (auto& [name, p] : prefills_)
-        prefill_candidates.push_back(
-            {name, p.assigned_tokens - p.completed_tokens, p.alive, false});
+        prefill_candidates.push_back({name, p.assigned_tokens - p.completed_tokens,
+                                      p.alive && p.last.unavailable.empty(), false});
       auto chosen = pick_prefill(prefill_candidates);
       if (!chosen) return; // no prefill instance alive: wait for one
       prefill = *chosen;

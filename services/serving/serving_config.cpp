@@ -91,6 +91,7 @@ serving_config serving_config::parse(std::string_view text, const std::string& s
 
   const auto ep = reader("ep");
   c.decode_ranks = static_cast<int32_t>(ep.get_int("decode_ranks", c.decode_ranks, 1, 1024));
+  c.prefill_ranks = static_cast<int32_t>(ep.get_int("prefill_ranks", c.prefill_ranks, 1, 1024));
   c.microbatch = ep.get<bool>("microbatch", c.microbatch);
   c.redundant_experts =
       static_cast<int32_t>(ep.get_int("redundant_experts", c.redundant_experts, 0, 64));

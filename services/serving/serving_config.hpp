@@ -10,7 +10,7 @@
 //   [scheduler] max_queued = 1024
 //   [prefill]   token_budget = 2048   kv_blocks = 0     # 0: enough for one budget of prompts
 //   [decode]    max_batch = 64   kv_blocks = 2048
-//   [ep]        decode_ranks = 1  microbatch = false
+//   [ep]        decode_ranks = 1  prefill_ranks = 1  microbatch = false
 //               redundant_experts = 0  eplb_interval = 0  op_timeout_ms = 30000
 
 #include "model/linear.hpp"
@@ -42,9 +42,10 @@ struct serving_config {
   int64_t decode_max_batch = 64;
   int64_t decode_kv_blocks = 2048;
 
-  // Expert parallelism: consecutive decode instances form one instance of this many ranks;
-  // expert_shard instances join the decode groups (attention/MoE split).
+  // Expert parallelism: consecutive decode (prefill) instances form one instance of this many
+  // ranks; expert_shard instances join the decode groups (attention/MoE split).
   int32_t decode_ranks = 1;
+  int32_t prefill_ranks = 1;
   bool microbatch = false;          // two microbatches per step, attention overlapping MoE
   int32_t redundant_experts = 0;    // replica slots per expert host that EPLB may fill
   int64_t eplb_interval = 0;        // forwards between EPLB re-placements; 0: off

@@ -114,7 +114,9 @@ TEST(serving_ep, a_rank_process_killed_mid_step_fails_the_groups_requests_withou
   EXPECT_GT(pid, 0);
   EXPECT_EQ(::kill(pid, SIGKILL), 0);
   for (auto& t : clients) t.join();
-  ASSERT_TRUE(stepping) << "the requests never reached a decode rank";
+  ASSERT_TRUE(stepping) << "the requests never reached a decode rank; logs:\n"
+                        << read_logs(cluster.run_dir()) << "\nreplies: " << replies[0].status << " "
+                        << replies[0].body << replies[0].error;
   for (auto& r : replies) {
     EXPECT_TRUE(r.error.empty()) << r.error; // answered, not timed out
     EXPECT_GE(r.status, 500u) << r.body;

@@ -57,6 +57,10 @@ public:
     std::string text = set_toml_key(ss.str(), "cluster", "name", "\"" + name_ + "\"");
     text = set_toml_key(text, "cluster", "run_dir", "\"" + run_dir_.string() + "\"");
     text = set_toml_key(text, "gateway", "port", "0");
+    // Tests run side by side on two cores and start many processes at once: a process can miss
+    // half a second of heartbeats without being dead. Deaths the tests cause are seen sooner
+    // anyway (closed sockets, shm owners gone).
+    text = set_toml_key(text, "cluster", "missed_heartbeats", "20");
     for (auto& [table, key, value] : edits) text = set_toml_key(text, table, key, value);
     config_ = run_dir_ / config;
     std::ofstream(config_) << text;
