@@ -71,11 +71,12 @@ nlohmann::json run_group(
   o.ranks = ranks;
   nlohmann::json result;
   std::string error;
-  std::latch connected(ranks);
+  std::latch connected(ranks), finished(ranks);
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r)
     threads.emplace_back([&, r, o]() mutable {
       o.rank = r;
+      bool up = false, done = false;
       try {
         const auto layout = expert_parallel::layout_for(w->config, w->prec, o);
         auto fabric = fabric_for(kind, group, r, ranks, layout.total_bytes());
@@ -84,12 +85,19 @@ nlohmann::json run_group(
                 std::chrono::seconds(30), [] { return false; }, why))
           throw std::runtime_error(why);
         connected.arrive_and_wait();
+        up = true;
         expert_parallel ep(w, *fabric, o);
         auto out = body(r, ep, *fabric);
         if (r == 0) result = std::move(out);
+        // A rank that leaves while a slower peer still waits on it breaks that peer's op.
+        done = true;
+        finished.arrive_and_wait();
       } catch (const std::exception& e) {
         error = e.what();
       }
+      // A rank that failed counts as arrived, or its peers would wait for it forever.
+      if (!up) connected.count_down();
+      if (!done) finished.count_down();
     });
   for (auto& t : threads) t.join();
   if (!error.empty()) throw std::runtime_error("bench moe: " + error);
@@ -148,7 +156,7 @@ nlohmann::json dispatch_combine(const std::string& kind, int ranks, int64_t toke
 // Decode steps of a real model over EP ranks (threads): tokens per second, the stage breakdown
 // of rank 0 (Figure 20b) and, with EPLB on, the host-load balance before and after.
 nlohmann::json decode_run(std::shared_ptr<const model::model_weights> w, int ranks, int64_t batch,
-                          int steps, bool microbatch, int64_t eplb_interval, bool skewed) {
+                          int steps, bool microbatch, int64_t eplb_interval) {
   ep_options o;
   o.local_batch = batch;
   o.microbatches = microbatch ? 2 : 1;
@@ -167,9 +175,7 @@ nlohmann::json decode_run(std::shared_ptr<const model::model_weights> w, int ran
     for (int64_t i = 0; i < batch; ++i) {
       tables[i].reserve(pool, ctx);
       tables[i].set_tokens(32); // a 32-token context, its KV left as the pool holds it
-      // Skewed: a handful of token ids, so the gate keeps choosing the same experts.
-      tokens[i] = skewed ? static_cast<int32_t>(1000 + i % 3)
-                         : static_cast<int32_t>((r * 7919 + i * 104729) % 120000 + 10);
+      tokens[i] = static_cast<int32_t>((r * 7919 + i * 104729) % 120000 + 10);
     }
     std::vector<float> hidden;
     std::vector<model::sequence_step> st(batch);
@@ -215,10 +221,14 @@ nlohmann::json decode_run(std::shared_ptr<const model::model_weights> w, int ran
     }
     j["rank0_stage_ms_per_step"] = stages;
     if (eplb_interval > 0) {
-      const auto rb = ep.last_rebalance();
-      j["eplb_placements"] = rb.version;
-      j["host_load_max_over_mean_before"] = rb.ratio_before;
-      j["host_load_max_over_mean_after"] = rb.ratio_after;
+      // Max/mean load of the expert hosts over one window of routed tokens, by the runtime's
+      // routing rule: the first window under the uniform placement and the plan made from it,
+      // and the last window under the placement then in force and its successor.
+      const auto first = ep.first_rebalance(), last = ep.last_rebalance();
+      j["eplb_placements"] = last.version;
+      j["host_load_max_over_mean_uniform"] = first.ratio_before;
+      j["host_load_max_over_mean_first_plan"] = first.ratio_after;
+      j["host_load_max_over_mean_last_window"] = last.ratio_before;
     }
     return j;
   });
@@ -229,6 +239,10 @@ nlohmann::json decode_run(std::shared_ptr<const model::model_weights> w, int ran
 int run_moe_bench(cli_args& args) {
   const bool quick = args.take_flag("--quick");
   const auto model_dir = args.take_or("--model", "");
+  // Which parts to run: dispatch (the protocol), microbatch and eplb (those two need --model).
+  const auto only = args.take_or("--only", "dispatch,microbatch,eplb");
+  const auto wanted = [&](const char* part) { return only.find(part) != std::string::npos; };
+  const double skew = std::stod(args.take_or("--skew-amplitude", "1.0"));
   // Ranks are threads here, as many as 8 on 2 cores: each computes on its own thread, as a rank
   // owns its cores, instead of sharing a pool whose idle workers spin.
   kernels::thread_pool::configure_shared(static_cast<int>(args.take_int("--threads", 1, 1, 1024)));
@@ -237,6 +251,7 @@ int run_moe_bench(cli_args& args) {
   const int ops = quick ? 20 : 200;
   // 128 tokens per rank (Table 7's load, bandwidth-bound) and 1 (latency-bound).
   for (int64_t tokens : {int64_t{128}, int64_t{1}}) {
+    if (!wanted("dispatch")) break;
     nlohmann::json table;
     for (auto kind : {"shm", "zmq"})
       for (int ranks : {2, 4, 8})
@@ -260,11 +275,17 @@ int run_moe_bench(cli_args& args) {
     const int steps = quick ? 6 : 24;
     nlohmann::json mb;
     for (int64_t batch : {8, 32, 64})
-      for (bool on : {false, true}) mb.push_back(decode_run(w, 2, batch, steps, on, 0, false));
+      for (bool on : {false, true})
+        if (wanted("microbatch")) mb.push_back(decode_run(w, 2, batch, steps, on, 0));
     out["microbatch_decode"] = mb;
     nlohmann::json eplb;
-    for (int64_t interval : {0, 4})
-      eplb.push_back(decode_run(w, 4, 32, steps * 2, false, interval, true));
+    // The skewed workload: the same model with its gate biased towards a Zipf(1.2) set of hot
+    // experts, so a few experts (and the ranks hosting them) draw most tokens.
+    auto skewed = std::make_shared<model::model_weights>(*w);
+    services::skew_gate(*skewed, 1.2, static_cast<float>(skew), 7);
+    for (int64_t interval : {int64_t{0}, int64_t{4}})
+      if (wanted("eplb")) eplb.push_back(decode_run(skewed, 4, 32, steps * 2, false, interval));
+    out["eplb_skew_amplitude"] = skew;
     out["eplb_skewed_decode"] = eplb;
   }
   std::printf("%s\n", out.dump(2).c_str());

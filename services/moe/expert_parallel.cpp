@@ -158,6 +158,8 @@ void expert_parallel::wait_flag(size_t flag, uint64_t at_least, const char* what
   while (!fabric_.wait(flag, at_least, std::chrono::milliseconds(20))) {
     check_failed();
     if (auto why = fabric_.peer_failure(); !why.empty()) {
+      // A peer may leave right after its last write: what this op needs can be complete.
+      if (fabric_.load(flag) >= at_least) return;
       fail(why + peer_notes());
       check_failed();
     }
@@ -462,6 +464,11 @@ ep_stage_times expert_parallel::stage_times() const {
   return times_;
 }
 
+expert_parallel::rebalance_report expert_parallel::first_rebalance() const {
+  std::lock_guard lock(shared_mutex_);
+  return first_rebalance_;
+}
+
 expert_parallel::rebalance_report expert_parallel::last_rebalance() const {
   std::lock_guard lock(shared_mutex_);
   return rebalance_;
@@ -503,9 +510,16 @@ void expert_parallel::exchange_stats() {
         load[e] += counts[l * experts + e];
       }
     }
-    const auto planned = plan_placement(load, hosts, eplb_options{options_.redundant_per_rank});
+    // The planner splits a hot expert's load evenly over its replicas; the runtime sends each
+    // source to one replica. Judge the plan by the runtime's rule and keep the current
+    // placement of a layer the plan would not improve.
+    auto planned = plan_placement(load, hosts, eplb_options{options_.redundant_per_rank});
     const auto old_loads = rank_loads(placements_[l], by_source, static_cast<int32_t>(ranks));
-    const auto new_loads = rank_loads(planned, by_source, static_cast<int32_t>(ranks));
+    auto new_loads = rank_loads(planned, by_source, static_cast<int32_t>(ranks));
+    if (balance_of(new_loads).max_load >= balance_of(old_loads).max_load) {
+      planned = placements_[l];
+      new_loads = old_loads;
+    }
     for (int32_t h = 0; h < hosts; ++h) {
       before[h] += old_loads[h];
       after[h] += new_loads[h];
@@ -526,6 +540,7 @@ void expert_parallel::exchange_stats() {
   {
     std::lock_guard lock(shared_mutex_);
     rebalance_ = {placement_version_ + 1, b.ratio, a.ratio};
+    if (first_rebalance_.version == 0) first_rebalance_ = rebalance_;
   }
   std::fprintf(stderr,
                "EPLB: placement v%llu from forward %llu: max/mean host load %.3f -> %.3f "

@@ -115,6 +115,7 @@ public:
     double ratio_before = 0, ratio_after = 0;
   };
   rebalance_report last_rebalance() const;
+  rebalance_report first_rebalance() const; // its "before" is the uniform placement
 
 private:
   struct received {
@@ -176,7 +177,7 @@ private:
   ep_stage_times times_;
   std::string failure_;
   std::atomic<bool> failed_{false};
-  rebalance_report rebalance_;
+  rebalance_report rebalance_, first_rebalance_;
 };
 
 } // namespace supernode::services

@@ -38,6 +38,14 @@ int32_t draw_untaken(const std::vector<double>& cumulative, const std::vector<do
   return last_untaken; // rounding left u just past the end
 }
 
+// Popularity rank i -> expert hot[i] (Fisher-Yates), so the hot experts differ between seeds.
+std::vector<int32_t> popularity_order(int32_t experts, loadgen::random_stream& rng) {
+  std::vector<int32_t> hot(experts);
+  for (int32_t i = 0; i < experts; ++i) hot[i] = i;
+  for (int32_t i = experts - 1; i > 0; --i) std::swap(hot[i], hot[rng.uniform_int(0, i)]);
+  return hot;
+}
+
 } // namespace
 
 std::vector<int32_t> skewed_routing(int32_t experts, int32_t topk, int64_t tokens, double zipf_s,
@@ -50,10 +58,7 @@ std::vector<int32_t> skewed_routing(int32_t experts, int32_t topk, int64_t token
     throw std::invalid_argument("skewed routing: zipf_s must be finite and >= 0, got " +
                                 std::to_string(zipf_s));
   loadgen::random_stream rng(seed);
-  // popularity rank i -> expert hot[i] (Fisher-Yates)
-  std::vector<int32_t> hot(experts);
-  for (int32_t i = 0; i < experts; ++i) hot[i] = i;
-  for (int32_t i = experts - 1; i > 0; --i) std::swap(hot[i], hot[rng.uniform_int(0, i)]);
+  const auto hot = popularity_order(experts, rng);
 
   std::vector<double> weight(experts), cumulative(experts);
   double sum = 0;
@@ -95,6 +100,21 @@ std::vector<uint64_t> count_by_source(std::span<const int32_t> routing, int32_t 
     counts[source * experts + e] += 1;
   }
   return counts;
+}
+
+void skew_gate(model::model_weights& weights, double zipf_s, float amplitude, uint64_t seed) {
+  const auto experts = static_cast<int32_t>(weights.config.n_routed_experts);
+  if (!std::isfinite(zipf_s) || zipf_s < 0 || !std::isfinite(amplitude))
+    throw std::invalid_argument("skew_gate: zipf_s must be finite and >= 0, amplitude finite");
+  loadgen::random_stream rng(seed);
+  const auto hot = popularity_order(experts, rng);
+  for (auto& layer : weights.layers) {
+    if (!layer.is_moe) continue;
+    auto& bias = layer.moe.correction_bias;
+    if (bias.empty()) bias.assign(static_cast<size_t>(experts), 0.0f);
+    for (int32_t i = 0; i < experts; ++i)
+      bias[hot[i]] += amplitude * static_cast<float>(std::pow(static_cast<double>(i + 1), -zipf_s));
+  }
 }
 
 } // namespace supernode::services

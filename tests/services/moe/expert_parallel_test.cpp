@@ -2,12 +2,15 @@
 // single-process MoE's bits exactly, for any EP degree, any spread of tokens over ranks
 // (ranks with none, batch 1, the full local batch) and the most adversarial routing (every
 // token of every rank to the experts of one rank); a whole model run over EP ranks must give the
-// reference transformer's logits; a rank that leaves breaks the group without hanging it.
+// reference transformer's tokens (microbatched too, and across EPLB re-placements on a skewed
+// gate); a rank that leaves breaks the group without hanging it.
 
 #include "../../model/tiny_model.hpp"
 #include "model/moe_layer.hpp"
 #include "model/transformer.hpp"
 #include "services/moe/expert_parallel.hpp"
+#include "services/moe/microbatch_pipeline.hpp"
+#include "services/moe/skewed_routing.hpp"
 
 #include <atomic>
 #include <cstring>
@@ -57,9 +60,10 @@ void run_group(const std::string& kind, int ranks, const ep_options& base,
   const auto group = unique_name(kind);
   std::vector<std::thread> threads;
   std::vector<std::string> errors(ranks);
-  std::latch connected(ranks); // every rank is up before any body runs (or leaves)
+  std::latch connected(ranks), finished(ranks); // every rank is up before any body runs (or leaves)
   for (int r = 0; r < ranks; ++r)
     threads.emplace_back([&, r] {
+      bool up = false, done = false;
       try {
         auto o = base;
         o.rank = r;
@@ -71,11 +75,18 @@ void run_group(const std::string& kind, int ranks, const ep_options& base,
                 std::chrono::seconds(20), [] { return false; }, why))
           throw std::runtime_error(why);
         connected.arrive_and_wait();
+        up = true;
         expert_parallel ep(weights, *fabric, o);
         body(r, ep, *fabric);
+        // A rank that leaves while a slower peer still waits on it breaks that peer's op.
+        done = true;
+        finished.arrive_and_wait();
       } catch (const std::exception& e) {
         errors[r] = e.what();
       }
+      // A rank that failed counts as arrived, or its peers would wait for it forever.
+      if (!up) connected.count_down();
+      if (!done) finished.count_down();
     });
   for (auto& t : threads) t.join();
   for (int r = 0; r < ranks; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
@@ -165,22 +176,29 @@ TEST_P(expert_parallel_test, all_tokens_to_one_rank_fit_and_match) {
   for (int ranks : {2, 8}) check_ops(GetParam(), ranks, true);
 }
 
-TEST_P(expert_parallel_test, a_model_over_ep_ranks_gives_the_reference_logits) {
-  auto weights = supernode::testing::tiny_weights(model::precision::int8);
+// Greedy generation of several sequences over `ranks` EP ranks (threads; rank 3 holds no
+// sequence and only serves its peers) against one reference transformer holding them all.
+struct model_run {
+  std::vector<std::vector<int32_t>> got, expected;
+  expert_parallel::rebalance_report first, last; // rank 0's EPLB reports
+};
+
+model_run run_model_over_ranks(const std::string& kind,
+                               std::shared_ptr<const model::model_weights> weights, ep_options o,
+                               int steps, bool microbatch) {
   const auto& c = weights->config;
-  const int ranks = 4, steps = 4;
-  // Rank 3 holds no sequence: it only serves its peers' tokens.
+  const int ranks = 4;
   const std::vector<std::vector<int64_t>> prompts = {{9, 3}, {14}, {1, 6, 11}, {}};
   const int64_t block = 16;
-  // Reference: one transformer, all sequences in one batch.
-  model::transformer ref(weights);
   struct seq {
     std::vector<int32_t> tokens;
     model::kv_block_table table;
   };
-  auto run = [&](model::transformer& t, model::kv_block_pool& pool, std::vector<seq>& seqs,
-                 const std::function<void()>& between) {
-    std::vector<std::vector<float>> all_logits;
+  using forward_fn =
+      std::function<void(std::span<const int32_t>, std::span<const model::sequence_step>,
+                         model::kv_block_pool&, std::vector<float>&)>;
+  auto generate = [&](model::transformer& t, const forward_fn& forward, model::kv_block_pool& pool,
+                      std::vector<seq>& seqs) {
     for (auto& s : seqs) s.table.reserve(pool, 64);
     for (int step = 0; step <= steps; ++step) {
       std::vector<int32_t> tokens;
@@ -193,68 +211,113 @@ TEST_P(expert_parallel_test, a_model_over_ep_ranks_gives_the_reference_logits) {
                       step == 0 ? model::attention_mode::prefill : model::attention_mode::decode});
         s.table.set_tokens(pos + n);
       }
-      std::vector<float> hidden, logits;
-      t.forward(tokens, st, pool, hidden);
+      std::vector<float> hidden, logits, picked;
+      forward(tokens, st, pool, hidden);
       // Each sequence's last row picks its next token.
       int64_t row = 0;
-      std::vector<int64_t> last;
-      for (auto& s : st) last.push_back((row += s.n_tokens) - 1);
-      std::vector<float> picked;
-      for (auto r : last)
-        picked.insert(picked.end(), hidden.begin() + r * c.hidden_size,
-                      hidden.begin() + (r + 1) * c.hidden_size);
-      t.logits(picked.data(), static_cast<int64_t>(last.size()), logits);
+      for (auto& s : st) {
+        row += s.n_tokens;
+        picked.insert(picked.end(), hidden.begin() + (row - 1) * c.hidden_size,
+                      hidden.begin() + row * c.hidden_size);
+      }
+      t.logits(picked.data(), static_cast<int64_t>(st.size()), logits);
       for (size_t i = 0; i < seqs.size(); ++i) {
         const float* l = logits.data() + i * c.vocab_size;
         seqs[i].tokens.push_back(static_cast<int32_t>(std::max_element(l, l + c.vocab_size) - l));
       }
-      all_logits.push_back(logits);
-      if (between) between();
     }
-    return all_logits;
   };
-  std::vector<std::vector<int32_t>> expected_tokens;
-  {
-    model::kv_block_pool pool(ref.kv_layout(block, false), 64);
+  auto sequences_of = [&](const std::vector<int64_t>& salts) {
     std::vector<seq> seqs;
-    for (auto& p : prompts)
-      for (auto salt : p) seqs.push_back({supernode::testing::test_prompt(5 + salt, salt), {}});
-    run(ref, pool, seqs, {});
-    for (auto& s : seqs) expected_tokens.push_back(s.tokens);
+    for (auto salt : salts) seqs.push_back({supernode::testing::test_prompt(5 + salt, salt), {}});
+    return seqs;
+  };
+  model_run result;
+  {
+    model::transformer ref(weights);
+    model::kv_block_pool pool(ref.kv_layout(block, false), 64);
+    std::vector<int64_t> all;
+    for (auto& p : prompts) all.insert(all.end(), p.begin(), p.end());
+    auto seqs = sequences_of(all);
+    generate(
+        ref, [&](auto t, auto s, auto& p, auto& h) { ref.forward(t, s, p, h); }, pool, seqs);
+    for (auto& s : seqs) result.expected.push_back(s.tokens);
   }
   std::vector<std::vector<std::vector<int32_t>>> got(ranks);
   std::atomic<int> done{0};
+  o.microbatches = microbatch ? 2 : 1;
+  run_group(kind, ranks, o, weights, [&](int r, expert_parallel& ep, transport::rank_fabric&) {
+    if (!prompts[r].empty()) {
+      model::transformer t(weights);
+      t.set_routed_experts(&ep);
+      services::microbatch_pipeline pipeline(weights, ep);
+      model::kv_block_pool pool(t.kv_layout(block, false), 64);
+      auto seqs = sequences_of(prompts[r]);
+      generate(
+          t,
+          [&](auto tokens, auto st, auto& p, auto& h) {
+            if (microbatch)
+              pipeline.forward(tokens, st, p, h);
+            else
+              t.forward(tokens, st, p, h);
+          },
+          pool, seqs);
+      for (auto& s : seqs) got[r].push_back(s.tokens);
+    }
+    ++done;
+    ep.ring();
+    // Serve the peers until every rank is through.
+    for (;;) {
+      const auto seen = ep.doorbell_value();
+      if (ep.peer_waiting()) {
+        ep.serve_idle_forward();
+        continue;
+      }
+      if (done == ranks) break;
+      ep.sleep(seen, std::chrono::milliseconds(50));
+    }
+    if (r == 0) {
+      result.first = ep.first_rebalance();
+      result.last = ep.last_rebalance();
+    }
+  });
+  for (auto& g : got)
+    for (auto& s : g) result.got.push_back(s);
+  return result;
+}
+
+TEST_P(expert_parallel_test, a_model_over_ep_ranks_gives_the_reference_tokens) {
   ep_options o;
   o.local_batch = 64;
-  run_group(GetParam(), ranks, o, weights,
-            [&](int r, expert_parallel& ep, transport::rank_fabric&) {
-              if (!prompts[r].empty()) {
-                model::transformer t(weights);
-                t.set_routed_experts(&ep);
-                model::kv_block_pool pool(t.kv_layout(block, false), 64);
-                std::vector<seq> seqs;
-                for (auto salt : prompts[r])
-                  seqs.push_back({supernode::testing::test_prompt(5 + salt, salt), {}});
-                run(t, pool, seqs, {});
-                for (auto& s : seqs) got[r].push_back(s.tokens);
-              }
-              ++done;
-              ep.ring();
-              // Serve the peers until every rank is through.
-              for (;;) {
-                const auto seen = ep.doorbell_value();
-                if (ep.peer_waiting()) {
-                  ep.serve_idle_forward();
-                  continue;
-                }
-                if (done == ranks) break;
-                ep.sleep(seen, std::chrono::milliseconds(50));
-              }
-            });
-  std::vector<std::vector<int32_t>> flat;
-  for (auto& g : got)
-    for (auto& s : g) flat.push_back(s);
-  EXPECT_EQ(flat, expected_tokens);
+  const auto run = run_model_over_ranks(
+      GetParam(), supernode::testing::tiny_weights(model::precision::int8), o, 4, false);
+  EXPECT_EQ(run.got, run.expected);
+}
+
+TEST_P(expert_parallel_test, microbatched_ranks_give_the_reference_tokens) {
+  ep_options o;
+  o.local_batch = 64;
+  const auto run = run_model_over_ranks(
+      GetParam(), supernode::testing::tiny_weights(model::precision::int8), o, 4, true);
+  EXPECT_EQ(run.got, run.expected);
+}
+
+TEST_P(expert_parallel_test, eplb_on_a_skewed_gate_rebalances_mid_generation_and_changes_no_token) {
+  // The skewed workload: the tiny model with its gate biased towards a few hot experts.
+  auto skewed = std::make_shared<model::model_weights>(
+      *supernode::testing::tiny_weights(model::precision::int8));
+  services::skew_gate(*skewed, 1.2, 1.0f, 7);
+  ep_options o;
+  o.local_batch = 64;
+  o.eplb_interval = 4;
+  o.redundant_per_rank = 1;
+  const auto run = run_model_over_ranks(GetParam(), skewed, o, 16, false);
+  EXPECT_EQ(run.got, run.expected);
+  EXPECT_GE(run.last.version, 2u) << "re-placements published";
+  std::printf("EPLB on the skewed gate: max/mean host load %.3f (uniform) -> %.3f (first plan)\n",
+              run.first.ratio_before, run.first.ratio_after);
+  EXPECT_GT(run.first.ratio_before, 1.3) << "the gate was not skewed";
+  EXPECT_LT(run.first.ratio_after, run.first.ratio_before);
 }
 
 TEST_P(expert_parallel_test, a_rank_that_leaves_breaks_the_group_without_a_hang) {
