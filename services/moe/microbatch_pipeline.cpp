@@ -10,6 +10,29 @@ microbatch_pipeline::microbatch_pipeline(std::shared_ptr<const model::model_weig
     : weights_(weights), experts_(experts), a_(weights), b_(weights) {
   a_.set_routed_experts(&turn_a_);
   b_.set_routed_experts(&turn_b_);
+  // Microbatch B's stream: one thread for the pipeline's life, not one per step.
+  stream_b_ = std::thread([this] {
+    for (;;) {
+      std::function<void()> job;
+      {
+        std::unique_lock lock(mutex_);
+        changed_.wait(lock, [&] { return stopping_ || job_b_; });
+        if (stopping_) return;
+        job = std::move(job_b_);
+        job_b_ = nullptr;
+      }
+      job();
+    }
+  });
+}
+
+microbatch_pipeline::~microbatch_pipeline() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  stream_b_.join();
 }
 
 void microbatch_pipeline::turn_taking::forward(int64_t layer, const model::moe_weights& w,
@@ -47,7 +70,7 @@ void microbatch_pipeline::forward(std::span<const int32_t> tokens,
     changed_.notify_all();
   };
   std::exception_ptr b_error;
-  std::thread b([&] {
+  auto run_b = [&] {
     try {
       if (split < steps.size()) {
         b_.forward(tokens.subspan(tokens_a), steps.subspan(split), pool, hidden_b_);
@@ -62,7 +85,12 @@ void microbatch_pipeline::forward(std::span<const int32_t> tokens,
       b_error = std::current_exception();
     }
     finished(1);
-  });
+  };
+  {
+    std::lock_guard lock(mutex_);
+    job_b_ = run_b;
+  }
+  changed_.notify_all();
   std::exception_ptr a_error;
   try {
     a_.forward(tokens.first(tokens_a), steps.first(split), pool, hidden);
@@ -70,7 +98,10 @@ void microbatch_pipeline::forward(std::span<const int32_t> tokens,
     a_error = std::current_exception();
   }
   finished(0);
-  b.join();
+  {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return done_[1]; });
+  }
   if (a_error) std::rethrow_exception(a_error);
   if (b_error) std::rethrow_exception(b_error);
   hidden.insert(hidden.end(), hidden_b_.begin(), hidden_b_.end());

@@ -8,8 +8,10 @@
 #include "model/transformer.hpp"
 
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <thread>
 
 namespace supernode::services {
 
@@ -18,6 +20,9 @@ public:
   // `experts` is the rank's routed_experts (the group); it must run two ops per MoE layer.
   microbatch_pipeline(std::shared_ptr<const model::model_weights> weights,
                       model::routed_experts& experts);
+  ~microbatch_pipeline();
+  microbatch_pipeline(const microbatch_pipeline&) = delete;
+  microbatch_pipeline& operator=(const microbatch_pipeline&) = delete;
 
   // Same contract as transformer::forward; the first half of the sequences (rounded up) is
   // microbatch A, the rest B (possibly none: B then runs its ops with no tokens).
@@ -45,6 +50,9 @@ private:
   std::condition_variable changed_;
   int turn_ = 0;
   bool done_[2] = {false, false};
+  std::function<void()> job_b_; // the step's microbatch B, for stream_b_
+  bool stopping_ = false;
+  std::thread stream_b_;
   std::vector<float> hidden_b_;
 };
 
