@@ -74,6 +74,7 @@ void transformer::forward(std::span<const int32_t> tokens, std::span<const seque
   const auto& c = config();
   const int64_t rows = static_cast<int64_t>(tokens.size()), h = c.hidden_size;
   check_steps(steps, rows, pool);
+  if (routed_) routed_->forward_begins();
   hidden.resize(rows * h);
   embed(*w_->embedding, tokens, hidden.data());
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)

@@ -38,6 +38,9 @@ public:
   virtual ~routed_experts() = default;
   virtual void forward(int64_t layer, const moe_weights& w, const float* x, int64_t rows,
                        float* out) = 0;
+  // A forward of the main model starts (before its embedding and dense layers): expert
+  // parallelism wakes idle peers here, so they are ready by the first MoE layer.
+  virtual void forward_begins() {}
 };
 
 // Not thread-safe: one transformer per engine thread (weights are shared, scratch is not).

@@ -45,6 +45,10 @@ void ep_rank::forward(int64_t layer, const model::moe_weights& w, const float* x
   }
 }
 
+void ep_rank::forward_begins() {
+  if (connected_ && !broken_) ep_->forward_begins();
+}
+
 bool ep_rank::serve_peers() {
   if (!connected_ || broken_ || !ep_->peer_waiting()) return false;
   try {

@@ -28,6 +28,7 @@ public:
   expert_parallel* ep() { return ep_.get(); }
   void forward(int64_t layer, const model::moe_weights& w, const float* x, int64_t rows,
                float* out) override;
+  void forward_begins() override;
 
   // Takes part in a forward a peer started, if any; false when there was none (or the group
   // is broken). Compute thread.

@@ -231,7 +231,14 @@ int64_t expert_parallel::begin_op(int64_t layer, int64_t rows) {
   if (ops_ % per_forward == 0) {
     if (options_.eplb_interval > 0) exchange_stats();
     apply_published_placement();
-    announce();
+    if (announced_early_) {
+      // Since the forward began: embedding, dense layers and this layer's attention.
+      auto start = forward_start_;
+      record(moe_layer, ep_stage_times::attention, start);
+    } else {
+      announce(); // an idle forward, or a caller that did not say when it began
+    }
+    announced_early_ = false;
     std::lock_guard lock(shared_mutex_);
     ++times_.forwards;
   } else {
@@ -240,6 +247,15 @@ int64_t expert_parallel::begin_op(int64_t layer, int64_t rows) {
     record(moe_layer, ep_stage_times::attention, prev);
   }
   return moe_layer;
+}
+
+void expert_parallel::forward_begins() {
+  check_failed();
+  const uint64_t per_forward = static_cast<uint64_t>(layout_.moe_layers * options_.microbatches);
+  if (announced_early_ || ops_ % per_forward != 0) return; // mid-forward (microbatch B)
+  forward_start_ = clock_type::now();
+  announce();
+  announced_early_ = true;
 }
 
 void expert_parallel::forward(int64_t layer, const model::moe_weights& w, const float* x,

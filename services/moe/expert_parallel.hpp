@@ -81,6 +81,7 @@ public:
   // routed_experts: one collective op. Throws ep_failure when the group is broken.
   void forward(int64_t layer, const model::moe_weights& w, const float* x, int64_t rows,
                float* out) override;
+  void forward_begins() override;
   // The same op with the routing given and `experts` computing the batches this rank receives
   // (each batch's `out` sized rows x hidden): forward() passes the gate's routing and the
   // grouped GEMMs; `bench moe` passes precomputed routes and no computation to time the
@@ -152,7 +153,8 @@ private:
   uint64_t ops_ = 0; // collective ops completed
   uint64_t combine_expected_[2] = {0, 0};
   std::chrono::steady_clock::time_point last_op_end_{}, dispatch_start_{}, combine_start_{};
-  bool in_forward_ = false;
+  bool announced_early_ = false; // forward_begins() announced the forward about to start
+  std::chrono::steady_clock::time_point forward_start_{};
 
   // Scratch.
   model::moe_routing routing_;

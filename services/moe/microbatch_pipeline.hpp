@@ -36,6 +36,10 @@ private:
     turn_taking(microbatch_pipeline& p, int microbatch) : p_(p), mb_(microbatch) {}
     void forward(int64_t layer, const model::moe_weights& w, const float* x, int64_t rows,
                  float* out) override;
+    // Microbatch A's forward starts the step's forward for the group.
+    void forward_begins() override {
+      if (mb_ == 0) p_.experts_.forward_begins();
+    }
 
   private:
     microbatch_pipeline& p_;
