@@ -1,7 +1,8 @@
 // Expert parallelism through the HTTP API: a decode instance of 4 rank processes with
-// microbatch pipelining, and of 8 rank threads re-placing its experts (EPLB) every 4 forwards
-// while requests are mid-generation, give the reference engine's greedy tokens; a rank process
-// killed mid-step fails the group's requests with an error naming it, and nothing hangs.
+// microbatch pipelining, the same over ZeroMQ instead of shared memory, and of 8 rank threads
+// re-placing its experts (EPLB) every 4 forwards while requests are mid-generation, give the
+// reference engine's greedy tokens; a rank process killed mid-step fails the group's requests with
+// an error naming it, and nothing hangs.
 
 #include "serving_fixture.hpp"
 
@@ -72,6 +73,15 @@ TEST(serving_ep, four_rank_processes_with_microbatching_give_the_reference_token
     ASSERT_LT(std::chrono::steady_clock::now(), deadline) << text.substr(0, 4000);
     std::this_thread::sleep_for(std::chrono::milliseconds(50)); // polling pace
   }
+}
+
+TEST(serving_ep, the_same_protocol_over_zeromq_gives_the_reference_tokens) {
+  // The dispatch flow on the RDMA plane (ZeroMQ ipc), as ranks on different hosts would run it.
+  serving_cluster cluster("lep-ep4.toml", tiny_model_dir(), {{"flows", "dispatch", "\"rdma\""}});
+  ASSERT_TRUE(cluster.up());
+  expect_reference_tokens(cluster, prompts(12, 3500, 6));
+  EXPECT_NE(read_logs(cluster.run_dir()).find("decode-ep0 rank 0 of 4 over zmq"),
+            std::string::npos);
 }
 
 TEST(serving_ep, eplb_replacing_experts_mid_generation_changes_no_token) {
