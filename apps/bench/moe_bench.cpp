@@ -220,6 +220,16 @@ nlohmann::json decode_run(std::shared_ptr<const model::model_weights> w, int ran
       stages[services::ep_stage_times::name(s)] = total / (steps - 1) * 1e3;
     }
     j["rank0_stage_ms_per_step"] = stages;
+    // Figure 20b's view: the same per MoE layer.
+    nlohmann::json layers;
+    for (size_t l = 0; l < after.seconds.size(); ++l) {
+      nlohmann::json layer;
+      for (int st = 0; st < services::ep_stage_times::count; ++st)
+        layer[services::ep_stage_times::name(st)] =
+            (after.seconds[l][st] - before.seconds[l][st]) / (steps - 1) * 1e3;
+      layers.push_back(layer);
+    }
+    j["rank0_stage_ms_per_moe_layer"] = layers;
     if (eplb_interval > 0) {
       // Max/mean load of the expert hosts over one window of routed tokens, by the runtime's
       // routing rule: the first window under the uniform placement and the plan made from it,
