@@ -101,6 +101,9 @@ int cluster_up(const serving_setup& setup, const fs::path& config_file) {
   const auto config = fs::absolute(config_file).string();
   const auto model = fs::absolute(setup.serving.model_path).string();
 
+  // A log of an earlier run holds its "ready" line: gone before anything is spawned, or the wait
+  // below could read it before the new process truncates its log.
+  for (auto& s : slots) fs::remove(s.log);
   std::vector<pid_t> pids;
   for (auto& s : slots) {
     const pid_t pid = spawn(s, {"supernode", "role", s.process, "--config", config, "--id",

@@ -441,7 +441,7 @@ std::string gateway_service::render_metrics() {
                          static_cast<double>(s.kv_blocks_used), l);
       metrics_.set_gauge("supernode_kv_blocks_total", "KV blocks of the instance's pool",
                          static_cast<double>(s.kv_blocks_total), l);
-    } else {
+    } else if (s.role == "prefill") {
       metrics_.set_gauge("supernode_prefill_outstanding_tokens",
                          "Prompt tokens assigned and not yet prefilled",
                          static_cast<double>(s.outstanding_prompt_tokens), l);

@@ -19,6 +19,8 @@ public:
   void on_message(const transport::peer_id& from, const transport::envelope& message,
                   transport::endpoint& out) override;
   void on_member_event(const transport::membership_event& event, transport::endpoint& out) override;
+  // Reports its stage times (and a broken group) like the ranks that hold sequences.
+  void on_tick(transport::endpoint& out) override;
 
 private:
   ep_rank group_;

@@ -43,6 +43,8 @@ void scheduler_service::on_message(const transport::peer_id& from,
       auto& p = prefills_[from];
       p.completed_tokens = l->prompt_tokens_completed;
       p.last = *l;
+    } else if (l->role == "expert_shard") {
+      shards_[from].last = *l;
     }
     return place_queued(out);
   }
@@ -164,6 +166,7 @@ void scheduler_service::on_member_event(const transport::membership_event& event
                                         transport::endpoint& out) {
   const bool alive = event.what == transport::membership_event::kind::joined;
   if (auto it = prefills_.find(event.peer); it != prefills_.end()) it->second.alive = alive;
+  if (auto it = shards_.find(event.peer); it != shards_.end()) it->second.alive = alive;
   if (auto it = decodes_.find(event.peer); it != decodes_.end()) {
     auto& d = it->second;
     d.alive = alive;
@@ -205,6 +208,7 @@ void scheduler_service::on_tick(transport::endpoint& out) {
   for (auto& [name, p] : prefills_)
     add(name, "prefill", p.alive, p.last).outstanding_prompt_tokens =
         p.assigned_tokens - p.completed_tokens;
+  for (auto& [name, shard] : shards_) add(name, "expert_shard", shard.alive, shard.last);
   for (auto& [name, d] : decodes_) {
     auto& s = add(name, "decode", d.alive, d.last);
     s.kv_blocks_total = d.capacity();

@@ -58,6 +58,12 @@ private:
   bool colocated_;
   std::deque<protocol::admit_request> queue_;
   std::map<std::string, prefill_state> prefills_;
+  // Expert shards take no requests: their reports only feed the cluster stats.
+  struct shard_state {
+    bool alive = true;
+    protocol::load_report last;
+  };
+  std::map<std::string, shard_state> shards_;
   std::map<std::string, decode_state> decodes_;
   std::map<protocol::request_key, placement> placed_;
 };
