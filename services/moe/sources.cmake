@@ -6,6 +6,7 @@ target_sources(supernode_services PRIVATE
 target_sources(supernode_services PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/ep_layout.cpp
   ${CMAKE_CURRENT_LIST_DIR}/expert_parallel.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/expert_parallel_eplb.cpp
   ${CMAKE_CURRENT_LIST_DIR}/ep_membership.cpp
   ${CMAKE_CURRENT_LIST_DIR}/ep_rank.cpp
   ${CMAKE_CURRENT_LIST_DIR}/expert_shard.cpp
