@@ -163,9 +163,10 @@ void check_ops(const std::string& kind, int ranks, bool adversarial) {
       ep.forward(layer, w, x.data(), rows, out.data());
       const auto expected = local_moe(*weights, w, x, rows);
       ASSERT_EQ(out.size(), expected.size());
-      if (!out.empty()) // memcmp of two empty vectors' null data() is undefined
+      if (!out.empty()) { // memcmp of two empty vectors' null data() is undefined
         ASSERT_EQ(0, std::memcmp(out.data(), expected.data(), out.size() * sizeof(float)))
             << "rank " << r << " op " << op;
+      }
     }
   });
 }
