@@ -64,15 +64,12 @@ TEST(serving_ep, four_rank_processes_with_microbatching_give_the_reference_token
   expect_reference_tokens(cluster, prompts(16, 3100, 8));
   EXPECT_NE(read_logs(cluster.run_dir()).find("two microbatches"), std::string::npos);
   // The stage breakdown reaches /metrics (load reports every heartbeat, then cluster stats).
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  for (;;) {
-    const auto text = http_call(cluster.port(), "GET", "/metrics").body;
-    const auto experts = metric(text, "supernode_ep_stage_seconds",
+  const auto [text, reported] = poll_metrics(cluster.port(), [](const std::string& t) {
+    const auto experts = metric(t, "supernode_ep_stage_seconds",
                                 "instance=\"decode-0\",moe_layer=\"0\",stage=\"experts\"");
-    if (experts && *experts > 0 && metric(text, "supernode_ep_forwards") > 0.0) break;
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << text.substr(0, 4000);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50)); // polling pace
-  }
+    return experts && *experts > 0 && metric(t, "supernode_ep_forwards") > 0.0;
+  });
+  EXPECT_TRUE(reported) << text.substr(0, 4000);
 }
 
 TEST(serving_ep, the_same_protocol_over_zeromq_gives_the_reference_tokens) {
@@ -144,5 +141,6 @@ TEST(serving_ep, a_rank_process_killed_mid_step_fails_the_groups_requests_withou
         later.body.find("no decode instance is serving") != std::string::npos)
       break;
     ASSERT_LT(std::chrono::steady_clock::now(), deadline) << later.status << " " << later.body;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20)); // polling pace, as poll_metrics
   }
 }

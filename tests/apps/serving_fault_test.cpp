@@ -50,14 +50,12 @@ TEST(serving_fault, a_killed_prefill_instance_fails_its_requests_and_frees_their
       break;
     EXPECT_NE(later.body.find("prefill-0"), std::string::npos) << later.status << " " << later.body;
     ASSERT_LT(std::chrono::steady_clock::now(), refused_by) << later.body;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20)); // polling pace, as poll_metrics
   }
 
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  for (;;) {
-    const auto text = http_call(cluster.port(), "GET", "/metrics").body;
-    if (metric(text, "supernode_kv_blocks_used", "instance=\"decode-0\"") == 0.0 &&
-        metric(text, "supernode_gateway_requests_in_flight") == 0.0)
-      break;
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << text;
-  }
+  const auto [text, freed] = poll_metrics(cluster.port(), [](const std::string& text) {
+    return metric(text, "supernode_kv_blocks_used", "instance=\"decode-0\"") == 0.0 &&
+           metric(text, "supernode_gateway_requests_in_flight") == 0.0;
+  });
+  EXPECT_TRUE(freed) << text;
 }

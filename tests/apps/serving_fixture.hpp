@@ -12,6 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <regex>
+#include <thread>
+#include <utility>
 
 namespace supernode::testing {
 
@@ -70,6 +72,22 @@ inline std::optional<double> metric(const std::string& text, const std::string& 
     return std::stod(line.substr(line.rfind(' ') + 1));
   }
   return std::nullopt;
+}
+
+// Polls /metrics until `done(text)` holds or `timeout` passes; returns the last text and whether
+// it held. Paced at 20 ms: the gateway bounds its connections, and a loaded machine closes them
+// more slowly than a tight loop opens them (the pace is not what anything waits on).
+template<class Done>
+std::pair<std::string, bool> poll_metrics(int port, Done done,
+                                          std::chrono::seconds timeout = std::chrono::seconds(30)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::string text;
+  for (;;) {
+    text = http_call(port, "GET", "/metrics").body;
+    if (done(text)) return {text, true};
+    if (std::chrono::steady_clock::now() >= deadline) return {text, false};
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
 }
 
 } // namespace supernode::testing

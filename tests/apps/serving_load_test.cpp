@@ -39,15 +39,11 @@ TEST(serving_load, two_hundred_concurrent_requests_on_pdc_2p2d_all_complete_and_
   EXPECT_EQ(ids.size(), n) << "response ids repeat";
 
   // The decode instances report released blocks every heartbeat; wait for the reports.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  std::string text;
-  for (;;) {
-    text = http_call(cluster.port(), "GET", "/metrics").body;
-    const auto used0 = metric(text, "supernode_kv_blocks_used", "instance=\"decode-0\"");
-    const auto used1 = metric(text, "supernode_kv_blocks_used", "instance=\"decode-1\"");
-    const auto queued = metric(text, "supernode_scheduler_queued");
-    if (used0 == 0.0 && used1 == 0.0 && queued == 0.0) break;
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << text;
-  }
+  const auto [text, settled] = poll_metrics(cluster.port(), [](const std::string& t) {
+    return metric(t, "supernode_kv_blocks_used", "instance=\"decode-0\"") == 0.0 &&
+           metric(t, "supernode_kv_blocks_used", "instance=\"decode-1\"") == 0.0 &&
+           metric(t, "supernode_scheduler_queued") == 0.0;
+  });
+  ASSERT_TRUE(settled) << text;
   EXPECT_EQ(metric(text, "supernode_gateway_requests_in_flight"), 0.0);
 }
