@@ -1,0 +1,2 @@
+supernode_add_test(ems_store_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/ems_store_test.cpp
+                   LIBS supernode_services LABEL unit)
