@@ -1,5 +1,7 @@
 #include "transport/zmq_path.hpp"
 
+#include "transport/zmq_util.hpp"
+
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -44,35 +46,6 @@ struct in_flight {
 
 void release_part(void*, void* hint) {
   delete static_cast<std::shared_ptr<in_flight>*>(hint);
-}
-
-int open_eventfd() {
-  int fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (fd < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
-  return fd;
-}
-
-void signal(int fd) {
-  const uint64_t one = 1;
-  // EAGAIN means the counter is already non-zero, so the thread is woken anyway.
-  [[maybe_unused]] auto n = ::write(fd, &one, sizeof one);
-}
-
-void clear(int fd) {
-  uint64_t count;
-  [[maybe_unused]] auto n = ::read(fd, &count, sizeof count);
-}
-
-// A signal delivered to the process (SIGCHLD in tests) interrupts zmq_poll; that is no error.
-void poll_retrying(std::vector<zmq::pollitem_t>& items) {
-  for (;;) {
-    try {
-      zmq::poll(items, std::chrono::milliseconds{-1});
-      return;
-    } catch (const zmq::error_t& e) {
-      if (e.num() != EINTR) throw;
-    }
-  }
 }
 
 } // namespace
@@ -124,8 +97,8 @@ void zmq_path::stop() {
     stopped_ = true;
   }
   stopping_ = true;
-  signal(command_fd_);
-  signal(receiver_fd_);
+  signal_eventfd(command_fd_);
+  signal_eventfd(receiver_fd_);
   if (sender_.joinable()) sender_.join();
   if (receiver_.joinable()) receiver_.join();
   // The threads are gone, so their sockets can be closed here.
@@ -172,7 +145,7 @@ void zmq_path::push(command c) {
     commands_.push_back(std::move(c));
   }
   // Only the first command of a batch needs a wake-up: the thread drains the whole queue.
-  if (was_empty) signal(command_fd_);
+  if (was_empty) signal_eventfd(command_fd_);
 }
 
 void zmq_path::run_sender() {
@@ -202,7 +175,7 @@ void zmq_path::run_sender() {
     }
     if (items[0].revents) {
       // Read the eventfd before taking the queue, so a push after the swap wakes us again.
-      clear(command_fd_);
+      clear_eventfd(command_fd_);
       {
         std::lock_guard lock(mutex_);
         batch.swap(commands_);

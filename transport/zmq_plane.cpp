@@ -1,6 +1,7 @@
 #include "transport/zmq_plane.hpp"
 
 #include "transport/zmq_path.hpp"
+#include "transport/zmq_util.hpp"
 
 #include <cstdio>
 #include <vector>
@@ -8,21 +9,6 @@
 namespace supernode::transport {
 
 namespace {
-
-// Routing ids come off the wire: a raw socket may send any bytes as its id.
-std::string printable(const std::string& s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (c >= 0x20 && c < 0x7f) {
-      out += static_cast<char>(c);
-    } else {
-      char hex[5];
-      std::snprintf(hex, sizeof hex, "\\x%02x", c);
-      out += hex;
-    }
-  }
-  return out;
-}
 
 constexpr int control_path = 0, bulk_path = 1;
 const char* path_name(int path) {
@@ -172,7 +158,7 @@ void zmq_plane::on_message(const char* path, const std::string& from,
   pieces.clear();
   if (!message) {
     std::fprintf(stderr, "[zmq_plane %s] bad frame from '%s' on the %s path: %s\n",
-                 options_.self.c_str(), printable(from).c_str(), path, why.c_str());
+                 options_.self.c_str(), detail::printable(from).c_str(), path, why.c_str());
     return;
   }
   counters_.messages_received.fetch_add(1);
@@ -184,7 +170,7 @@ void zmq_plane::on_message(const char* path, const std::string& from,
   } catch (const std::exception& e) {
     // The receive thread serves every peer: one failing message must not end it.
     std::fprintf(stderr, "[zmq_plane %s] handler threw on a message from '%s': %s\n",
-                 options_.self.c_str(), printable(from).c_str(), e.what());
+                 options_.self.c_str(), detail::printable(from).c_str(), e.what());
   }
 }
 

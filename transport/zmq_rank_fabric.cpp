@@ -29,6 +29,7 @@
 // has sent its own ack to everyone, so the peers finish too.
 #include "transport/rank_fabric.hpp"
 #include "transport/shm_sync.hpp"
+#include "transport/zmq_util.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -82,41 +83,12 @@ constexpr auto hello_interval = std::chrono::milliseconds(100);
 constexpr int close_linger_ms = 200;
 constexpr unsigned logged_malformed_frames = 10;
 
+using detail::open_eventfd;
+using detail::poll_retrying;
+using detail::printable;
+
 std::string routing_id(int rank) {
   return "rank" + std::to_string(rank);
-}
-
-// Routing ids come off the wire: a raw socket may use any bytes.
-std::string printable(const std::string& s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (c >= 0x20 && c < 0x7f) {
-      out += static_cast<char>(c);
-    } else {
-      char hex[5];
-      std::snprintf(hex, sizeof hex, "\\x%02x", c);
-      out += hex;
-    }
-  }
-  return out;
-}
-
-int open_eventfd() {
-  int fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (fd < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
-  return fd;
-}
-
-// A signal delivered to the process (SIGCHLD in tests) interrupts zmq_poll; that is no error.
-void poll_retrying(std::vector<zmq::pollitem_t>& items, std::chrono::milliseconds timeout) {
-  for (;;) {
-    try {
-      zmq::poll(items, timeout);
-      return;
-    } catch (const zmq::error_t& e) {
-      if (e.num() != EINTR) throw;
-    }
-  }
 }
 
 std::string range_text(size_t offset, size_t size) {
@@ -203,8 +175,7 @@ public:
 
   ~zmq_rank_fabric() override {
     leave();
-    const uint64_t one = 1;
-    [[maybe_unused]] auto n = ::write(stop_fd_, &one, sizeof one);
+    detail::signal_eventfd(stop_fd_);
     receiver_.join();
     router_.close();
     {

@@ -1,0 +1,54 @@
+#include "transport/zmq_util.hpp"
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <sys/eventfd.h>
+#include <system_error>
+#include <unistd.h>
+
+namespace supernode::transport::detail {
+
+int open_eventfd() {
+  int fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (fd < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
+  return fd;
+}
+
+void signal_eventfd(int fd) {
+  const uint64_t one = 1;
+  // EAGAIN means the counter is already non-zero, so the poller is woken anyway.
+  [[maybe_unused]] auto n = ::write(fd, &one, sizeof one);
+}
+
+void clear_eventfd(int fd) {
+  uint64_t count;
+  [[maybe_unused]] auto n = ::read(fd, &count, sizeof count);
+}
+
+void poll_retrying(std::vector<zmq::pollitem_t>& items, std::chrono::milliseconds timeout) {
+  for (;;) {
+    try {
+      zmq::poll(items, timeout);
+      return;
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw;
+    }
+  }
+}
+
+std::string printable(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char hex[5];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    }
+  }
+  return out;
+}
+
+} // namespace supernode::transport::detail

@@ -1,0 +1,25 @@
+#pragma once
+// Small pieces every ZeroMQ user here needs: an eventfd to wake a poller, zmq_poll that rides
+// out signals, and routing ids made printable for logs.
+
+#include <chrono>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+namespace supernode::transport::detail {
+
+// Non-blocking, close-on-exec; throws std::system_error.
+int open_eventfd();
+// Wakes a poller watching `fd` (a counter already non-zero wakes it anyway).
+void signal_eventfd(int fd);
+void clear_eventfd(int fd);
+
+// zmq::poll, retried when a signal delivered to the process (SIGCHLD in tests) interrupts it.
+void poll_retrying(std::vector<zmq::pollitem_t>& items,
+                   std::chrono::milliseconds timeout = std::chrono::milliseconds{-1});
+
+// Routing ids come off the wire: a raw socket may send any bytes as its id.
+std::string printable(const std::string& s);
+
+} // namespace supernode::transport::detail
