@@ -4,19 +4,17 @@
 #include "kernels/thread_pool.hpp"
 #include "model/transformer.hpp"
 #include "services/moe/expert_parallel.hpp"
+#include "services/moe/local_group.hpp"
 #include "services/moe/microbatch_pipeline.hpp"
 #include "services/moe/skewed_routing.hpp"
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <functional>
-#include <latch>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
-#include <unistd.h>
 
 namespace supernode::apps {
 
@@ -43,64 +41,23 @@ std::shared_ptr<const model::model_weights> dispatch_only_model(int64_t hidden) 
   return w;
 }
 
-std::unique_ptr<transport::rank_fabric>
-fabric_for(const std::string& kind, const std::string& group, int rank, int ranks, size_t bytes) {
-  transport::rank_fabric_options o;
-  o.cluster = "bench";
-  o.group = group;
-  o.rank = rank;
-  o.ranks = ranks;
-  o.bytes = bytes;
-  o.flags = services::ep_flag_count;
-  if (kind == "zmq") {
-    const auto dir = std::filesystem::temp_directory_path() / ("supernode-bench-" + group);
-    std::filesystem::create_directories(dir);
-    for (int r = 0; r < ranks; ++r)
-      o.addresses.push_back("ipc://" + (dir / std::to_string(r)).string());
-    return transport::make_zmq_rank_fabric(o);
-  }
-  return transport::make_shm_rank_fabric(o);
-}
-
 // Runs body(rank, ep) on `ranks` threads sharing one group; returns what rank 0's body returns.
 nlohmann::json run_group(
     const std::string& kind, int ranks, ep_options o, std::shared_ptr<const model::model_weights> w,
     const std::function<nlohmann::json(int, expert_parallel&, transport::rank_fabric&)>& body) {
-  static std::atomic<int> n{0};
-  const auto group = "b" + std::to_string(getpid()) + "-" + std::to_string(n++);
-  o.ranks = ranks;
+  services::local_group_options g;
+  g.fabric = kind;
+  g.cluster = "bench";
+  g.ranks = ranks;
+  g.ep = o;
   nlohmann::json result;
-  std::string error;
-  std::latch connected(ranks), finished(ranks);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < ranks; ++r)
-    threads.emplace_back([&, r, o]() mutable {
-      o.rank = r;
-      bool up = false, done = false;
-      try {
-        const auto layout = expert_parallel::layout_for(w->config, w->prec, o);
-        auto fabric = fabric_for(kind, group, r, ranks, layout.total_bytes());
-        std::string why;
-        if (!fabric->connect(
-                std::chrono::seconds(30), [] { return false; }, why))
-          throw std::runtime_error(why);
-        connected.arrive_and_wait();
-        up = true;
-        expert_parallel ep(w, *fabric, o);
-        auto out = body(r, ep, *fabric);
+  const auto errors =
+      services::run_local_group(g, w, [&](int r, expert_parallel& ep, transport::rank_fabric& f) {
+        auto out = body(r, ep, f);
         if (r == 0) result = std::move(out);
-        // A rank that leaves while a slower peer still waits on it breaks that peer's op.
-        done = true;
-        finished.arrive_and_wait();
-      } catch (const std::exception& e) {
-        error = e.what();
-      }
-      // A rank that failed counts as arrived, or its peers would wait for it forever.
-      if (!up) connected.count_down();
-      if (!done) finished.count_down();
-    });
-  for (auto& t : threads) t.join();
-  if (!error.empty()) throw std::runtime_error("bench moe: " + error);
+      });
+  for (auto& e : errors)
+    if (!e.empty()) throw std::runtime_error("bench moe: " + e);
   return result;
 }
 
@@ -196,16 +153,7 @@ nlohmann::json decode_run(std::shared_ptr<const model::model_weights> w, int ran
     for (int s = 1; s < steps; ++s) step();
     const double seconds = std::chrono::duration<double>(clock_type::now() - start).count();
     ++done;
-    // Stay in the group until every rank is through (a rank that leaves breaks it).
-    for (;;) {
-      const auto seen = ep.doorbell_value();
-      if (ep.peer_waiting()) {
-        ep.serve_idle_forward();
-        continue;
-      }
-      if (done == ranks) break;
-      ep.sleep(seen, std::chrono::milliseconds(20));
-    }
+    services::serve_peers_until(ep, done, ranks);
     nlohmann::json j;
     j["ep"] = ranks;
     j["batch_per_rank"] = batch;

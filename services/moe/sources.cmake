@@ -11,4 +11,5 @@ target_sources(supernode_services PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/ep_rank.cpp
   ${CMAKE_CURRENT_LIST_DIR}/expert_shard.cpp
   ${CMAKE_CURRENT_LIST_DIR}/microbatch_pipeline.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/local_group.cpp
 )

@@ -9,18 +9,16 @@
 #include "model/moe_layer.hpp"
 #include "model/transformer.hpp"
 #include "services/moe/expert_parallel.hpp"
+#include "services/moe/local_group.hpp"
 #include "services/moe/microbatch_pipeline.hpp"
 #include "services/moe/skewed_routing.hpp"
 
 #include <atomic>
 #include <cstring>
-#include <filesystem>
 #include <functional>
 #include <gtest/gtest.h>
-#include <latch>
 #include <random>
 #include <thread>
-#include <unistd.h>
 
 using namespace supernode;
 using services::ep_options;
@@ -28,67 +26,16 @@ using services::expert_parallel;
 
 namespace {
 
-std::string unique_name(const std::string& what) {
-  static std::atomic<int> n{0};
-  return "ep" + std::to_string(getpid()) + "-" + what + std::to_string(n++);
-}
-
-std::unique_ptr<transport::rank_fabric> make_fabric(const std::string& kind,
-                                                    const std::string& group, int rank, int ranks,
-                                                    const services::ep_layout& layout) {
-  transport::rank_fabric_options o;
-  o.cluster = "eptest";
-  o.group = group;
-  o.rank = rank;
-  o.ranks = ranks;
-  o.bytes = layout.total_bytes();
-  o.flags = services::ep_flag_count;
-  if (kind == "zmq") {
-    const auto dir = std::filesystem::temp_directory_path() / group;
-    std::filesystem::create_directories(dir);
-    for (int r = 0; r < ranks; ++r)
-      o.addresses.push_back("ipc://" + (dir / ("r" + std::to_string(r))).string());
-    return transport::make_zmq_rank_fabric(o);
-  }
-  return transport::make_shm_rank_fabric(o);
-}
-
 // Runs body(rank, ep) on `ranks` threads, each with its own fabric and expert_parallel.
 void run_group(const std::string& kind, int ranks, const ep_options& base,
                std::shared_ptr<const model::model_weights> weights,
-               const std::function<void(int, expert_parallel&, transport::rank_fabric&)>& body) {
-  const auto group = unique_name(kind);
-  std::vector<std::thread> threads;
-  std::vector<std::string> errors(ranks);
-  std::latch connected(ranks), finished(ranks); // every rank is up before any body runs (or leaves)
-  for (int r = 0; r < ranks; ++r)
-    threads.emplace_back([&, r] {
-      bool up = false, done = false;
-      try {
-        auto o = base;
-        o.rank = r;
-        o.ranks = ranks;
-        const auto layout = expert_parallel::layout_for(weights->config, weights->prec, o);
-        auto fabric = make_fabric(kind, group, r, ranks, layout);
-        std::string why;
-        if (!fabric->connect(
-                std::chrono::seconds(20), [] { return false; }, why))
-          throw std::runtime_error(why);
-        connected.arrive_and_wait();
-        up = true;
-        expert_parallel ep(weights, *fabric, o);
-        body(r, ep, *fabric);
-        // A rank that leaves while a slower peer still waits on it breaks that peer's op.
-        done = true;
-        finished.arrive_and_wait();
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-      // A rank that failed counts as arrived, or its peers would wait for it forever.
-      if (!up) connected.count_down();
-      if (!done) finished.count_down();
-    });
-  for (auto& t : threads) t.join();
+               const services::local_rank_body& body) {
+  services::local_group_options o;
+  o.fabric = kind;
+  o.cluster = "eptest";
+  o.ranks = ranks;
+  o.ep = base;
+  const auto errors = services::run_local_group(o, weights, body);
   for (int r = 0; r < ranks; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
@@ -268,17 +215,7 @@ model_run run_model_over_ranks(const std::string& kind,
       for (auto& s : seqs) got[r].push_back(s.tokens);
     }
     ++done;
-    ep.ring();
-    // Serve the peers until every rank is through.
-    for (;;) {
-      const auto seen = ep.doorbell_value();
-      if (ep.peer_waiting()) {
-        ep.serve_idle_forward();
-        continue;
-      }
-      if (done == ranks) break;
-      ep.sleep(seen, std::chrono::milliseconds(50));
-    }
+    services::serve_peers_until(ep, done, ranks);
     if (r == 0) {
       result.first = ep.first_rebalance();
       result.last = ep.last_rebalance();
