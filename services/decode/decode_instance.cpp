@@ -105,8 +105,7 @@ void decode_instance::assign(const transport::peer_id& scheduler, const protocol
     if (a.spec.prompt.empty() || a.spec.max_tokens < 1)
       throw std::invalid_argument("empty prompt or max_tokens below 1");
     if (awaiting_.count(a.key)) throw std::invalid_argument("request assigned twice");
-    if (group_ && group_->broken())
-      throw std::runtime_error("expert-parallel group broken: " + group_->failure());
+    if (group_ && group_->broken()) throw std::runtime_error(group_->broken_reason());
     std::lock_guard lock(pool_mutex_);
     seq->table.reserve(pool_, static_cast<int64_t>(a.spec.prompt.size()) + a.spec.max_tokens);
     result.accepted = true;
@@ -204,9 +203,7 @@ void decode_instance::on_member_event(const transport::membership_event& event,
                                       transport::endpoint& out) {
   (void)out;
   if (event.what == transport::membership_event::kind::joined) return;
-  if (group_)
-    for (auto& m : group_->membership().members)
-      if (m == event.peer) group_->fail(event.peer + " is down (" + event.reason + ")");
+  if (group_) group_->on_member_event(event);
   // A prefill instance gone: the requests waiting on its KV can no longer start.
   std::vector<request_key> lost;
   for (auto& [key, w] : awaiting_)
@@ -229,10 +226,7 @@ void decode_instance::on_tick(transport::endpoint& out) {
   r.kv_blocks_released = blocks_released_.load();
   r.running = running_.load();
   r.waiting = waiting_.load();
-  if (group_) {
-    if (group_->broken()) r.unavailable = "expert-parallel group broken: " + group_->failure();
-    r.ep_stage_seconds = group_->stage_seconds(r.ep_forwards);
-  }
+  if (group_) group_->add_to(r);
   {
     std::lock_guard lock(worker_.mutex());
     r.finished.swap(finished_);
@@ -344,7 +338,7 @@ void decode_instance::compute_round() {
   std::vector<token_update> updates;
   apply_cancels(updates);
   if (group_ && group_->broken()) {
-    fail_everything("expert-parallel group broken: " + group_->failure(), updates);
+    fail_everything(group_->broken_reason(), updates);
     return send_updates(std::move(updates));
   }
   prefill_locally();

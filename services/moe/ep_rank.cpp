@@ -92,6 +92,21 @@ std::string ep_rank::failure() const {
   return failure_;
 }
 
+std::string ep_rank::broken_reason() const {
+  return "expert-parallel group broken: " + failure();
+}
+
+void ep_rank::on_member_event(const transport::membership_event& event) {
+  if (event.what == transport::membership_event::kind::joined) return;
+  for (auto& m : membership_.members)
+    if (m == event.peer) fail(event.peer + " is down (" + event.reason + ")");
+}
+
+void ep_rank::add_to(protocol::load_report& report) const {
+  if (broken_) report.unavailable = broken_reason();
+  report.ep_stage_seconds = stage_seconds(report.ep_forwards);
+}
+
 std::vector<double> ep_rank::stage_seconds(uint64_t& forwards) const {
   forwards = 0;
   if (!connected_) return {};

@@ -6,6 +6,8 @@
 
 #include "services/moe/ep_membership.hpp"
 #include "services/moe/expert_parallel.hpp"
+#include "services/protocol/serving_messages.hpp"
+#include "transport/membership.hpp"
 
 #include <atomic>
 #include <functional>
@@ -40,6 +42,12 @@ public:
   void fail(const std::string& why); // any thread
   bool broken() const { return broken_; }
   std::string failure() const;
+  // "expert-parallel group broken: <failure>", what requests and reports end with.
+  std::string broken_reason() const;
+  // Actor thread: a member of the group that went down breaks it.
+  void on_member_event(const transport::membership_event& event);
+  // The group's part of the instance's load report: why it is unavailable, its stage times.
+  void add_to(protocol::load_report& report) const;
   // Seconds per [MoE layer][stage], flattened, and forwards, for load reports (empty before
   // the group connects).
   std::vector<double> stage_seconds(uint64_t& forwards) const;

@@ -30,16 +30,13 @@ void expert_shard::on_message(const transport::peer_id&, const transport::envelo
 void expert_shard::on_member_event(const transport::membership_event& event,
                                    transport::endpoint& out) {
   (void)out;
-  if (event.what == transport::membership_event::kind::joined) return;
-  for (auto& m : group_.membership().members)
-    if (m == event.peer) group_.fail(event.peer + " is down (" + event.reason + ")");
+  group_.on_member_event(event);
 }
 
 void expert_shard::on_tick(transport::endpoint& out) {
   protocol::load_report r;
   r.role = "expert_shard";
-  if (group_.broken()) r.unavailable = "expert-parallel group broken: " + group_.failure();
-  r.ep_stage_seconds = group_.stage_seconds(r.ep_forwards);
+  group_.add_to(r);
   send_load_report(out, std::move(r));
 }
 

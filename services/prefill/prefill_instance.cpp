@@ -45,7 +45,7 @@ void prefill_instance::on_message(const transport::peer_id& from,
     q->job.spec = r->spec;
     std::string refusal;
     if (q->job.spec.prompt.empty()) refusal = "empty prompt";
-    if (group_ && group_->broken()) refusal = "expert-parallel group broken: " + group_->failure();
+    if (group_ && group_->broken()) refusal = group_->broken_reason();
     if (!refusal.empty()) {
       out.send("control", from,
                transport::make_envelope(protocol::prefill_failed{r->key, refusal}));
@@ -72,19 +72,14 @@ void prefill_instance::on_tick(transport::endpoint& out) {
   r.prompt_tokens_completed = tokens_completed_.load();
   r.running = running_.load();
   r.waiting = waiting_.load();
-  if (group_) {
-    if (group_->broken()) r.unavailable = "expert-parallel group broken: " + group_->failure();
-    r.ep_stage_seconds = group_->stage_seconds(r.ep_forwards);
-  }
+  if (group_) group_->add_to(r);
   send_load_report(out, std::move(r));
 }
 
 void prefill_instance::on_member_event(const transport::membership_event& event,
                                        transport::endpoint& out) {
   (void)out;
-  if (!group_ || event.what == transport::membership_event::kind::joined) return;
-  for (auto& m : group_->membership().members)
-    if (m == event.peer) group_->fail(event.peer + " is down (" + event.reason + ")");
+  if (group_) group_->on_member_event(event);
 }
 
 void prefill_instance::fail_everything(const std::string& reason) {
@@ -198,8 +193,7 @@ void prefill_instance::ship(queued& q, int32_t first_token) {
 
 void prefill_instance::compute_round() {
   drop_cancelled();
-  if (group_ && group_->broken())
-    return fail_everything("expert-parallel group broken: " + group_->failure());
+  if (group_ && group_->broken()) return fail_everything(group_->broken_reason());
   admit_queued();
   running_ = static_cast<int64_t>(active_.size());
   if (active_.empty()) return;
