@@ -356,11 +356,6 @@ void expert_parallel::serve_experts(int slot, uint64_t op, int64_t moe_layer,
   const std::byte* base = fabric_.local();
   const size_t payload = static_cast<size_t>(layout_.sizes.hidden),
                header_at = round_up(payload, layout_.sizes.alignment);
-  auto header_of = [&](int32_t source, int64_t index) {
-    dispatch_header hd;
-    std::memcpy(&hd, base + layout_.dispatch_offset(slot, source, index) + header_at, sizeof hd);
-    return hd;
-  };
   for (auto& list : by_expert_) list.clear();
   for (int32_t s = 0; s < ranks; ++s) {
     ep_count_entry count;
@@ -374,7 +369,9 @@ void expert_parallel::serve_experts(int slot, uint64_t op, int64_t moe_layer,
       check_failed();
     }
     for (int64_t i = 0; i < count.messages; ++i) {
-      const auto hd = header_of(s, i);
+      const std::byte* m = base + layout_.dispatch_offset(slot, s, i);
+      dispatch_header hd;
+      std::memcpy(&hd, m + header_at, sizeof hd);
       if (hd.expert < 0 || hd.expert >= c.n_routed_experts || hd.batch_slot < 0 ||
           hd.batch_slot >= options_.local_batch || hd.route_slot < 0 ||
           hd.route_slot >= c.num_experts_per_tok || hd.source_rank != s) {
@@ -383,7 +380,7 @@ void expert_parallel::serve_experts(int slot, uint64_t op, int64_t moe_layer,
              ", route slot " + std::to_string(hd.route_slot) + ")");
         check_failed();
       }
-      by_expert_[hd.expert].push_back({s, i});
+      by_expert_[hd.expert].push_back({m, hd});
     }
   }
   const bool int8 = weights_->prec == model::precision::int8;
@@ -404,12 +401,11 @@ void expert_parallel::serve_experts(int slot, uint64_t op, int64_t moe_layer,
       b.in_f.resize(static_cast<size_t>(b.rows * h));
     }
     for (int64_t t = 0; t < b.rows; ++t) {
-      const std::byte* m = base + layout_.dispatch_offset(slot, list[t].source, list[t].index);
       if (int8) {
-        std::memcpy(b.in_q.q.data() + t * payload, m, payload);
-        b.in_q.scale[t] = header_of(list[t].source, list[t].index).scale;
+        std::memcpy(b.in_q.q.data() + t * payload, list[t].payload, payload);
+        b.in_q.scale[t] = list[t].header.scale;
       } else {
-        std::memcpy(b.in_f.data() + t * h, m, payload);
+        std::memcpy(b.in_f.data() + t * h, list[t].payload, payload);
       }
     }
     batch_pointers_.push_back(&b);
@@ -419,14 +415,16 @@ void expert_parallel::serve_experts(int slot, uint64_t op, int64_t moe_layer,
   combine_start_ = since;
 
   // Each output goes straight to its source's combine buffer at [batch slot][route slot].
-  std::vector<uint64_t> sent(static_cast<size_t>(ranks), 0);
-  std::vector<std::byte> message(layout_.combine_message_bytes());
+  auto& sent = combines_sent_;
+  sent.assign(static_cast<size_t>(ranks), 0);
+  auto& message = combine_message_;
+  message.resize(layout_.combine_message_bytes());
   const ep_combine_header stamp{op + 1};
   std::memcpy(message.data(), &stamp, sizeof stamp);
   for (auto* b : batch_pointers_) {
     const auto& list = by_expert_[b->expert];
     for (int64_t t = 0; t < b->rows; ++t) {
-      const auto hd = header_of(list[t].source, list[t].index);
+      const auto& hd = list[t].header;
       std::memcpy(message.data() + sizeof stamp, b->out.data() + t * h, h * sizeof(float));
       fabric_.write(hd.source_rank, layout_.combine_offset(slot, hd.batch_slot, hd.route_slot),
                     std::span(message.data(), sizeof stamp + h * sizeof(float)));

@@ -119,9 +119,10 @@ public:
   rebalance_report first_rebalance() const; // its "before" is the uniform placement
 
 private:
+  // A dispatch message in this rank's region, its header read (and checked) once.
   struct received {
-    int32_t source;
-    int64_t index;
+    const std::byte* payload;
+    dispatch_header header;
   };
   void wait_flag(size_t flag, uint64_t at_least, const char* what, uint64_t op);
   void check_failed() const;
@@ -164,6 +165,8 @@ private:
   std::vector<model::expert_batch> batches_;
   std::vector<model::expert_batch*> batch_pointers_;
   std::vector<std::vector<received>> by_expert_;
+  std::vector<uint64_t> combines_sent_;    // per source rank, this op
+  std::vector<std::byte> combine_message_; // stamp, then one output row
 
   // EPLB: routed tokens of this rank's own tokens since the last exchange, [moe layer][expert].
   std::vector<uint32_t> routed_counts_;
