@@ -310,6 +310,14 @@ TEST_F(zmq_plane_fixture, a_peer_killed_mid_transfer_is_reported_within_two_seco
   parent.start();
   child_peer child("echo-kill", parent);
   ASSERT_TRUE(got.wait_nth<member_join>(1));
+  // The child's join says it reached us, not that we reached it: until both of our connections
+  // to it are up, a death is nothing to notice (and a kill then raced the connect). A ping and a
+  // small bulk chunk answered prove both paths are up, so the kill lands mid-transfer.
+  ASSERT_EQ(parent.send(child.id, make_envelope(ping{1, 0, {}})), send_status::ok);
+  ASSERT_TRUE(got.wait_nth<pong>(1));
+  ASSERT_EQ(parent.send(child.id, make_envelope(bulk_chunk{100, 0, 8, pattern(8, 7)})),
+            send_status::ok);
+  ASSERT_TRUE(got.wait_nth<bulk_ack>(1));
 
   for (int i = 0; i < 3; ++i) {
     auto data = pattern(size_t{64} << 20, 20 + i);
