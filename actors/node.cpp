@@ -2,6 +2,7 @@
 
 #include "actors/role/role_actor.hpp"
 #include "kernels/thread_pool.hpp"
+#include "services/ems/model_fetch.hpp"
 #include "services/role_registry.hpp"
 #include "transport/plane_factory.hpp"
 
@@ -35,6 +36,13 @@ void apply_placement(const transport::process_config& p) {
   const int threads = p.threads > 0 ? p.threads : static_cast<int>(p.cpus.size());
   if (threads > 0) kernels::thread_pool::configure_shared(threads);
 }
+
+bool needs_model(const std::vector<transport::instance_config>& instances) {
+  for (auto& i : instances)
+    if (i.role == "prefill" || i.role == "decode" || i.role == "expert_shard") return true;
+  return false;
+}
+
 } // namespace
 
 int run_node(const transport::cluster_config& cluster, const services::serving_config& serving,
@@ -49,19 +57,31 @@ int run_node(const transport::cluster_config& cluster, const services::serving_c
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
+  // A new incarnation per process start: peers tell a restarted instance from the old one, and
+  // take the larger one for the newer process, so it must grow with every start: wall-clock time
+  // first, the pid in the low bits only to separate two starts in the same 65 µs. (pid ^ time
+  // did not grow: a restart with a smaller pid looked older and its heartbeats were ignored.)
+  const auto now_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                std::chrono::system_clock::now().time_since_epoch())
+                                                .count());
+  const uint64_t incarnation = (now_ns & ~uint64_t{0xffff}) | (::getpid() & 0xffff);
   // Logic first: loading a model or binding a port may fail, and should before any actor runs.
+  // With the model cache, the model comes through the pool into a local copy first.
+  services::serving_config effective = serving;
+  if (serving.ems.model_cache && !instances.empty() && needs_model(instances)) {
+    auto fetched = services::ems::fetch_model_through_pool(cluster, serving, instances.front().name,
+                                                           incarnation);
+    effective.model_name = serving.model_id();
+    effective.model_path = fetched.dir;
+  }
   std::vector<std::shared_ptr<services::role_logic>> logics;
   for (auto& inst : instances)
-    logics.push_back(services::make_role_logic({inst, cluster, serving}));
+    logics.push_back(services::make_role_logic({inst, cluster, effective}));
 
   node_config cfg;
   caf::actor_system sys{cfg};
   std::vector<role_actor> actors;
   std::vector<std::future<std::string>> started;
-  // A new incarnation per process start: peers tell a restarted instance from the old one.
-  const uint64_t incarnation =
-      (static_cast<uint64_t>(::getpid()) << 32) ^
-      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   for (size_t i = 0; i < instances.size(); ++i) {
     auto ep = std::make_shared<transport::endpoint>(cluster, instances[i].name,
                                                     transport::make_plane, incarnation);

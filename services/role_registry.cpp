@@ -2,6 +2,8 @@
 
 #include "services/decode/decode_instance.hpp"
 #include "services/echo/echo_service.hpp"
+#include "services/ems/mp_controller.hpp"
+#include "services/ems/mp_server.hpp"
 #include "services/gateway/gateway_service.hpp"
 #include "services/moe/expert_shard.hpp"
 #include "services/prefill/prefill_instance.hpp"
@@ -27,6 +29,10 @@ std::unique_ptr<role_logic> make_role_logic(const role_context& c) {
     auto group = ep_membership_of(c.cluster, c.serving, c.instance, weights->config, weights->prec);
     return std::make_unique<decode_instance>(weights, c.serving, std::move(group));
   }
+  if (role == "mp_controller")
+    return std::make_unique<ems::mp_controller>(c.cluster, c.serving.ems);
+  if (role == "mp_server")
+    return std::make_unique<ems::mp_server>(c.cluster, c.instance.name, c.serving.ems);
   if (role == "expert_shard") {
     auto weights = shared_weights(c.serving.model_path, c.serving.precision);
     auto group = ep_membership_of(c.cluster, c.serving, c.instance, weights->config, weights->prec);
@@ -35,7 +41,7 @@ std::unique_ptr<role_logic> make_role_logic(const role_context& c) {
   }
   throw std::runtime_error("role '" + role +
                            "' is not implemented in this build (known: echo, gateway, scheduler, "
-                           "prefill, decode, expert_shard)");
+                           "prefill, decode, expert_shard, mp_controller, mp_server)");
 }
 
 } // namespace supernode::services

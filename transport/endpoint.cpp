@@ -93,6 +93,15 @@ void endpoint::on_message(const peer_id& from, envelope message) {
     std::lock_guard lock(mutex_);
     events = membership_.on_leave(*l, now);
   } else {
+    // A reply nobody waits for any more (expired, failed) is dropped; one with reply_to 0 was
+    // pushed, not asked for, and goes to the role like any message.
+    const auto* info = message_registry::instance().find(message.type());
+    if (info && info->reply_to) {
+      if (const uint64_t id = info->reply_to(message.object().get()); id != 0) {
+        pending_.complete(id, std::move(message));
+        return;
+      }
+    }
     if (on_message_) on_message_(from, std::move(message));
     return;
   }

@@ -46,6 +46,9 @@ struct message_type_info {
   // Decodes a payload of exactly `size` bytes; throws on malformed input.
   std::shared_ptr<const void> (*decode)(const char* payload, size_t size,
                                         const payload_source& source) = nullptr;
+  // For a reply (a type with a `uint64_t reply_to` member): the id of the request it answers;
+  // the endpoint completes that pending request with it instead of handing it to the role.
+  uint64_t (*reply_to)(const void* object) = nullptr;
 };
 
 class message_registry {
@@ -154,6 +157,8 @@ void register_message() {
       throw msgpack::unpack_error("an out-of-line part no field claims");
     return object;
   };
+  if constexpr (requires(const T& t) { uint64_t{t.reply_to}; })
+    info.reply_to = [](const void* object) { return static_cast<const T*>(object)->reply_to; };
   message_registry::instance().add(info);
 }
 

@@ -46,6 +46,19 @@ size_t pending_requests::fail_where(Pred pred,
   return failed.size();
 }
 
+bool pending_requests::fail(uint64_t id, const std::string& reason) {
+  completion done;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = entries_.find(id);
+    if (it == entries_.end()) return false;
+    done = std::move(it->second.done);
+    entries_.erase(it);
+  }
+  done(std::nullopt, reason);
+  return true;
+}
+
 size_t pending_requests::fail_peer(const std::string& peer, const std::string& reason) {
   return fail_where([&](const entry& e) { return e.peer == peer; },
                     [&](const entry& e) { return "peer " + e.peer + " is down: " + reason; });

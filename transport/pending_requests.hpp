@@ -27,6 +27,8 @@ public:
   std::optional<uint64_t> add(const std::string& peer, steady_time deadline, completion done);
   // False when the id is unknown (already completed, failed or expired): late replies are dropped.
   bool complete(uint64_t id, envelope reply);
+  // Fails one request (its send failed, so no reply will come); false when it already ended.
+  bool fail(uint64_t id, const std::string& reason);
   size_t fail_peer(const std::string& peer, const std::string& reason);
   size_t expire(steady_time now);
   size_t size() const;

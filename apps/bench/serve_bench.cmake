@@ -2,3 +2,4 @@
 target_sources(supernode PRIVATE ${CMAKE_CURRENT_LIST_DIR}/serve_bench.cpp)
 target_link_libraries(supernode PRIVATE supernode_services)
 target_sources(supernode PRIVATE ${CMAKE_CURRENT_LIST_DIR}/engine_baseline.cpp)
+target_sources(supernode PRIVATE ${CMAKE_CURRENT_LIST_DIR}/cache_bench.cpp)

@@ -1,5 +1,6 @@
 #include "services/decode/decode_instance.hpp"
 
+#include "services/protocol/ems_messages.hpp"
 #include "services/serving/delivery.hpp"
 
 #include <cstdio>
@@ -15,7 +16,7 @@ decode_instance::decode_instance(std::shared_ptr<const model::model_weights> wei
                                  std::optional<ep_membership> membership)
     : config_(config), model_(weights),
       pool_(model_.kv_layout(config.block_size, false), config.decode_kv_blocks),
-      batch_(model_, pool_, [this](decode_sequence& s) { release(s); }),
+      batch_(model_, pool_, [this](decode_sequence& s) { leave_batch(s); }),
       prefill_(model_, config.prefill_token_budget) {
   protocol::register_serving_messages();
   if (membership) {
@@ -36,6 +37,9 @@ decode_instance::~decode_instance() {
 
 void decode_instance::start(transport::endpoint& out) {
   out_ = &out;
+  if (config_.ems.store_decode_kv)
+    cache_ = std::make_unique<ems::context_cache_client>(out, config_.ems,
+                                                         config_.cache_model_key(), pool_.layout());
   auto at_exit = [this] { send_updates(batch_.fail_all("decode instance stopping")); };
   if (group_)
     worker_.start_in_group(
@@ -62,6 +66,18 @@ void decode_instance::release(decode_sequence& s) {
   blocks_released_ += n;
   std::lock_guard lock(worker_.mutex());
   finished_.push_back(s.key);
+}
+
+void decode_instance::leave_batch(decode_sequence& s) {
+  if (cache_ && !s.generated.empty()) {
+    // KV exists for the prompt and every generated token but the last (never fed back). The
+    // prompt's full blocks are the prefill instance's to store.
+    std::vector<int32_t> tokens = s.spec.prompt;
+    tokens.insert(tokens.end(), s.generated.begin(), s.generated.end() - 1);
+    const auto prompt_blocks = static_cast<int64_t>(s.spec.prompt.size()) / cache_->block_tokens();
+    cache_->store_async(tokens, prompt_blocks, s.table, pool_);
+  }
+  release(s);
 }
 
 void decode_instance::send_updates(std::vector<token_update> updates) {
@@ -91,6 +107,8 @@ void decode_instance::on_message(const transport::peer_id& from, const transport
   if (auto* f = message.get<prefill_failed>())
     return cancel(f->key, "error", "prefill on " + from + " failed: " + f->reason);
   if (auto* c = message.get<cancel_request>()) return cancel(c->key, "cancelled", c->reason);
+  if (auto* v = message.get<ems_ring_view>())
+    if (cache_) cache_->on_ring_view(*v);
 }
 
 void decode_instance::assign(const transport::peer_id& scheduler, const protocol::decode_assign& a,
@@ -227,6 +245,7 @@ void decode_instance::on_tick(transport::endpoint& out) {
   r.running = running_.load();
   r.waiting = waiting_.load();
   if (group_) group_->add_to(r);
+  if (cache_) r.cache = cache_->stats();
   {
     std::lock_guard lock(worker_.mutex());
     r.finished.swap(finished_);

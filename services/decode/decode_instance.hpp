@@ -9,6 +9,7 @@
 #include "model/kv_cache.hpp"
 #include "model/transformer.hpp"
 #include "services/decode/decode_batch.hpp"
+#include "services/ems/context_cache_client.hpp"
 #include "services/moe/ep_rank.hpp"
 #include "services/moe/microbatch_pipeline.hpp"
 #include "services/prefill/prefill_engine.hpp"
@@ -60,6 +61,9 @@ private:
   void cancel(const protocol::request_key& key, const std::string& finish,
               const std::string& reason);
   void release(decode_sequence& s);
+  // A sequence leaving the batch: with [ems] store_decode_kv, the blocks its generated tokens
+  // filled go to the context cache first; then its KV is released.
+  void leave_batch(decode_sequence& s);
   // Ends a request that never reached the batch, telling its gateway.
   void end_unbatched(std::unique_ptr<decode_sequence> s, const std::string& finish,
                      const std::string& reason);
@@ -98,6 +102,8 @@ private:
   std::deque<local_prefill> prefilling_;
   std::atomic<int64_t> running_{0}, waiting_{0};
   std::unique_ptr<ep_rank> group_; // expert parallelism; null for a lone rank
+  // Context cache for generated KV; null unless [ems] store_decode_kv. Made in start().
+  std::unique_ptr<ems::context_cache_client> cache_;
   std::unique_ptr<microbatch_pipeline> microbatches_;
   compute_worker worker_; // last: its thread stops before the members it uses go
 };

@@ -1,7 +1,7 @@
 #include "services/ems/block_store.hpp"
 
+#include "services/ems/block_checksum.hpp"
 #include "services/ems/hash_ring.hpp"
-#include "transport/checksum.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -39,23 +39,6 @@ uint64_t get_u64(const std::byte* p) {
   uint64_t v = 0;
   for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
   return v;
-}
-
-uint64_t fnv_u64(uint64_t v, uint64_t h) {
-  char bytes[8];
-  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-  return transport::fnv1a(bytes, sizeof bytes, h);
-}
-
-// Covers ns and key as well as the data, so a block served under the wrong name is caught too.
-uint64_t block_checksum(std::string_view ns, std::string_view key,
-                        std::span<const std::byte> data) {
-  uint64_t h = fnv_u64(ns.size(), 0xcbf29ce484222325ull);
-  h = transport::fnv1a(ns.data(), ns.size(), h);
-  h = fnv_u64(key.size(), h);
-  h = transport::fnv1a(key.data(), key.size(), h);
-  h = fnv_u64(data.size(), h);
-  return transport::fnv1a(reinterpret_cast<const char*>(data.data()), data.size(), h);
 }
 
 uint64_t file_size_for(std::string_view ns, std::string_view key, uint64_t data) {
@@ -148,7 +131,9 @@ block_store_options checked(block_store_options o) {
 } // namespace
 
 block_store::block_store(block_store_options options)
-    : options_(checked(std::move(options))), arena_(options_.dram_bytes, options_.huge_pages) {
+    : options_(checked(std::move(options))),
+      arena_(options_.dram_memory.empty() ? dram_arena(options_.dram_bytes, options_.huge_pages)
+                                          : dram_arena(options_.dram_memory)) {
   std::error_code ec;
   std::filesystem::create_directories(options_.ssd_dir, ec);
   if (ec)
@@ -421,11 +406,19 @@ put_result block_store::put(const std::string& ns, const std::string& key,
     return r;
   }
 
+  const uint64_t checksum = block_checksum(ns, key, data);
+  if (old && old->size == data.size() && old->checksum == checksum) {
+    // The same bytes again (two prefills of one prefix racing to store it): stored once.
+    touch(*old);
+    r.stored = r.persisted = true;
+    r.in_dram = old->dram_offset.has_value();
+    return r;
+  }
   entry fresh;
   fresh.ns = ns;
   fresh.key = key;
   fresh.size = data.size();
-  fresh.checksum = block_checksum(ns, key, data);
+  fresh.checksum = checksum;
   fresh.seq = next_seq_++;
   const std::string name = old ? old->file : file_name_for(ns, key);
   if (std::string error = write_file(name, fresh, data); !error.empty()) {
@@ -482,6 +475,21 @@ std::optional<std::vector<std::byte>> block_store::get(const std::string& ns,
   touch(*e);
   cache_in_dram(*e, *out);
   return out;
+}
+
+std::optional<block_store::dram_ref> block_store::get_ref(const std::string& ns,
+                                                          const std::string& key) {
+  entry* e = find(ns, key);
+  if (e && e->dram_offset) {
+    ++stats_.dram_hits;
+    touch(*e);
+    return dram_ref{e->dram_offset, e->size, e->checksum, {}};
+  }
+  auto data = get(ns, key); // verified from the SSD tier, then cached in DRAM when it fits
+  if (!data) return std::nullopt;
+  e = find(ns, key);
+  if (e && e->dram_offset) return dram_ref{e->dram_offset, e->size, e->checksum, {}};
+  return dram_ref{std::nullopt, data->size(), block_checksum(ns, key, *data), std::move(*data)};
 }
 
 bool block_store::exists(const std::string& ns, const std::string& key) const {

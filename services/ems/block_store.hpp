@@ -31,6 +31,9 @@ struct block_store_options {
   // On-disk bytes (headers included) above which LRU files are deleted.
   uint64_t ssd_bytes = 1ull << 30;
   bool huge_pages = true;
+  // When set, the DRAM tier lives here instead of in a private mapping: the MP server passes its
+  // shared region so that clients on the host can copy blocks straight out of it (UB reads).
+  std::span<std::byte> dram_memory;
 };
 
 struct put_result {
@@ -88,6 +91,18 @@ public:
   bool exists(const std::string& ns, const std::string& key) const;
   // True when the block was there; its DRAM copy and file are gone when this returns.
   bool remove(const std::string& ns, const std::string& key);
+  // Where a block's verified bytes can be read in the DRAM tier, for a reader that maps the
+  // arena: promotes the block like get() and brings an SSD-only block into DRAM. nullopt for a
+  // miss; a ref with no offset when the block is good but cannot be cached in DRAM (`data` then
+  // holds it). The bytes stay there only until the store's next put or eviction, so a reader
+  // copies them out and checks the checksum after the copy.
+  struct dram_ref {
+    std::optional<size_t> offset;
+    uint64_t size = 0;
+    uint64_t checksum = 0;
+    std::vector<std::byte> data;
+  };
+  std::optional<dram_ref> get_ref(const std::string& ns, const std::string& key);
   std::vector<put_result> put_many(const std::string& ns, std::span<const put_item> items);
   std::vector<std::optional<std::vector<std::byte>>> get_many(const std::string& ns,
                                                               std::span<const std::string> keys);

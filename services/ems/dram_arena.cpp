@@ -1,6 +1,7 @@
 #include "services/ems/dram_arena.hpp"
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -44,8 +45,16 @@ dram_arena::dram_arena(size_t capacity, bool try_huge_pages)
   free_.emplace(0, capacity_);
 }
 
+dram_arena::dram_arena(std::span<std::byte> memory)
+    : base_(memory.data()), capacity_(memory.size() / alignment * alignment) {
+  if (reinterpret_cast<uintptr_t>(base_) % alignment != 0)
+    throw std::invalid_argument("dram_arena: external memory is not " + std::to_string(alignment) +
+                                "-byte aligned");
+  if (capacity_ > 0) free_.emplace(0, capacity_);
+}
+
 dram_arena::~dram_arena() {
-  if (base_) ::munmap(base_, mapped_);
+  if (base_ && mapped_ > 0) ::munmap(base_, mapped_);
 }
 
 std::optional<size_t> dram_arena::allocate(size_t bytes) {

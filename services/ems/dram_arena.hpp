@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <span>
 
 namespace supernode::services::ems {
 
@@ -19,6 +20,9 @@ public:
   // with MAP_HUGETLB; when the machine has no huge pages it silently falls back to plain pages.
   // Throws std::runtime_error naming the size and errno when neither mapping succeeds.
   dram_arena(size_t capacity, bool try_huge_pages);
+  // Carves memory someone else mapped (the MP server's shared region, which clients map to read
+  // over UB); the arena never unmaps it. The start must be `alignment`-aligned.
+  explicit dram_arena(std::span<std::byte> memory);
   ~dram_arena();
   dram_arena(const dram_arena&) = delete;
   dram_arena& operator=(const dram_arena&) = delete;

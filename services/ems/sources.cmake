@@ -2,5 +2,8 @@
 target_sources(supernode_services PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/hash_ring.cpp
   ${CMAKE_CURRENT_LIST_DIR}/block_store.cpp ${CMAKE_CURRENT_LIST_DIR}/dram_arena.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/prefix_keys.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/prefix_keys.cpp ${CMAKE_CURRENT_LIST_DIR}/block_checksum.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/mp_server.cpp ${CMAKE_CURRENT_LIST_DIR}/mp_controller.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/ems_client.cpp ${CMAKE_CURRENT_LIST_DIR}/context_cache.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/context_cache_client.cpp ${CMAKE_CURRENT_LIST_DIR}/model_fetch.cpp
 )

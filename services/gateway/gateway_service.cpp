@@ -412,6 +412,46 @@ void gateway_service::render_stage_times(const protocol::instance_stats& s) {
           {{"instance", s.name}, {"moe_layer", std::to_string(i / n)}, {"stage", stages[st]}});
 }
 
+void gateway_service::render_cache_stats(const protocol::instance_stats& s) {
+  const auto& c = s.cache;
+  const labels l{{"instance", s.name}};
+  auto gauge = [&](const char* name, const char* help, uint64_t v, const labels& with) {
+    metrics_.set_gauge(name, help, static_cast<double>(v), with);
+  };
+  if ((s.role == "prefill" || s.role == "decode") && (c.lookups > 0 || c.stored_blocks > 0)) {
+    gauge("supernode_cache_lookups", "Prompts looked up in the context cache", c.lookups, l);
+    gauge("supernode_cache_lookup_tokens", "Prompt tokens looked up in the context cache",
+          c.lookup_tokens, l);
+    gauge("supernode_cache_hit_tokens", "Prompt tokens whose KV was loaded from the pool",
+          c.hit_tokens, l);
+    gauge("supernode_cache_stored_blocks", "Context-cache blocks put into the pool",
+          c.stored_blocks, l);
+    gauge("supernode_cache_store_failures", "Context-cache puts the pool refused or lost",
+          c.store_failures, l);
+    gauge("supernode_cache_read_errors", "Context-cache lookups that failed (a miss)",
+          c.read_errors, l);
+  } else if (s.role == "mp_server") {
+    for (const char* tier : {"dram", "ssd"}) {
+      const bool dram = tier[0] == 'd';
+      const labels t{{"instance", s.name}, {"tier", tier}};
+      gauge("supernode_pool_blocks", "Blocks an MP server holds, per tier",
+            dram ? c.dram_blocks : c.ssd_blocks, t);
+      gauge("supernode_pool_bytes", "Bytes an MP server holds, per tier",
+            dram ? c.dram_bytes : c.ssd_bytes, t);
+      gauge("supernode_pool_hits", "Reads an MP server answered, per tier",
+            dram ? c.dram_hits : c.ssd_hits, t);
+      gauge("supernode_pool_evicted_blocks",
+            "Blocks evicted: from DRAM to the SSD tier, or deleted from the SSD tier",
+            dram ? c.evicted_dram : c.deleted_ssd, t);
+    }
+    gauge("supernode_pool_misses", "Reads of absent blocks", c.misses, l);
+    gauge("supernode_pool_corrupt_blocks", "Blocks whose checksum failed (served as misses)",
+          c.corrupt_blocks, l);
+    gauge("supernode_pool_rejected_puts", "Puts refused (quota, size, write error)",
+          c.rejected_puts, l);
+  }
+}
+
 std::string gateway_service::render_metrics() {
   protocol::cluster_stats stats;
   size_t live = 0;
@@ -436,6 +476,7 @@ std::string gateway_service::render_metrics() {
                        "1 when the instance takes no requests (its expert-parallel group broke)",
                        s.unavailable.empty() ? 0 : 1, l);
     render_stage_times(s);
+    render_cache_stats(s);
     if (s.role == "decode") {
       metrics_.set_gauge("supernode_kv_blocks_used", "KV blocks reserved or in use",
                          static_cast<double>(s.kv_blocks_used), l);

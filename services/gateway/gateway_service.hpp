@@ -47,6 +47,7 @@ private:
                          const gateway::http_request& req, gateway::api_kind kind);
   std::vector<int32_t> prompt_tokens(const gateway::completion_request& api) const;
   std::string render_metrics();
+  void render_cache_stats(const protocol::instance_stats& s);
   void render_stage_times(const protocol::instance_stats& s);
 
   // Called with mutex_ held: turns one update into stream events or the final response.

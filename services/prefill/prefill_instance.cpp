@@ -1,5 +1,6 @@
 #include "services/prefill/prefill_instance.hpp"
 
+#include "services/protocol/ems_messages.hpp"
 #include "services/serving/delivery.hpp"
 
 #include <algorithm>
@@ -25,6 +26,9 @@ prefill_instance::~prefill_instance() {
 
 void prefill_instance::start(transport::endpoint& out) {
   out_ = &out;
+  if (config_.ems.context_cache)
+    cache_ = std::make_unique<ems::context_cache_client>(out, config_.ems,
+                                                         config_.cache_model_key(), pool_.layout());
   auto has_work = [this] { return !queue_.empty() || !active_.empty() || !cancelled_.empty(); };
   if (group_)
     worker_.start_in_group(*group_, has_work, [this] { compute_round(); });
@@ -63,6 +67,10 @@ void prefill_instance::on_message(const transport::peer_id& from,
     std::lock_guard lock(worker_.mutex());
     cancelled_.insert(c->key);
     worker_.notify();
+    return;
+  }
+  if (auto* v = message.get<protocol::ems_ring_view>()) {
+    if (cache_) cache_->on_ring_view(*v);
   }
 }
 
@@ -73,6 +81,7 @@ void prefill_instance::on_tick(transport::endpoint& out) {
   r.running = running_.load();
   r.waiting = waiting_.load();
   if (group_) group_->add_to(r);
+  if (cache_) r.cache = cache_->stats();
   send_load_report(out, std::move(r));
 }
 
@@ -191,10 +200,26 @@ void prefill_instance::ship(queued& q, int32_t first_token) {
   }
 }
 
+void prefill_instance::load_cached_prefixes() {
+  if (!cache_) return;
+  for (auto& q : active_) {
+    if (q->cached) continue;
+    q->cached = cache_->load_prefix(q->job.spec.prompt, q->table, pool_);
+    const int64_t hit = q->cached->hit_tokens(cache_->block_tokens());
+    q->job.done = hit;
+    q->table.set_tokens(hit);
+  }
+}
+
+void prefill_instance::store_new_blocks(queued& q) {
+  if (cache_ && q.cached) cache_->store_async(q.job.spec.prompt, q.cached->hit_blocks, q.table, pool_);
+}
+
 void prefill_instance::compute_round() {
   drop_cancelled();
   if (group_ && group_->broken()) return fail_everything(group_->broken_reason());
   admit_queued();
+  load_cached_prefixes();
   running_ = static_cast<int64_t>(active_.size());
   if (active_.empty()) return;
   std::vector<prefill_job*> jobs;
@@ -209,6 +234,7 @@ void prefill_instance::compute_round() {
     auto it =
         std::find_if(active_.begin(), active_.end(), [&](auto& q) { return &q->job == done.job; });
     ship(**it, done.first_token);
+    store_new_blocks(**it); // after shipping: storing never delays the first token
     finish(**it);
     active_.erase(it);
   }

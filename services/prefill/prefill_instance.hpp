@@ -6,6 +6,7 @@
 
 #include "model/kv_cache.hpp"
 #include "model/transformer.hpp"
+#include "services/ems/context_cache_client.hpp"
 #include "services/moe/ep_rank.hpp"
 #include "services/prefill/prefill_engine.hpp"
 #include "services/role_logic.hpp"
@@ -43,6 +44,7 @@ private:
     transport::peer_id decode;
     prefill_job job;
     model::kv_block_table table;
+    std::optional<ems::context_lookup> cached; // looked up once admitted (context cache on)
   };
 
   void compute_round();
@@ -50,6 +52,10 @@ private:
   void admit_queued();
   void drop_cancelled();
   void ship(queued& q, int32_t first_token);
+  // Context cache: loads the longest cached prefix of newly admitted prompts, and stores the
+  // blocks of a finished prompt that the pool lacked (after its KV has shipped).
+  void load_cached_prefixes();
+  void store_new_blocks(queued& q);
   void finish(queued& q); // blocks back, prompt tokens counted as completed
   // The group broke: every prompt here fails with `reason` (its decode instance is told).
   void fail_everything(const std::string& reason);
@@ -67,6 +73,9 @@ private:
 
   std::deque<std::unique_ptr<queued>> active_; // compute thread only
   std::unique_ptr<ep_rank> group_;             // expert parallelism; null for a lone rank
+
+  // Context cache; null when off. Made in start(): the pool client needs the endpoint.
+  std::unique_ptr<ems::context_cache_client> cache_;
   compute_worker worker_; // last: its thread stops before the members it uses go
 };
 

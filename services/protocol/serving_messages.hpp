@@ -77,6 +77,25 @@ struct plane_traffic {
                      bad_frames);
 };
 
+// EMS counters since start: a prefill instance fills the context-cache half, an MP server the
+// tier half; /metrics shows them per instance.
+struct cache_stats {
+  uint64_t lookups = 0;        // prompts looked up in the context cache
+  uint64_t lookup_tokens = 0;  // their prompt tokens
+  uint64_t hit_tokens = 0;     // prompt tokens whose KV came from the pool
+  uint64_t stored_blocks = 0;  // context blocks put into the pool
+  uint64_t store_failures = 0; // puts the pool refused or never answered
+  uint64_t read_errors = 0;    // lookups that failed (server down, timeout, bad block)
+  uint64_t dram_blocks = 0, dram_bytes = 0, ssd_blocks = 0, ssd_bytes = 0;
+  uint64_t dram_hits = 0, ssd_hits = 0, misses = 0, corrupt_blocks = 0;
+  uint64_t evicted_dram = 0; // DRAM -> SSD tier
+  uint64_t deleted_ssd = 0;  // dropped by the SSD tier's threshold
+  uint64_t rejected_puts = 0;
+  MSGPACK_DEFINE_MAP(lookups, lookup_tokens, hit_tokens, stored_blocks, store_failures,
+                     read_errors, dram_blocks, dram_bytes, ssd_blocks, ssd_bytes, dram_hits,
+                     ssd_hits, misses, corrupt_blocks, evicted_dram, deleted_ssd, rejected_puts);
+};
+
 // Load as running totals, so the scheduler's view is exact whatever the order in which
 // reports and assignments cross: outstanding = what it assigned - what the instance completed.
 struct load_report {
@@ -98,8 +117,9 @@ struct load_report {
   // lone rank.
   std::vector<double> ep_stage_seconds;
   uint64_t ep_forwards = 0;
+  cache_stats cache;
   MSGPACK_DEFINE_MAP(role, kv_blocks_total, kv_blocks_released, prompt_tokens_completed, running,
-                     waiting, finished, planes, unavailable, ep_stage_seconds, ep_forwards);
+                     waiting, finished, planes, unavailable, ep_stage_seconds, ep_forwards, cache);
 };
 
 // Also sent to the decode instance of a placed request, and to a prefill instance.
@@ -171,8 +191,9 @@ struct instance_stats {
   std::string unavailable;              // see load_report
   std::vector<double> ep_stage_seconds; // see load_report
   uint64_t ep_forwards = 0;
+  cache_stats cache;
   MSGPACK_DEFINE_MAP(name, role, alive, running, waiting, kv_blocks_used, kv_blocks_total,
-                     outstanding_prompt_tokens, unavailable, ep_stage_seconds, ep_forwards);
+                     outstanding_prompt_tokens, unavailable, ep_stage_seconds, ep_forwards, cache);
 };
 
 struct cluster_stats {

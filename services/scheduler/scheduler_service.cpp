@@ -43,8 +43,8 @@ void scheduler_service::on_message(const transport::peer_id& from,
       auto& p = prefills_[from];
       p.completed_tokens = l->prompt_tokens_completed;
       p.last = *l;
-    } else if (l->role == "expert_shard") {
-      shards_[from].last = *l;
+    } else if (l->role == "expert_shard" || l->role == "mp_server") {
+      reporters_[from].last = *l;
     }
     return place_queued(out);
   }
@@ -166,7 +166,7 @@ void scheduler_service::on_member_event(const transport::membership_event& event
                                         transport::endpoint& out) {
   const bool alive = event.what == transport::membership_event::kind::joined;
   if (auto it = prefills_.find(event.peer); it != prefills_.end()) it->second.alive = alive;
-  if (auto it = shards_.find(event.peer); it != shards_.end()) it->second.alive = alive;
+  if (auto it = reporters_.find(event.peer); it != reporters_.end()) it->second.alive = alive;
   if (auto it = decodes_.find(event.peer); it != decodes_.end()) {
     auto& d = it->second;
     d.alive = alive;
@@ -201,6 +201,7 @@ void scheduler_service::on_tick(transport::endpoint& out) {
     s.unavailable = last.unavailable;
     s.ep_stage_seconds = last.ep_stage_seconds;
     s.ep_forwards = last.ep_forwards;
+    s.cache = last.cache;
     for (auto& t : last.planes) stats.planes.emplace_back(name, t);
     stats.instances.push_back(s);
     return stats.instances.back();
@@ -208,7 +209,7 @@ void scheduler_service::on_tick(transport::endpoint& out) {
   for (auto& [name, p] : prefills_)
     add(name, "prefill", p.alive, p.last).outstanding_prompt_tokens =
         p.assigned_tokens - p.completed_tokens;
-  for (auto& [name, shard] : shards_) add(name, "expert_shard", shard.alive, shard.last);
+  for (auto& [name, r] : reporters_) add(name, r.last.role.c_str(), r.alive, r.last);
   for (auto& [name, d] : decodes_) {
     auto& s = add(name, "decode", d.alive, d.last);
     s.kv_blocks_total = d.capacity();

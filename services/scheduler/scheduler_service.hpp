@@ -58,12 +58,13 @@ private:
   bool colocated_;
   std::deque<protocol::admit_request> queue_;
   std::map<std::string, prefill_state> prefills_;
-  // Expert shards take no requests: their reports only feed the cluster stats.
+  // Expert shards and MP servers take no requests: their reports only feed the cluster stats
+  // (the role is in each report).
   struct shard_state {
     bool alive = true;
     protocol::load_report last;
   };
-  std::map<std::string, shard_state> shards_;
+  std::map<std::string, shard_state> reporters_;
   std::map<std::string, decode_state> decodes_;
   std::map<protocol::request_key, placement> placed_;
 };

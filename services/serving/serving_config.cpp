@@ -1,5 +1,7 @@
 #include "services/serving/serving_config.hpp"
 
+#include "services/ems/model_blocks.hpp"
+#include "services/ems/object_store.hpp"
 #include "transport/cluster_config.hpp"
 
 #include <sstream>
@@ -37,9 +39,16 @@ struct table_reader {
 } // namespace
 
 std::string serving_config::model_id() const {
+  if (!model_name.empty()) return model_name;
   auto p = model_path.lexically_normal();
   if (p.has_filename()) return p.filename().string();
   return p.parent_path().filename().string();
+}
+
+std::string serving_config::cache_model_key() const {
+  ems::object_store folder(model_path, 0.0);
+  return ems::model_key(model_id(), ems::model_version(folder, "")) + "/" +
+         model::precision_name(precision);
 }
 
 int64_t serving_config::prefill_pool_blocks() const {
@@ -98,6 +107,48 @@ serving_config serving_config::parse(std::string_view text, const std::string& s
   c.eplb_interval = ep.get_int("eplb_interval", c.eplb_interval, 0, 1 << 20);
   if (c.eplb_interval > 0 && c.eplb_interval < 4) ep.fail("eplb_interval", "must be 0 or >= 4");
   c.ep_op_timeout_ms = ep.get_int("op_timeout_ms", c.ep_op_timeout_ms, 100, 3600000);
+
+  const auto em = reader("ems");
+  auto& e = c.ems;
+  constexpr int64_t tib = int64_t{1} << 40;
+  e.dram_bytes = static_cast<uint64_t>(
+      em.get_int("dram_bytes", static_cast<int64_t>(e.dram_bytes), 4096, tib));
+  e.dram_high_watermark = em.get<double>("dram_high_watermark", e.dram_high_watermark);
+  if (!(e.dram_high_watermark > 0.0 && e.dram_high_watermark <= 1.0))
+    em.fail("dram_high_watermark", "must be in (0, 1]");
+  e.ssd_bytes =
+      static_cast<uint64_t>(em.get_int("ssd_bytes", static_cast<int64_t>(e.ssd_bytes), 4096, tib));
+  e.data_dir = em.get<std::string>("data_dir", "");
+  e.huge_pages = em.get<bool>("huge_pages", e.huge_pages);
+  const auto path = em.get<std::string>("read_path", "ub");
+  if (path != "ub" && path != "vpc") em.fail("read_path", "must be \"ub\" or \"vpc\"");
+  e.read_over_ub = path == "ub";
+  e.vnodes = static_cast<int32_t>(em.get_int("vnodes", e.vnodes, 1, 4096));
+  e.timeout_ms = em.get_int("timeout_ms", e.timeout_ms, 10, 3600000);
+  e.context_cache = em.get<bool>("context_cache", e.context_cache);
+  e.block_tokens = em.get_int("block_tokens", e.block_tokens, 1, 65536);
+  if (e.block_tokens % c.block_size != 0)
+    em.fail("block_tokens", "must be a multiple of [kv] block_size (" +
+                                std::to_string(c.block_size) + "), got " +
+                                std::to_string(e.block_tokens));
+  e.context_namespace = em.get<std::string>("context_namespace", e.context_namespace);
+  e.store_decode_kv = em.get<bool>("store_decode_kv", e.store_decode_kv);
+  e.model_cache = em.get<bool>("model_cache", e.model_cache);
+  e.object_store = em.get<std::string>("object_store", "");
+  e.object_store_bandwidth = em.get<double>("object_store_bandwidth", e.object_store_bandwidth);
+  if (!(e.object_store_bandwidth >= 0.0)) em.fail("object_store_bandwidth", "must be >= 0");
+  e.model_namespace = em.get<std::string>("model_namespace", e.model_namespace);
+  e.model_block_bytes = static_cast<uint64_t>(em.get_int(
+      "model_block_bytes", static_cast<int64_t>(e.model_block_bytes), 4096, int64_t{1} << 30));
+  if (e.model_cache && e.object_store.empty())
+    em.fail("object_store", "must name a folder when model_cache = true");
+  if (const auto* quotas = root["ems"]["quotas"].as_table()) {
+    const table_reader q{quotas, source, "ems.quotas"};
+    for (auto& [ns, value] : *quotas) {
+      const std::string name(ns.str());
+      e.quotas.emplace_back(name, static_cast<uint64_t>(q.get_int(name.c_str(), 0, 0, tib * 1024)));
+    }
+  }
   return c;
 }
 

@@ -12,8 +12,10 @@
 //   [decode]    max_batch = 64   kv_blocks = 2048
 //   [ep]        decode_ranks = 1  prefill_ranks = 1  microbatch = false
 //               redundant_experts = 0  eplb_interval = 0  op_timeout_ms = 30000
+//   [ems]       the memory pool and its caches: services/ems/ems_config.hpp
 
 #include "model/linear.hpp"
+#include "services/ems/ems_config.hpp"
 
 #include <cstdint>
 #include <filesystem>
@@ -51,8 +53,15 @@ struct serving_config {
   int64_t eplb_interval = 0;        // forwards between EPLB re-placements; 0: off
   int64_t ep_op_timeout_ms = 30000; // a peer silent this long breaks the group
 
-  // The model id served: the model folder's name.
+  ems::ems_config ems;
+
+  // The model id served: model_name when set (a model loaded from a local copy of the pool's),
+  // else the model folder's name.
   std::string model_id() const;
+  std::string model_name;
+  // What context-cache keys are made of: the model id, its version (a fingerprint of the model
+  // folder) and the precision, so KV of another model, version or precision never matches.
+  std::string cache_model_key() const;
   // prefill_kv_blocks, or enough for a full budget plus one partly filled block per prompt.
   int64_t prefill_pool_blocks() const;
 

@@ -3,6 +3,7 @@
 // endpoint in the test.
 
 #include "../support/child_process.hpp"
+#include "../support/probe_endpoint.hpp"
 #include "../transport/inbox.hpp"
 #include "actors/protocol/type_ids.hpp"
 #include "actors/role/role_actor.hpp"
@@ -39,34 +40,14 @@ std::string config_text(const std::string& cluster, const std::string& planes) {
          "\n[process.echo]\nroles = [\"echo\"]\n[process.probe]\nroles = [\"probe\"]\n";
 }
 
-// The test's own instance: an endpoint, what it receives, and its heartbeat clock (what a role
-// actor's tick timer does; without heartbeats the echo instance rightly declares it down).
+// The test's own instance, and what it receives.
 struct probe {
-  endpoint ep;
   inbox in;
-  std::mutex clock_mutex;
-  std::condition_variable clock_cv;
-  bool stopping = false;
-  std::thread clock;
-
-  explicit probe(const cluster_config& cluster) : ep(cluster, "probe-0", make_plane, 2) {
-    in.attach(ep);
-    ep.start();
-    clock = std::thread([this, interval = cluster.heartbeat_interval] {
-      std::unique_lock lock(clock_mutex);
-      while (!clock_cv.wait_for(lock, interval, [&] { return stopping; }))
-        ep.tick(std::chrono::steady_clock::now());
-    });
-  }
-  ~probe() {
-    {
-      std::lock_guard lock(clock_mutex);
-      stopping = true;
-    }
-    clock_cv.notify_all();
-    clock.join();
-    ep.stop();
-  }
+  supernode::testing::probe_endpoint endpoint;
+  transport::endpoint& ep;
+  explicit probe(const cluster_config& cluster)
+      : endpoint(cluster, "probe-0", [this](transport::endpoint& e) { in.attach(e); }),
+        ep(endpoint.ep) {}
 };
 
 // Sends one of every application message through `flow` and checks the replies.
@@ -126,8 +107,7 @@ TEST(role_actor, echo_instance_over_inproc_in_one_process) {
 
 TEST(role_actor, unknown_role_is_a_clear_error) {
   try {
-    auto cluster = cluster_config::parse(
-        "[process.x]\nroles = [\"oracle\"]\n", "oracle.toml");
+    auto cluster = cluster_config::parse("[process.x]\nroles = [\"oracle\"]\n", "oracle.toml");
     services::make_role_logic({cluster.instance("oracle-0"), cluster, {}});
     FAIL();
   } catch (const std::runtime_error& e) {

@@ -58,7 +58,7 @@ TEST_P(serving_invariant, greedy_tokens_equal_the_reference_one_at_a_time_and_32
 
 INSTANTIATE_TEST_SUITE_P(configs, serving_invariant,
                          ::testing::Values("local.toml", "pdc-1p1d.toml", "pdc-2p2d.toml",
-                                           "lep-ep4.toml", "lep-ep8-threads.toml",
+                                           "pdc-ems.toml", "lep-ep4.toml", "lep-ep8-threads.toml",
                                            "split-attn-moe.toml"),
                          [](const auto& info) {
                            auto name = info.param.substr(0, info.param.find('.'));

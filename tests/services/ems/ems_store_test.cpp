@@ -2,6 +2,7 @@
 // DRAM arena allocator, and the block store's tiers, quotas, isolation, checksums and restart.
 // Every store test gets its own temp folder; nothing sleeps.
 
+#include "services/ems/block_checksum.hpp"
 #include "services/ems/block_store.hpp"
 #include "services/ems/hash_ring.hpp"
 
@@ -573,4 +574,55 @@ TEST_F(EmsStore, RejectsBadOptions) {
   o = options(1024);
   o.ssd_dir.clear();
   EXPECT_THROW(block_store{o}, std::invalid_argument);
+}
+
+TEST_F(EmsStore, IdenticalBlocksAreStoredOnce) {
+  block_store store(options(1 << 16));
+  const auto data = block(3000, 5);
+  ASSERT_TRUE(store.put("ctx", "a", data).stored);
+  const auto path = store.ssd_path_for_test("ctx", "a");
+  ASSERT_TRUE(path);
+  const auto written = fs::last_write_time(*path);
+  const auto seq_before = store.stats().ssd_bytes;
+  // The same bytes again (two prefills racing to store one prefix): no second write.
+  EXPECT_TRUE(store.put("ctx", "a", data).stored);
+  EXPECT_EQ(fs::last_write_time(*path), written);
+  EXPECT_EQ(store.stats().ssd_bytes, seq_before);
+  EXPECT_EQ(store.get("ctx", "a"), data);
+}
+
+TEST_F(EmsStore, ReferencesPointIntoTheArenaAndMatchTheChecksum) {
+  // The MP server's shared region: the arena carves memory it does not own.
+  struct alignas(64) shared_region {
+    std::byte bytes[1 << 16];
+  };
+  auto memory = std::make_unique<shared_region>();
+  const std::span<std::byte> region(memory->bytes);
+  auto o = options(0);
+  o.dram_memory = region;
+  block_store store(o);
+  const auto data = block(5000, 9);
+  ASSERT_TRUE(store.put("ctx", "r", data).in_dram);
+  auto ref = store.get_ref("ctx", "r");
+  ASSERT_TRUE(ref && ref->offset);
+  ASSERT_LE(*ref->offset + ref->size, region.size());
+  const std::vector<std::byte> copy(region.begin() + *ref->offset,
+                                    region.begin() + *ref->offset + ref->size);
+  EXPECT_EQ(copy, data);
+  EXPECT_EQ(block_checksum("ctx", "r", copy), ref->checksum);
+  EXPECT_NE(block_checksum("ctx", "other", copy), ref->checksum); // the key is covered too
+  EXPECT_FALSE(store.get_ref("ctx", "absent"));
+}
+
+TEST(EmsChecksum, CoversEveryByteNamespaceAndKey) {
+  auto data = block(1027, 3);
+  const uint64_t base = block_checksum("ns", "key", data);
+  EXPECT_EQ(block_checksum("ns", "key", data), base);
+  EXPECT_NE(block_checksum("n", "skey", data), base);
+  for (size_t i : {size_t{0}, size_t{31}, size_t{32}, size_t{1000}, size_t{1026}}) {
+    auto flipped = data;
+    flipped[i] ^= std::byte{1};
+    EXPECT_NE(block_checksum("ns", "key", flipped), base) << i;
+  }
+  EXPECT_NE(block_checksum("ns", "key", std::span(data).first(1026)), base);
 }

@@ -1,0 +1,51 @@
+#include "services/ems/context_cache_client.hpp"
+
+namespace supernode::services::ems {
+
+context_cache_client::context_cache_client(transport::endpoint& out, const ems_config& config,
+                                           const std::string& model_key,
+                                           const model::kv_block_layout& layout)
+    : client_(out, config),
+      cache_(client_, config.context_namespace, model_key, config.block_tokens, layout) {}
+
+context_lookup context_cache_client::load_prefix(std::span<const int32_t> prompt,
+                                                 const model::kv_block_table& table,
+                                                 model::kv_block_pool& pool) {
+  auto hit = cache_.lookup(prompt);
+  ++counters_->lookups;
+  counters_->lookup_tokens += prompt.size();
+  if (!hit.error.empty()) ++counters_->read_errors;
+  if (hit.hit_blocks > 0) {
+    cache_.load_into(hit, table, pool);
+    counters_->hit_tokens += hit.hit_tokens(cache_.block_tokens());
+  }
+  hit.kv.clear(); // in the KV pool now
+  return hit;
+}
+
+void context_cache_client::store_async(std::span<const int32_t> tokens, int64_t from_block,
+                                       const model::kv_block_table& table,
+                                       const model::kv_block_pool& pool) {
+  cache_.store(tokens, from_block, table, pool,
+               [this](const std::string& ns, std::span<const pool_put> items) {
+                 // The answer may come after the role is gone: only the counters stay.
+                 client_.put_async(
+                     ns, items, [c = counters_](size_t stored, size_t failed, const std::string&) {
+                       c->stored_blocks += stored;
+                       c->store_failures += failed;
+                     });
+               });
+}
+
+protocol::cache_stats context_cache_client::stats() const {
+  protocol::cache_stats c;
+  c.lookups = counters_->lookups.load();
+  c.lookup_tokens = counters_->lookup_tokens.load();
+  c.hit_tokens = counters_->hit_tokens.load();
+  c.stored_blocks = counters_->stored_blocks.load();
+  c.store_failures = counters_->store_failures.load();
+  c.read_errors = counters_->read_errors.load();
+  return c;
+}
+
+} // namespace supernode::services::ems

@@ -1,0 +1,52 @@
+#pragma once
+// The [ems] table: how MP servers size their tiers, how clients reach the pool, and the two
+// caches built on it. Read by serving_config, so every process of a cluster agrees.
+//
+//   [ems]  dram_bytes = 268435456   dram_high_watermark = 0.9   ssd_bytes = 4294967296
+//          data_dir = ""            # default <run_dir>/ems/<instance>
+//          huge_pages = true        read_path = "ub"   # "ub": copy out of the server's mapped
+//                                                      # DRAM; "vpc": bytes in the reply
+//          vnodes = 64   timeout_ms = 5000
+//          context_cache = false   block_tokens = 16   context_namespace = "context"
+//          store_decode_kv = false
+//          model_cache = false     object_store = ""   object_store_bandwidth = 2.5e9
+//          model_namespace = "models"   model_block_bytes = 4194304
+//   [ems.quotas]  context = 1073741824   # bytes per namespace over the whole pool
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace supernode::services::ems {
+
+struct ems_config {
+  // MP server tiers.
+  uint64_t dram_bytes = 256ull << 20;
+  double dram_high_watermark = 0.9;
+  uint64_t ssd_bytes = 4ull << 30;
+  std::filesystem::path data_dir; // empty: <run_dir>/ems/<instance>
+  bool huge_pages = true;
+
+  // Clients.
+  bool read_over_ub = true;
+  int32_t vnodes = 64;
+  int64_t timeout_ms = 5000;
+  std::vector<std::pair<std::string, uint64_t>> quotas;
+
+  // Context cache (prefill).
+  bool context_cache = false;
+  int64_t block_tokens = 16; // a multiple of [kv] block_size
+  std::string context_namespace = "context";
+  bool store_decode_kv = false;
+
+  // Model cache.
+  bool model_cache = false;
+  std::filesystem::path object_store; // folder holding model folders ("buckets")
+  double object_store_bandwidth = 2.5e9;
+  std::string model_namespace = "models";
+  uint64_t model_block_bytes = 4ull << 20;
+};
+
+} // namespace supernode::services::ems

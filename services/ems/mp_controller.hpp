@@ -1,0 +1,70 @@
+#pragma once
+// The MP controller role (§4.4.1): owns the ring over the MP servers and changes it as servers
+// come up (their first ring request), leave or die (membership events), pushing every new version to the servers and to every
+// client that ever asked for it; splits each namespace's pool quota over the servers; and keeps
+// the model registry — which blocks make which model version, who is fetching a model now (one
+// fetch for N instances starting together), and which models to evict, whole and least recently
+// used first, when the model namespace outgrows its quota.
+
+#include "services/ems/ems_config.hpp"
+#include "services/ems/hash_ring.hpp"
+#include "services/protocol/ems_messages.hpp"
+#include "services/role_logic.hpp"
+#include "transport/shared_bytes.hpp"
+
+#include <chrono>
+#include <deque>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace supernode::services::ems {
+
+class mp_controller : public role_logic {
+public:
+  mp_controller(const transport::cluster_config& cluster, const ems_config& config);
+
+  void start(transport::endpoint& out) override;
+  void on_message(const transport::peer_id& from, const transport::envelope& message,
+                  transport::endpoint& out) override;
+  void on_member_event(const transport::membership_event& event, transport::endpoint& out) override;
+
+  const hash_ring& ring() const { return ring_; }
+
+private:
+  struct waiter {
+    transport::peer_id peer;
+    uint64_t request_id = 0;
+  };
+  struct model_entry {
+    bool ready = false;
+    transport::peer_id fetcher; // while !ready
+    std::deque<waiter> waiting;
+    std::string ns;
+    std::vector<std::string> block_keys;
+    uint64_t bytes = 0;
+    transport::shared_bytes manifest;
+    uint64_t last_used = 0; // a logical clock: claims and registrations
+  };
+
+  // The ring as clients and servers see it; its version counts up across controller restarts.
+  protocol::ems_ring_view ring_view() const;
+  void push_ring(transport::endpoint& out);
+  void answer_claim(transport::endpoint& out, const waiter& w, const model_entry& m);
+  // The claim passes to the next waiter (the fetcher failed or died); none left: forgotten.
+  void pass_claim(transport::endpoint& out, const std::string& model_key);
+  // Least recently used ready models of `ns` go, whole, until the namespace fits its quota.
+  std::vector<std::string> evict_models(transport::endpoint& out, const std::string& ns,
+                                        const std::string& keep);
+
+  ems_config config_;
+  std::set<std::string> configured_servers_;
+  hash_ring ring_;
+  std::set<transport::peer_id> subscribers_;
+  std::map<std::string, model_entry> models_;
+  uint64_t clock_ = 0;
+  uint64_t epoch_ = 0; // start time: views of a restarted controller are newer
+};
+
+} // namespace supernode::services::ems

@@ -1,0 +1,161 @@
+#include "services/ems/mp_server.hpp"
+
+#include "services/protocol/ems_messages.hpp"
+#include "services/serving/delivery.hpp"
+
+#include <cstdio>
+#include <sys/mman.h>
+
+namespace supernode::services::ems {
+
+namespace pr = protocol;
+
+std::filesystem::path server_data_dir(const ems_config& config,
+                                      const transport::cluster_config& cluster,
+                                      const std::string& instance) {
+  if (!config.data_dir.empty()) return config.data_dir / instance;
+  return cluster.run_dir / "ems" / instance;
+}
+
+std::string server_region_name(const std::string& instance) {
+  return "ems." + instance;
+}
+
+mp_server::mp_server(const transport::cluster_config& cluster, const std::string& instance,
+                     const ems_config& config)
+    : instance_(instance) {
+  pr::register_serving_messages();
+  pr::register_ems_messages();
+  region_ = transport::shm_region::create(cluster.name, server_region_name(instance),
+                                          config.dram_bytes, 0);
+  // A shared mapping cannot be hugetlb-backed without a hugetlbfs mount; ask for transparent
+  // huge pages instead (honoured when the kernel enables them for shmem).
+  if (config.huge_pages) ::madvise(region_.data(), region_.size(), MADV_HUGEPAGE);
+  block_store_options o;
+  o.dram_bytes = config.dram_bytes;
+  o.dram_high_watermark = config.dram_high_watermark;
+  o.ssd_dir = server_data_dir(config, cluster, instance);
+  o.ssd_bytes = config.ssd_bytes;
+  o.huge_pages = config.huge_pages;
+  o.dram_memory = std::span(region_.data(), region_.size());
+  store_ = std::make_unique<block_store>(o);
+  std::fprintf(stderr, "%s: %s\n", instance.c_str(), store_->describe().c_str());
+}
+
+void mp_server::reply(transport::endpoint& out, const transport::peer_id& to,
+                      transport::envelope m) {
+  // A client that went away loses only its own answer.
+  send_with_backoff(out, "ems", to, m);
+}
+
+void mp_server::on_message(const transport::peer_id& from, const transport::envelope& message,
+                           transport::endpoint& out) {
+  if (auto* p = message.get<pr::ems_put>()) {
+    pr::ems_put_reply r;
+    r.reply_to = p->request_id;
+    if (p->sizes.size() != p->keys.size()) {
+      r.errors.assign(p->keys.size(), "malformed ems_put: " + std::to_string(p->keys.size()) +
+                                          " keys but " + std::to_string(p->sizes.size()) +
+                                          " sizes");
+    } else {
+      uint64_t at = 0;
+      const auto data = p->data.bytes();
+      for (size_t i = 0; i < p->keys.size(); ++i) {
+        if (p->sizes[i] > data.size() - at) {
+          r.errors.push_back("malformed ems_put: value of '" + p->keys[i] + "' runs past the data");
+          at = data.size();
+          continue;
+        }
+        auto result = store_->put(p->ns, p->keys[i], data.subspan(at, p->sizes[i]));
+        at += p->sizes[i];
+        r.errors.push_back(result.stored ? std::string() : result.error);
+      }
+    }
+    if (p->request_id != 0) reply(out, from, transport::make_envelope(std::move(r)));
+    return;
+  }
+  if (auto* g = message.get<pr::ems_get>()) {
+    pr::ems_get_reply r;
+    r.reply_to = g->request_id;
+    r.region = server_region_name(instance_);
+    std::vector<char> data;
+    for (auto& key : g->keys) {
+      std::optional<block_store::dram_ref> ref;
+      if (g->by_reference) {
+        ref = store_->get_ref(g->ns, key);
+      } else if (auto bytes = store_->get(g->ns, key)) {
+        ref = block_store::dram_ref{std::nullopt, bytes->size(), 0, std::move(*bytes)};
+      }
+      if (!ref) {
+        r.sizes.push_back(-1);
+        r.offsets.push_back(-1);
+        r.checksums.push_back(0);
+        continue;
+      }
+      r.sizes.push_back(static_cast<int64_t>(ref->size));
+      r.checksums.push_back(ref->checksum);
+      if (ref->offset) {
+        r.offsets.push_back(static_cast<int64_t>(*ref->offset));
+      } else {
+        r.offsets.push_back(-1);
+        const auto* p = reinterpret_cast<const char*>(ref->data.data());
+        data.insert(data.end(), p, p + ref->data.size());
+      }
+    }
+    r.data = transport::shared_bytes(std::move(data));
+    reply(out, from, transport::make_envelope(std::move(r)));
+    return;
+  }
+  if (auto* e = message.get<pr::ems_exists>()) {
+    pr::ems_exists_reply r;
+    r.reply_to = e->request_id;
+    for (auto& key : e->keys) r.present.push_back(store_->exists(e->ns, key));
+    reply(out, from, transport::make_envelope(std::move(r)));
+    return;
+  }
+  if (auto* rm = message.get<pr::ems_remove>()) {
+    pr::ems_remove_reply r;
+    r.reply_to = rm->request_id;
+    for (auto& key : rm->keys) r.removed += store_->remove(rm->ns, key) ? 1 : 0;
+    if (rm->request_id != 0) reply(out, from, transport::make_envelope(std::move(r)));
+    return;
+  }
+  if (auto* l = message.get<pr::ems_list>()) {
+    pr::ems_list_reply r;
+    r.reply_to = l->request_id;
+    r.keys = store_->keys(l->ns);
+    reply(out, from, transport::make_envelope(std::move(r)));
+    return;
+  }
+  if (auto* v = message.get<pr::ems_ring_view>()) {
+    if (v->version < ring_version_) return; // an older push overtaken by a newer one
+    ring_version_ = v->version;
+    for (auto& [ns, bytes] : v->quotas) store_->set_quota(ns, bytes);
+  }
+}
+
+void mp_server::on_tick(transport::endpoint& out) {
+  // Until the controller answered once: its pushes carry the quotas (answered with reply_to 0,
+  // so the answer arrives here like a push).
+  if (ring_version_ == 0)
+    for (auto& c : instances_with_role(out.cluster(), "mp_controller"))
+      out.send("ems", c, transport::make_envelope(pr::ems_ring_request{0}));
+  const auto& s = store_->stats();
+  pr::load_report r;
+  r.role = "mp_server";
+  auto& c = r.cache;
+  c.dram_blocks = s.dram_blocks;
+  c.dram_bytes = s.dram_bytes;
+  c.ssd_blocks = s.ssd_blocks;
+  c.ssd_bytes = s.ssd_bytes;
+  c.dram_hits = s.dram_hits;
+  c.ssd_hits = s.ssd_hits;
+  c.misses = s.misses;
+  c.corrupt_blocks = s.corrupt_blocks;
+  c.evicted_dram = s.evictions_dram_to_ssd;
+  c.deleted_ssd = s.ssd_deletions;
+  c.rejected_puts = s.rejected_puts;
+  send_load_report(out, std::move(r));
+}
+
+} // namespace supernode::services::ems
