@@ -300,7 +300,7 @@ char** volatile g_down_argv = nullptr;
 
 void stop_cluster_and_die(int sig) {
   if (char** argv = g_down_argv) {
-    const pid_t pid = ::fork();
+    const pid_t pid = ::_Fork(); // fork() may deadlock in a handler (malloc's at-fork locks)
     if (pid == 0) {
       ::dup2(STDERR_FILENO, STDOUT_FILENO);
       ::execv("/proc/self/exe", argv);
@@ -639,10 +639,6 @@ std::vector<rate_point> run_path(const cache_bench_options& o, const std::string
     text = derive_config(base_text, o, path, name, run_dir, free_port_range(ports, path_no));
     setup = parse_serving_setup(text, "bench cache's " + path + " config", o.model.string());
   }
-  if (o.prompt_len + 1 > setup.serving.max_context)
-    throw usage_error("--prompt-len " + std::to_string(o.prompt_len) +
-                      " plus one generated token exceeds [model] max_context " +
-                      std::to_string(setup.serving.max_context) + " of " + o.base_config.string());
 
   bench_cluster cluster(run_dir, text, o.model);
   std::fprintf(stderr, "[bench cache] %s: starting the cluster (config %s)\n", path.c_str(),
@@ -724,7 +720,8 @@ using series = std::vector<std::pair<std::string, std::vector<std::pair<double, 
 
 // One panel: a line with dots per path, y from 0 so ratios read off the heights.
 void draw_panel(std::ostringstream& svg, double x0, double y0, double w, double h,
-                const std::string& heading, const std::string& y_label, const series& lines) {
+                const std::string& heading, const std::string& y_label, const series& lines,
+                bool legend_right) {
   const double left = x0 + 75, right = x0 + w - 25, top = y0 + 40, bottom = y0 + h - 50;
   double x_hi = 0, y_hi = 0;
   for (auto& [name, pts] : lines)
@@ -751,7 +748,8 @@ void draw_panel(std::ostringstream& svg, double x0, double y0, double w, double 
     svg << "<line x1=\"" << coord(left) << "\" y1=\"" << coord(sy(t)) << "\" x2=\"" << coord(right)
         << "\" y2=\"" << coord(sy(t)) << "\" stroke=\"#e5e5e5\"/>\n";
     svg << "<text x=\"" << coord(left - 6) << "\" y=\"" << coord(sy(t) + 4)
-        << "\" text-anchor=\"end\">" << num(t) << "</text>\n";
+        << "\" text-anchor=\"end\">" << num(t, std::abs(t) >= 1000 ? "%.0f" : "%.4g")
+        << "</text>\n";
   }
   svg << "<rect x=\"" << coord(left) << "\" y=\"" << coord(top) << "\" width=\""
       << coord(right - left) << "\" height=\"" << coord(bottom - top)
@@ -773,8 +771,8 @@ void draw_panel(std::ostringstream& svg, double x0, double y0, double w, double 
           << path_color(name) << "\"><title>" << escape(name) << " " << num(x * 100)
           << "%: " << num(y) << "</title></circle>\n";
   }
-  // Legend in the top-left corner, on white.
-  const double lx = left + 8, ly = top + 8;
+  // Legend in the top corner the curves leave free (throughput rises, TTFT falls), on white.
+  const double lx = legend_right ? right - 128 : left + 8, ly = top + 8;
   svg << "<rect x=\"" << coord(lx) << "\" y=\"" << coord(ly) << "\" width=\"120\" height=\""
       << coord(8 + 16 * static_cast<double>(lines.size()))
       << "\" fill=\"white\" fill-opacity=\"0.9\" stroke=\"#ccc\"/>\n";
@@ -819,8 +817,8 @@ render_svg(const cache_bench_options& o, const std::string& model_id,
                 std::to_string(o.block_tokens) + " tokens, 1 output token")
       << "</text>\n";
   draw_panel(svg, 0, header, panel_w, panel_h, "Prefill throughput", "prompt tokens / s",
-             throughput);
-  draw_panel(svg, panel_w, header, panel_w, panel_h, "Mean TTFT", "TTFT (ms)", ttft);
+             throughput, false);
+  draw_panel(svg, panel_w, header, panel_w, panel_h, "Mean TTFT", "TTFT (ms)", ttft, true);
   svg << "</svg>\n";
   return svg.str();
 }
@@ -874,6 +872,10 @@ int run_cache_bench(cli_args& args) {
       throw usage_error("--block-tokens " + std::to_string(o.block_tokens) +
                         " must be a multiple of [kv] block_size " +
                         std::to_string(base.serving.block_size) + " of " + o.base_config.string());
+    if (o.prompt_len + 1 > base.serving.max_context)
+      throw usage_error("--prompt-len " + std::to_string(o.prompt_len) +
+                        " plus one generated token exceeds [model] max_context " +
+                        std::to_string(base.serving.max_context) + " of " + o.base_config.string());
   }
   std::fprintf(stderr, "[bench cache] model %s, base config %s\n", o.model.c_str(),
                o.base_config.c_str());

@@ -41,6 +41,25 @@ pr::ems_put put_message(const std::string& ns, std::span<const pool_put> items,
   return msg;
 }
 
+// A server's share of a put cut into messages of at most max_put_bytes of values (a block
+// larger than that travels alone), so every message fits the planes' frame limits.
+constexpr size_t max_put_bytes = size_t{16} << 20;
+std::vector<std::vector<size_t>> split_by_bytes(std::span<const pool_put> items,
+                                                const std::vector<size_t>& at) {
+  std::vector<std::vector<size_t>> out(1);
+  size_t bytes = 0;
+  for (size_t i : at) {
+    const size_t n = items[i].data.size();
+    if (!out.back().empty() && bytes + n > max_put_bytes) {
+      out.emplace_back();
+      bytes = 0;
+    }
+    out.back().push_back(i);
+    bytes += n;
+  }
+  return out;
+}
+
 // The same request with its id: what call() sends.
 template<class Message>
 std::function<transport::envelope(uint64_t)> with_id(const Message& msg) {
@@ -210,10 +229,11 @@ std::vector<pool_put_outcome> ems_client::put(const std::string& ns,
   std::vector<std::string> keys;
   for (auto& i : items) keys.push_back(i.key);
   std::vector<std::pair<std::vector<size_t>, std::future<call_result>>> calls;
-  for (auto& [server, at] : route(*r, ns, keys)) {
-    auto msg = put_message(ns, items, at);
-    calls.emplace_back(at, call(server, with_id(msg)));
-  }
+  for (auto& [server, all] : route(*r, ns, keys))
+    for (auto& at : split_by_bytes(items, all)) {
+      auto msg = put_message(ns, items, at);
+      calls.emplace_back(at, call(server, with_id(msg)));
+    }
   for (auto& [at, f] : calls) {
     auto result = wait(f);
     std::string error = result.error;
@@ -239,7 +259,9 @@ void ems_client::put_async(const std::string& ns, std::span<const pool_put> item
   }
   std::vector<std::string> keys;
   for (auto& i : items) keys.push_back(i.key);
-  auto groups = route(*r, ns, keys);
+  std::vector<std::pair<std::string, std::vector<size_t>>> groups;
+  for (auto& [server, all] : route(*r, ns, keys))
+    for (auto& at : split_by_bytes(items, all)) groups.emplace_back(server, std::move(at));
   struct tally {
     std::mutex mutex;
     size_t waiting = 0, stored = 0, failed = 0;
@@ -291,6 +313,7 @@ void ems_client::get_round(const std::string& ns, std::span<const std::string> k
   struct pending_get {
     std::string server;
     std::vector<size_t> at;
+    bool by_reference = false;
     std::future<call_result> reply;
   };
   auto ask = [&](const std::string& server, std::vector<size_t> at, bool by_reference) {
@@ -298,7 +321,7 @@ void ems_client::get_round(const std::string& ns, std::span<const std::string> k
     msg.ns = ns;
     msg.keys = pick(keys, at);
     msg.by_reference = by_reference;
-    return pending_get{server, std::move(at), call(server, with_id(msg))};
+    return pending_get{server, std::move(at), by_reference, call(server, with_id(msg))};
   };
   std::vector<pending_get> calls;
   for (auto& [server, at] : groups) {
@@ -309,8 +332,10 @@ void ems_client::get_round(const std::string& ns, std::span<const std::string> k
     }
     calls.push_back(ask(server, at, by_reference));
   }
-  // Region copies that failed their checksum are asked again, by value, in a second pass.
-  for (size_t pass = 0; pass < 2 && !calls.empty(); ++pass) {
+  // Further passes: blocks a full reply left out (asked again the same way) and region copies
+  // that failed their checksum (asked again by value). Each pass gets at least one block or
+  // ends a key, so the bound is never reached in practice.
+  for (size_t pass = 0; pass <= keys.size() && !calls.empty(); ++pass) {
     std::vector<pending_get> again_calls;
     for (auto& c : calls) {
       auto result = wait(c.reply);
@@ -326,11 +351,15 @@ void ems_client::get_round(const std::string& ns, std::span<const std::string> k
         continue;
       }
       std::shared_ptr<transport::shm_region> region;
-      std::vector<size_t> again;
+      std::vector<size_t> again, later;
       uint64_t data_at = 0;
       const auto data = reply->data.bytes();
       for (size_t j = 0; j < c.at.size(); ++j) {
         const int64_t size = reply->sizes[j];
+        if (size == pr::ems_ask_again) {
+          later.push_back(c.at[j]);
+          continue;
+        }
         if (size < 0) {
           missed.push_back(c.at[j]);
           continue;
@@ -379,6 +408,7 @@ void ems_client::get_round(const std::string& ns, std::span<const std::string> k
         forget_region(c.server); // it may be a restarted server's new region
         again_calls.push_back(ask(c.server, std::move(again), false));
       }
+      if (!later.empty()) again_calls.push_back(ask(c.server, std::move(later), c.by_reference));
     }
     calls = std::move(again_calls);
   }

@@ -1,10 +1,10 @@
 #pragma once
 // The MP controller role (§4.4.1): owns the ring over the MP servers and changes it as servers
-// come up (their first ring request), leave or die (membership events), pushing every new version to the servers and to every
-// client that ever asked for it; splits each namespace's pool quota over the servers; and keeps
-// the model registry — which blocks make which model version, who is fetching a model now (one
-// fetch for N instances starting together), and which models to evict, whole and least recently
-// used first, when the model namespace outgrows its quota.
+// come up (their first ring request), leave or die (membership events), pushing every new version
+// to the servers and to every client that ever asked for it; splits each namespace's pool quota
+// over the servers; and keeps the model registry — which blocks make which model version, who is
+// fetching a model now (one fetch for N instances starting together), and which models to evict,
+// whole and least recently used first, when the model namespace outgrows its quota.
 
 #include "services/ems/ems_config.hpp"
 #include "services/ems/hash_ring.hpp"

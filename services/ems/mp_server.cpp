@@ -42,14 +42,49 @@ mp_server::mp_server(const transport::cluster_config& cluster, const std::string
   std::fprintf(stderr, "%s: %s\n", instance.c_str(), store_->describe().c_str());
 }
 
-void mp_server::reply(transport::endpoint& out, const transport::peer_id& to,
-                      transport::envelope m) {
+mp_server::~mp_server() {
+  stop();
+}
+
+void mp_server::start(transport::endpoint& out) {
+  out_ = &out;
+  worker_.start([this] { return !requests_.empty(); },
+                [this] {
+                  decltype(requests_) batch;
+                  {
+                    std::lock_guard lock(worker_.mutex());
+                    batch.swap(requests_);
+                  }
+                  for (auto& [from, message] : batch) serve(from, message);
+                  std::lock_guard lock(stats_mutex_);
+                  stats_ = store_->stats();
+                });
+}
+
+void mp_server::stop() {
+  worker_.stop();
+}
+
+void mp_server::reply(const transport::peer_id& to, transport::envelope m) {
   // A client that went away loses only its own answer.
-  send_with_backoff(out, "ems", to, m);
+  send_with_backoff(*out_, "ems", to, m);
 }
 
 void mp_server::on_message(const transport::peer_id& from, const transport::envelope& message,
                            transport::endpoint& out) {
+  (void)out;
+  if (auto* v = message.get<pr::ems_ring_view>()) {
+    if (v->version < ring_version_) return; // an older push overtaken by a newer one
+    ring_version_ = v->version;
+  }
+  {
+    std::lock_guard lock(worker_.mutex());
+    requests_.emplace_back(from, message);
+  }
+  worker_.notify();
+}
+
+void mp_server::serve(const transport::peer_id& from, const transport::envelope& message) {
   if (auto* p = message.get<pr::ems_put>()) {
     pr::ems_put_reply r;
     r.reply_to = p->request_id;
@@ -71,7 +106,7 @@ void mp_server::on_message(const transport::peer_id& from, const transport::enve
         r.errors.push_back(result.stored ? std::string() : result.error);
       }
     }
-    if (p->request_id != 0) reply(out, from, transport::make_envelope(std::move(r)));
+    if (p->request_id != 0) reply(from, transport::make_envelope(std::move(r)));
     return;
   }
   if (auto* g = message.get<pr::ems_get>()) {
@@ -81,6 +116,12 @@ void mp_server::on_message(const transport::peer_id& from, const transport::enve
     std::vector<char> data;
     for (auto& key : g->keys) {
       std::optional<block_store::dram_ref> ref;
+      if (data.size() >= max_reply_bytes) {
+        r.sizes.push_back(pr::ems_ask_again); // this reply is full: the client asks for it again
+        r.offsets.push_back(-1);
+        r.checksums.push_back(0);
+        continue;
+      }
       if (g->by_reference) {
         ref = store_->get_ref(g->ns, key);
       } else if (auto bytes = store_->get(g->ns, key)) {
@@ -103,35 +144,32 @@ void mp_server::on_message(const transport::peer_id& from, const transport::enve
       }
     }
     r.data = transport::shared_bytes(std::move(data));
-    reply(out, from, transport::make_envelope(std::move(r)));
+    reply(from, transport::make_envelope(std::move(r)));
     return;
   }
   if (auto* e = message.get<pr::ems_exists>()) {
     pr::ems_exists_reply r;
     r.reply_to = e->request_id;
     for (auto& key : e->keys) r.present.push_back(store_->exists(e->ns, key));
-    reply(out, from, transport::make_envelope(std::move(r)));
+    reply(from, transport::make_envelope(std::move(r)));
     return;
   }
   if (auto* rm = message.get<pr::ems_remove>()) {
     pr::ems_remove_reply r;
     r.reply_to = rm->request_id;
     for (auto& key : rm->keys) r.removed += store_->remove(rm->ns, key) ? 1 : 0;
-    if (rm->request_id != 0) reply(out, from, transport::make_envelope(std::move(r)));
+    if (rm->request_id != 0) reply(from, transport::make_envelope(std::move(r)));
     return;
   }
   if (auto* l = message.get<pr::ems_list>()) {
     pr::ems_list_reply r;
     r.reply_to = l->request_id;
     r.keys = store_->keys(l->ns);
-    reply(out, from, transport::make_envelope(std::move(r)));
+    reply(from, transport::make_envelope(std::move(r)));
     return;
   }
-  if (auto* v = message.get<pr::ems_ring_view>()) {
-    if (v->version < ring_version_) return; // an older push overtaken by a newer one
-    ring_version_ = v->version;
+  if (auto* v = message.get<pr::ems_ring_view>())
     for (auto& [ns, bytes] : v->quotas) store_->set_quota(ns, bytes);
-  }
 }
 
 void mp_server::on_tick(transport::endpoint& out) {
@@ -140,7 +178,11 @@ void mp_server::on_tick(transport::endpoint& out) {
   if (ring_version_ == 0)
     for (auto& c : instances_with_role(out.cluster(), "mp_controller"))
       out.send("ems", c, transport::make_envelope(pr::ems_ring_request{0}));
-  const auto& s = store_->stats();
+  block_store_stats s;
+  {
+    std::lock_guard lock(stats_mutex_);
+    s = stats_;
+  }
   pr::load_report r;
   r.role = "mp_server";
   auto& c = r.cache;

@@ -3,14 +3,21 @@
 // ("/supernode.<cluster>.region.ems.<instance>") that clients on the host map read-only, so a
 // get over UB answers with where the block is and the client copies it out itself; over VPC
 // the reply carries the bytes. Puts are persisted to the SSD tier before they are acknowledged.
-// Runs on its actor's thread, one message at a time (the store is not thread-safe).
+// Requests are served in arrival order on a storage thread of the server's own (the store is not
+// thread-safe, and its fsyncs must not hold up the actor thread, which sends the heartbeats that
+// keep the server on the ring). A reply carries at most max_reply_bytes of block bytes; blocks
+// beyond are answered "ask again" and the client asks for them in another request.
 
 #include "services/ems/block_store.hpp"
 #include "services/ems/ems_config.hpp"
 #include "services/role_logic.hpp"
+#include "services/serving/compute_worker.hpp"
 #include "transport/shm_region.hpp"
 
+#include <atomic>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
 
 namespace supernode::services::ems {
@@ -27,19 +34,30 @@ public:
   mp_server(const transport::cluster_config& cluster, const std::string& instance,
             const ems_config& config);
 
+  ~mp_server() override;
+  void start(transport::endpoint& out) override;
+  void stop() override;
   void on_message(const transport::peer_id& from, const transport::envelope& message,
                   transport::endpoint& out) override;
   void on_tick(transport::endpoint& out) override;
 
-  const block_store& store() const { return *store_; }
+  static constexpr size_t max_reply_bytes = size_t{16} << 20;
 
 private:
-  void reply(transport::endpoint& out, const transport::peer_id& to, transport::envelope m);
+  void serve(const transport::peer_id& from, const transport::envelope& message);
+  void reply(const transport::peer_id& to, transport::envelope m);
 
   std::string instance_;
+  transport::endpoint* out_ = nullptr;
   transport::shm_region region_;
   std::unique_ptr<block_store> store_;
-  uint64_t ring_version_ = 0;
+  std::atomic<uint64_t> ring_version_{0};
+
+  // Requests for the storage thread, under worker_.mutex().
+  std::deque<std::pair<transport::peer_id, transport::envelope>> requests_;
+  std::mutex stats_mutex_; // the storage thread's current statistics, for the actor's reports
+  block_store_stats stats_;
+  compute_worker worker_; // last: its thread stops before the members it uses go
 };
 
 } // namespace supernode::services::ems

@@ -163,9 +163,12 @@ struct ems_put_reply {
   MSGPACK_DEFINE_MAP(reply_to, errors);
 };
 
-// Per key, in request order: `sizes[i]` < 0 is a miss. A hit is either `offsets[i]` >= 0, a
+// Per key, in request order: `sizes[i]` < 0 is a miss, except ems_ask_again: the block is there
+// but did not fit this reply (the client asks for it again). A hit is either `offsets[i]` >= 0, a
 // place in the region named `region` (shm, see transport::shm_region) holding `sizes[i]` bytes
 // whose checksum is `checksums[i]`, or the next `sizes[i]` bytes of `data`.
+inline constexpr int64_t ems_ask_again = -2;
+
 struct ems_get_reply {
   static constexpr uint16_t type_id = 221;
   static constexpr const char* type_name = "ems_get_reply";

@@ -180,14 +180,17 @@ TEST(serving_model_cache, instances_starting_together_fetch_the_model_once_and_s
   expect_reference(cluster.port(), shared_prefix_prompts(), "model from the pool");
   // One instance read the bucket; the other three read the pool.
   int fetched = 0, from_pool = 0;
+  std::string pool_lines; // what the instances and the controller said, for a failure
   for (auto& log : std::filesystem::directory_iterator(cluster.run_dir() / "logs")) {
     std::ifstream in(log.path());
     for (std::string line; std::getline(in, line);) {
+      if (line.find("model") != std::string::npos || line.find("ring") != std::string::npos)
+        pool_lines += line + "\n";
       if (line.find("through the pool") == std::string::npos) continue;
       fetched += line.find("fetched from object storage") != std::string::npos;
       from_pool += line.find("read from the pool") != std::string::npos;
     }
   }
-  EXPECT_EQ(fetched, 1);
-  EXPECT_EQ(from_pool, 3);
+  EXPECT_EQ(fetched, 1) << pool_lines;
+  EXPECT_EQ(from_pool, 3) << pool_lines;
 }
