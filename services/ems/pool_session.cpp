@@ -1,0 +1,44 @@
+#include "services/ems/pool_session.hpp"
+
+#include "services/protocol/ems_messages.hpp"
+#include "transport/plane_factory.hpp"
+
+namespace supernode::services::ems {
+
+pool_session::pool_session(const transport::cluster_config& cluster, const std::string& instance,
+                           uint64_t incarnation, const ems_config& config)
+    : endpoint_(cluster, instance, transport::make_plane, incarnation) {
+  protocol::register_ems_messages();
+  endpoint_.set_message_handler([this](const transport::peer_id&, transport::envelope m) {
+    std::lock_guard lock(mutex_);
+    if (auto* v = m.get<protocol::ems_ring_view>(); v && client_) client_->on_ring_view(*v);
+  });
+  endpoint_.start();
+  {
+    std::lock_guard lock(mutex_);
+    client_ = std::make_unique<ems_client>(endpoint_, config);
+  }
+  // Heartbeats keep the instance alive for its peers, and the ticks expire requests.
+  clock_ = std::thread([this, interval = cluster.heartbeat_interval] {
+    std::unique_lock lock(mutex_);
+    while (!cv_.wait_for(lock, interval, [&] { return stopping_; })) {
+      lock.unlock();
+      endpoint_.tick(std::chrono::steady_clock::now());
+      lock.lock();
+    }
+  });
+}
+
+pool_session::~pool_session() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  clock_.join();
+  endpoint_.stop();
+  std::lock_guard lock(mutex_);
+  client_.reset();
+}
+
+} // namespace supernode::services::ems
