@@ -167,7 +167,8 @@ TEST(serving_cache_decode, generated_kv_is_stored_only_when_the_flag_says_so) {
   EXPECT_EQ(second_turn_hits(true, turns), 64);
 }
 
-TEST(serving_model_cache, instances_starting_together_fetch_the_model_once_and_serve_the_reference) {
+TEST(serving_model_cache,
+     instances_starting_together_fetch_the_model_once_and_serve_the_reference) {
   // The bucket is the folder holding the tiny model; its four instances (2 prefill, 2 decode)
   // start together and each loads the model through the pool.
   const auto bucket = std::filesystem::path(tiny_model_dir()).parent_path();

@@ -376,3 +376,38 @@ TEST(ems_pool, servers_join_and_leave_the_ring_while_clients_run) {
     EXPECT_EQ(*got.blocks[i], value_of(acked[i]));
   }
 }
+
+TEST(ems_pool, models_are_evicted_whole_least_recently_used_first) {
+  // 3 MiB for models over the pool: two 1.25 MiB models fit, a third evicts the oldest whole.
+  pool_cluster c(ub_planes, 2, "[ems.quotas]\nmodels = 3145728\n");
+  ASSERT_TRUE(c.wait_ring({"mp_server-0", "mp_server-1"}));
+  auto store_model = [&](const std::string& name) {
+    std::vector<std::string> keys;
+    std::vector<std::vector<std::byte>> values;
+    for (int i = 0; i < 5; ++i) {
+      keys.push_back(name + "/" + std::to_string(i));
+      values.emplace_back(256 << 10, static_cast<std::byte>(i));
+    }
+    std::vector<ems::pool_put> items;
+    for (size_t i = 0; i < keys.size(); ++i) items.push_back({keys[i], values[i]});
+    for (auto& o : c.client->put("models", items)) EXPECT_TRUE(o.stored) << o.error;
+    EXPECT_EQ(c.client->claim_model(name).what, ems::model_claim::state::fetch);
+    const std::vector<std::byte> manifest(16, std::byte{1});
+    c.client->register_model(name, "models", manifest, keys, 5 * (256 << 10), "");
+    return keys;
+  };
+  auto present = [&](const std::vector<std::string>& keys) {
+    size_t n = 0;
+    for (bool b : c.client->exists("models", keys)) n += b;
+    return n;
+  };
+  const auto a = store_model("a@1"), b = store_model("b@1");
+  EXPECT_EQ(c.client->claim_model("a@1").what, ems::model_claim::state::ready); // a is newer now
+  const auto d = store_model("d@1");
+  // The controller's removes are asynchronous: wait (bounded) until b's blocks are gone.
+  for (int i = 0; i < 200 && present(b) > 0; ++i) std::this_thread::yield();
+  EXPECT_EQ(present(b), 0u) << "the least recently used model goes, whole";
+  EXPECT_EQ(present(a), a.size());
+  EXPECT_EQ(present(d), d.size());
+  EXPECT_EQ(c.client->claim_model("b@1").what, ems::model_claim::state::fetch); // gone
+}
