@@ -13,15 +13,18 @@ std::optional<uint64_t> pending_requests::add(const std::string& peer, steady_ti
   return id;
 }
 
+pending_requests::completion pending_requests::take(uint64_t id) {
+  std::lock_guard lock(mutex_);
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return {};
+  completion done = std::move(it->second.done);
+  entries_.erase(it);
+  return done;
+}
+
 bool pending_requests::complete(uint64_t id, envelope reply) {
-  completion done;
-  {
-    std::lock_guard lock(mutex_);
-    auto it = entries_.find(id);
-    if (it == entries_.end()) return false;
-    done = std::move(it->second.done);
-    entries_.erase(it);
-  }
+  completion done = take(id);
+  if (!done) return false;
   done(std::move(reply), "");
   return true;
 }
@@ -47,14 +50,8 @@ size_t pending_requests::fail_where(Pred pred,
 }
 
 bool pending_requests::fail(uint64_t id, const std::string& reason) {
-  completion done;
-  {
-    std::lock_guard lock(mutex_);
-    auto it = entries_.find(id);
-    if (it == entries_.end()) return false;
-    done = std::move(it->second.done);
-    entries_.erase(it);
-  }
+  completion done = take(id);
+  if (!done) return false;
   done(std::nullopt, reason);
   return true;
 }

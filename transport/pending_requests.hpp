@@ -40,6 +40,9 @@ private:
     steady_time deadline;
     completion done;
   };
+  // Removes the request and hands back its completion (empty when it already ended); the caller
+  // runs it outside the lock.
+  completion take(uint64_t id);
   template<class Pred>
   size_t fail_where(Pred pred, const std::function<std::string(const entry&)>& why);
 

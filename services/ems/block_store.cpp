@@ -45,18 +45,6 @@ uint64_t file_size_for(std::string_view ns, std::string_view key, uint64_t data)
   return header_bytes + ns.size() + key.size() + data;
 }
 
-bool ends_with(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix.data(), suffix.size()) == 0;
-}
-
-std::string hex16(uint64_t v) {
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string s(16, '0');
-  for (int i = 15; i >= 0; --i, v >>= 4) s[i] = digits[v & 0xf];
-  return s;
-}
-
 // Whole file, or nullopt with `error` set; short files are the caller's to judge.
 std::optional<std::vector<std::byte>> slurp(const std::filesystem::path& path, std::string& error) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -169,11 +157,11 @@ void block_store::rebuild_from_dir() {
   for (const auto& name : names) {
     const auto path = options_.ssd_dir / name;
     // A temp file is a put that never returned, so nobody was told it is persisted.
-    if (ends_with(name, temp_suffix)) {
+    if (name.ends_with(temp_suffix)) {
       std::filesystem::remove(path, ec);
       continue;
     }
-    if (!ends_with(name, block_suffix)) continue; // not ours
+    if (!name.ends_with(block_suffix)) continue; // not ours
     std::string error;
     auto bytes = slurp(path, error);
     std::optional<parsed_file> block;

@@ -32,6 +32,13 @@ uint64_t stable_hash(std::string_view bytes) {
   return splitmix_finish(transport::fnv1a(bytes.data(), bytes.size()));
 }
 
+std::string hex16(uint64_t v) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string s(16, '0');
+  for (int i = 15; i >= 0; --i, v >>= 4) s[i] = digits[v & 0xf];
+  return s;
+}
+
 uint64_t key_hash(std::string_view ns, std::string_view key) {
   uint64_t h = fnv_u64(ns.size(), 0xcbf29ce484222325ull);
   h = transport::fnv1a(ns.data(), ns.size(), h);

@@ -16,6 +16,8 @@ namespace supernode::services::ems {
 uint64_t stable_hash(std::string_view bytes);
 // Hash of (ns, key) with ns length-prefixed, so ("ab", "c") and ("a", "bc") differ.
 uint64_t key_hash(std::string_view ns, std::string_view key);
+// 16 lower-case hex digits: how a hash names a file, a version or a shared-memory object.
+std::string hex16(uint64_t v);
 
 class hash_ring {
 public:

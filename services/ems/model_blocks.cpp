@@ -20,18 +20,6 @@ constexpr uint64_t max_safetensors_header = 100'000'000;
 // header-sized reads, yet a retrained checkpoint with the same shapes still gets a new version.
 constexpr uint64_t sample_bytes = 64 << 10;
 
-bool ends_with(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix.data(), suffix.size()) == 0;
-}
-
-std::string hex16(uint64_t v) {
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string s(16, '0');
-  for (int i = 15; i >= 0; --i, v >>= 4) s[i] = digits[v & 0xf];
-  return s;
-}
-
 uint64_t le_u64(std::span<const std::byte> p) {
   uint64_t v = 0;
   for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
@@ -215,7 +203,7 @@ model_manifest plan_model_blocks(object_store& store, const std::string& folder,
     fp.add(name);
     fp.add(file.size);
     std::vector<part> parts;
-    if (ends_with(name, safetensors_suffix)) {
+    if (name.ends_with(safetensors_suffix)) {
       parts = safetensors_parts(store, path, name, file.size, fp);
     } else {
       if (file.size < small_file_bytes) fp.add(store.read_metadata(path, 0, file.size));

@@ -38,13 +38,6 @@ void sleep_until_ns(uint64_t deadline) {
   while (::clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {}
 }
 
-std::string hex16(uint64_t v) {
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string s(16, '0');
-  for (int i = 15; i >= 0; --i, v >>= 4) s[i] = digits[v & 0xf];
-  return s;
-}
-
 // Every reader of the same folder on this host must find the same file, whatever path it was
 // given (relative, through a symlink), hence the canonical path.
 std::filesystem::path throttle_path_for(const std::filesystem::path& canonical_folder) {
