@@ -2,6 +2,7 @@
 #include "apps/bench/inproc_plane_bench.hpp"
 #include "apps/bench/kernel_bench.hpp"
 #include "apps/bench/model_bench.hpp"
+#include "apps/bench/model_cache_bench.hpp"
 #include "apps/bench/moe_bench.hpp"
 #include "apps/bench/serve_bench.hpp"
 #include "apps/bench/shm_plane_bench.hpp"
@@ -20,6 +21,7 @@ int cmd_bench(cli_args& args) {
   if (what && *what == "serve") return run_serve_bench(args);
   if (what && *what == "moe") return run_moe_bench(args);
   if (what && *what == "cache") return run_cache_bench(args);
+  if (what && *what == "model-cache") return run_model_cache_bench(args);
   if (what && *what == "kernels") {
     // The kernel benchmark parses its own options: hand it the rest as argv.
     std::vector<std::string> rest = args.take_rest();
@@ -39,7 +41,8 @@ int cmd_bench(cli_args& args) {
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
   }
-  throw usage_error("expected `bench cache`, `bench kernels`, `bench model`, `bench moe`, "
+  throw usage_error("expected `bench cache`, `bench kernels`, `bench model`, `bench model-cache`, "
+                    "`bench moe`, "
                     "`bench planes` or `bench serve` (`bench cache --help` and `bench serve "
                     "--help` list their options)");
 }

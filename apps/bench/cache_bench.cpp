@@ -8,6 +8,7 @@
 #include "services/loadgen/load_runner.hpp"
 #include "services/loadgen/report.hpp"
 #include "services/loadgen/workload.hpp"
+#include "transport/toml_edit.hpp"
 
 #include <algorithm>
 #include <arpa/inet.h>
@@ -196,30 +197,7 @@ void write_text(const fs::path& p, const std::string& text) {
   if (!f) throw std::runtime_error("cannot write " + p.string());
 }
 
-// Sets `key = value` in `[table]` of a TOML text (replacing the line, or adding it under the
-// header; the table is appended when missing). As tests/support/serving_cluster.hpp does.
-std::string set_toml_key(std::string text, const std::string& table, const std::string& key,
-                         const std::string& value) {
-  const std::string header = "[" + table + "]";
-  size_t at = text.find("\n" + header + "\n");
-  if (text.rfind(header + "\n", 0) == 0)
-    at = 0;
-  else if (at != std::string::npos)
-    at += 1;
-  if (at == std::string::npos) return text + "\n" + header + "\n" + key + " = " + value + "\n";
-  const size_t body = at + header.size() + 1;
-  size_t end = text.find("\n[", body);
-  if (end == std::string::npos) end = text.size();
-  for (size_t line = body; line < end;) {
-    size_t nl = text.find('\n', line);
-    if (nl == std::string::npos) nl = text.size();
-    if (text.compare(line, key.size() + 1, key + " ") == 0 ||
-        text.compare(line, key.size() + 1, key + "=") == 0)
-      return text.replace(line, nl - line, key + " = " + value);
-    line = nl + 1;
-  }
-  return text.insert(body, key + " = " + value + "\n");
-}
+using transport::set_toml_key;
 
 std::string quoted(const std::string& s) {
   return nlohmann::json(s).dump();
@@ -685,22 +663,7 @@ nlohmann::ordered_json point_json(const rate_point& p, int64_t len) {
 
 // ---- Plot ----
 
-std::string escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '&')
-      out += "&amp;";
-    else if (c == '<')
-      out += "&lt;";
-    else if (c == '>')
-      out += "&gt;";
-    else if (c == '"')
-      out += "&quot;";
-    else
-      out += c;
-  }
-  return out;
-}
+using lg::svg_escape;
 
 std::string num(double v, const char* fmt = "%.4g") {
   char buf[32];
@@ -737,7 +700,7 @@ void draw_panel(std::ostringstream& svg, double x0, double y0, double w, double 
 
   svg << "<g font-family=\"sans-serif\" font-size=\"11\">\n";
   svg << "<text x=\"" << coord(left) << "\" y=\"" << coord(y0 + 22)
-      << "\" font-size=\"14\" font-weight=\"bold\">" << escape(heading) << "</text>\n";
+      << "\" font-size=\"14\" font-weight=\"bold\">" << svg_escape(heading) << "</text>\n";
   for (double t : xt) {
     svg << "<line x1=\"" << coord(sx(t)) << "\" y1=\"" << coord(top) << "\" x2=\"" << coord(sx(t))
         << "\" y2=\"" << coord(bottom) << "\" stroke=\"#e5e5e5\"/>\n";
@@ -757,7 +720,7 @@ void draw_panel(std::ostringstream& svg, double x0, double y0, double w, double 
   svg << "<text x=\"" << coord((left + right) / 2) << "\" y=\"" << coord(bottom + 36)
       << "\" text-anchor=\"middle\">token reuse rate</text>\n";
   svg << "<text transform=\"translate(" << coord(x0 + 18) << "," << coord((top + bottom) / 2)
-      << ") rotate(-90)\" text-anchor=\"middle\">" << escape(y_label) << "</text>\n";
+      << ") rotate(-90)\" text-anchor=\"middle\">" << svg_escape(y_label) << "</text>\n";
 
   for (auto& [name, pts] : lines) {
     if (pts.empty()) continue;
@@ -768,7 +731,7 @@ void draw_panel(std::ostringstream& svg, double x0, double y0, double w, double 
         << "\" stroke-width=\"2\"/>\n";
     for (auto& [x, y] : pts)
       svg << "<circle cx=\"" << coord(sx(x)) << "\" cy=\"" << coord(sy(y)) << "\" r=\"3.5\" fill=\""
-          << path_color(name) << "\"><title>" << escape(name) << " " << num(x * 100)
+          << path_color(name) << "\"><title>" << svg_escape(name) << " " << num(x * 100)
           << "%: " << num(y) << "</title></circle>\n";
   }
   // Legend in the top corner the curves leave free (throughput rises, TTFT falls), on white.
@@ -811,10 +774,10 @@ render_svg(const cache_bench_options& o, const std::string& model_id,
       << "<text x=\"" << W / 2
       << "\" y=\"50\" text-anchor=\"middle\" font-family=\"sans-serif\" font-size=\"12\" "
          "fill=\"#444\">"
-      << escape(model_id + " | " + std::to_string(o.prompt_len) + "-token prompts, " +
-                std::to_string(o.num_prompts) + " per rate, concurrency " +
-                std::to_string(o.concurrency) + ", cache blocks of " +
-                std::to_string(o.block_tokens) + " tokens, 1 output token")
+      << svg_escape(model_id + " | " + std::to_string(o.prompt_len) + "-token prompts, " +
+                    std::to_string(o.num_prompts) + " per rate, concurrency " +
+                    std::to_string(o.concurrency) + ", cache blocks of " +
+                    std::to_string(o.block_tokens) + " tokens, 1 output token")
       << "</text>\n";
   draw_panel(svg, 0, header, panel_w, panel_h, "Prefill throughput", "prompt tokens / s",
              throughput, false);

@@ -16,29 +16,6 @@ constexpr double plot_left = 70, plot_right = 30, plot_top = 50, plot_bottom = 5
 // More points than this add nothing a screen can show; ITL may have millions of samples.
 constexpr size_t max_curve_points = 600;
 
-std::string escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-    case '&':
-      out += "&amp;";
-      break;
-    case '<':
-      out += "&lt;";
-      break;
-    case '>':
-      out += "&gt;";
-      break;
-    case '"':
-      out += "&quot;";
-      break;
-    default:
-      out += c;
-    }
-  }
-  return out;
-}
-
 std::string num(double v, const char* fmt = "%.4g") {
   char buf[32];
   std::snprintf(buf, sizeof buf, fmt, std::abs(v) < 1e-12 ? 0.0 : v);
@@ -70,7 +47,7 @@ void draw_panel(std::ostringstream& svg, double x0, double y0, const std::string
     heading += " \u00b7 n = " + std::to_string(summary.count) + " \u00b7 mean " +
                num(summary.mean) + " ms";
   svg << "<text x=\"" << coord(left) << "\" y=\"" << coord(y0 + 22)
-      << "\" font-size=\"14\" font-weight=\"bold\">" << escape(heading) << "</text>\n";
+      << "\" font-size=\"14\" font-weight=\"bold\">" << svg_escape(heading) << "</text>\n";
   svg << "<rect x=\"" << coord(left) << "\" y=\"" << coord(top) << "\" width=\""
       << coord(right - left) << "\" height=\"" << coord(bottom - top)
       << "\" fill=\"none\" stroke=\"#333\"/>\n";
@@ -104,7 +81,7 @@ void draw_panel(std::ostringstream& svg, double x0, double y0, const std::string
         << "\" text-anchor=\"end\">" << num(f) << "</text>\n";
   }
   svg << "<text x=\"" << coord((left + right) / 2) << "\" y=\"" << coord(bottom + 38)
-      << "\" text-anchor=\"middle\">" << escape(name) << " (ms)</text>\n";
+      << "\" text-anchor=\"middle\">" << svg_escape(name) << " (ms)</text>\n";
   svg << "<text transform=\"translate(" << coord(x0 + 22) << "," << coord((top + bottom) / 2)
       << ") rotate(-90)\" text-anchor=\"middle\">fraction of samples &#8804; x</text>\n";
 
@@ -149,6 +126,29 @@ void draw_panel(std::ostringstream& svg, double x0, double y0, const std::string
 
 } // namespace
 
+std::string svg_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+    case '&':
+      out += "&amp;";
+      break;
+    case '<':
+      out += "&lt;";
+      break;
+    case '>':
+      out += "&gt;";
+      break;
+    case '"':
+      out += "&quot;";
+      break;
+    default:
+      out += c;
+    }
+  }
+  return out;
+}
+
 std::vector<double> nice_ticks(double lo, double hi, int target) {
   if (!(hi > lo)) return {lo};
   const double raw = (hi - lo) / std::max(1, target - 1);
@@ -175,14 +175,14 @@ std::string render_latency_svg(const latency_samples& samples, const std::string
       << "<text x=\"" << figure_w / 2
       << "\" y=\"28\" text-anchor=\"middle\" font-family=\"sans-serif\" font-size=\"18\" "
          "font-weight=\"bold\">"
-      << escape(title) << "</text>\n";
+      << svg_escape(title) << "</text>\n";
   // The subtitle's lines ('\n'-separated) go under the title.
   std::istringstream lines(subtitle);
   double y = 50;
   for (std::string line; std::getline(lines, line); y += 16)
     svg << "<text x=\"" << figure_w / 2 << "\" y=\"" << y
         << "\" text-anchor=\"middle\" font-family=\"sans-serif\" font-size=\"12\" fill=\"#444\">"
-        << escape(line) << "</text>\n";
+        << svg_escape(line) << "</text>\n";
   draw_panel(svg, 0, header_h, "TTFT", samples.ttft_ms);
   draw_panel(svg, panel_w, header_h, "TPOT", samples.tpot_ms);
   draw_panel(svg, 0, header_h + panel_h, "ITL", samples.itl_ms);

@@ -14,6 +14,9 @@ namespace supernode::services::loadgen {
 std::string render_latency_svg(const latency_samples& samples, const std::string& title,
                                const std::string& subtitle);
 
+// Text made safe for SVG content and attribute values.
+std::string svg_escape(const std::string& s);
+
 // Axis ticks at 1, 2 or 5 times a power of ten covering [lo, hi], about `target` of them.
 // Exposed for tests.
 std::vector<double> nice_ticks(double lo, double hi, int target = 6);
