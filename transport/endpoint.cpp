@@ -93,6 +93,11 @@ void endpoint::on_message(const peer_id& from, envelope message) {
     std::lock_guard lock(mutex_);
     events = membership_.on_leave(*l, now);
   } else {
+    {
+      std::lock_guard lock(mutex_);
+      events = membership_.on_message(from, now);
+    }
+    emit(events);
     // A reply nobody waits for any more (expired, failed) is dropped; one with reply_to 0 was
     // pushed, not asked for, and goes to the role like any message.
     const auto* info = message_registry::instance().find(message.type());

@@ -32,9 +32,20 @@ std::vector<membership_event> membership::on_join(const member_join& m, steady_t
 
 std::vector<membership_event> membership::on_leave(const member_leave& m, steady_time) {
   auto it = members_.find(m.peer);
-  if (it == members_.end() || it->second.state != member_state::alive) return {};
-  it->second.state = member_state::left;
+  if (it == members_.end() || it->second.state == member_state::left) return {};
+  const bool was_alive = it->second.state == member_state::alive;
+  it->second.state = member_state::left; // a member already reported down leaves quietly
+  if (!was_alive) return {};
   return {{membership_event::kind::left, m.peer, m.reason}};
+}
+
+std::vector<membership_event> membership::on_message(const std::string& peer, steady_time now) {
+  auto it = members_.find(peer);
+  if (it == members_.end() || it->second.state == member_state::left) return {};
+  it->second.last_heard = now;
+  if (it->second.state != member_state::down) return {};
+  it->second.state = member_state::alive;
+  return {{membership_event::kind::joined, peer, "a message arrived"}};
 }
 
 std::vector<membership_event> membership::on_heartbeat(const heartbeat& h, steady_time now) {

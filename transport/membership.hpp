@@ -54,6 +54,10 @@ public:
   std::vector<membership_event> on_join(const member_join& m, steady_time now);
   std::vector<membership_event> on_leave(const member_leave& m, steady_time now);
   std::vector<membership_event> on_heartbeat(const heartbeat& h, steady_time now);
+  // Any other message from `peer` is a sign of life too: a member declared down for silence
+  // (not one that left) is alive again. A process that starts after its peers' liveness window
+  // may send its first request before its first heartbeat arrives.
+  std::vector<membership_event> on_message(const std::string& peer, steady_time now);
   std::vector<membership_event> on_disconnect(const std::string& peer, const std::string& reason,
                                               steady_time now);
   std::vector<membership_event> tick(steady_time now);

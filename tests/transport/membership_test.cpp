@@ -63,6 +63,24 @@ TEST(membership, leave_and_roles) {
   EXPECT_EQ(m.size(), 3u);
 }
 
+TEST(membership, any_message_is_a_sign_of_life_but_not_for_a_member_that_left) {
+  membership m({100ms, 5});
+  m.on_join(join("late", 1), t0);
+  m.on_join(join("gone", 1), t0);
+  EXPECT_EQ(m.tick(t0 + 601ms).size(), 2u); // both silent since the start: down
+  // A process that started late sends a request before its first heartbeat arrives.
+  auto ev = m.on_message("late", t0 + 700ms);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].what, membership_event::kind::joined);
+  EXPECT_TRUE(m.is_alive("late"));
+  EXPECT_TRUE(m.tick(t0 + 1100ms).empty()); // the message counted as heard from
+  EXPECT_TRUE(m.on_message("late", t0 + 1150ms).empty()); // alive already: no event
+  m.on_leave({"gone", "drained"}, t0 + 1200ms);
+  EXPECT_TRUE(m.on_message("gone", t0 + 1300ms).empty());
+  EXPECT_FALSE(m.is_alive("gone"));
+  EXPECT_TRUE(m.on_message("stranger", t0).empty());
+}
+
 TEST(pending_requests, replies_timeouts_and_dead_peers) {
   pending_requests p(3);
   std::vector<std::string> outcomes;
