@@ -8,6 +8,7 @@
 #include "services/loadgen/load_runner.hpp"
 #include "services/loadgen/report.hpp"
 #include "services/loadgen/workload.hpp"
+#include "transport/free_ports.hpp"
 #include "transport/toml_edit.hpp"
 
 #include <algorithm>
@@ -201,32 +202,6 @@ using transport::set_toml_key;
 
 std::string quoted(const std::string& s) {
   return nlohmann::json(s).dump();
-}
-
-bool port_free(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-  ::close(fd);
-  return ok;
-}
-
-// A base port with `count` free ports from it on 127.0.0.1 (a zmq tcp plane takes 3 per
-// instance). Free now: another program could still take one before the cluster binds it.
-int free_port_range(int count, uint64_t salt) {
-  lg::random_stream rng(static_cast<uint64_t>(::getpid()) * 7919 + salt);
-  for (int attempt = 0; attempt < 200; ++attempt) {
-    const int base = static_cast<int>(rng.uniform_int(20000, 60000 - count));
-    bool ok = true;
-    for (int p = base; p < base + count && ok; ++p) ok = port_free(p);
-    if (ok) return base;
-  }
-  throw std::runtime_error("found no " + std::to_string(count) +
-                           " consecutive free tcp ports on 127.0.0.1 for the VPC plane");
 }
 
 // ---- Running this binary as a child (`cluster up`, `cluster down`) ----
@@ -614,7 +589,7 @@ std::vector<rate_point> run_path(const cache_bench_options& o, const std::string
   auto setup = parse_serving_setup(text, "bench cache's " + path + " config", o.model.string());
   if (path == "vpc") {
     const int ports = 3 * static_cast<int>(setup.cluster.instances().size());
-    text = derive_config(base_text, o, path, name, run_dir, free_port_range(ports, path_no));
+    text = derive_config(base_text, o, path, name, run_dir, transport::free_tcp_port_range(ports, path_no));
     setup = parse_serving_setup(text, "bench cache's " + path + " config", o.model.string());
   }
 

@@ -11,6 +11,7 @@
 #include "services/ems/hash_ring.hpp"
 #include "services/protocol/ems_messages.hpp"
 #include "services/serving/serving_config.hpp"
+#include "transport/free_ports.hpp"
 
 #include <atomic>
 #include <condition_variable>
@@ -127,7 +128,7 @@ const char* ub_planes = "[planes.ub]\nkind = \"shm\"\n[planes.vpc]\nkind = \"zmq
 // A port range of its own per test process (ports are base + 3 x instance ordinal + channel).
 const std::string vpc_planes = "[planes.vpc]\nkind = \"zmq\"\ntransport = \"tcp\"\n"
                                "host = \"127.0.0.1\"\nbase_port = " +
-                               std::to_string(20000 + (::getpid() % 2000) * 20) +
+                               std::to_string(transport::free_tcp_port_range(12, 6)) +
                                "\n[flows]\ndefault = \"vpc\"\n";
 
 struct read_path_case {
