@@ -377,6 +377,7 @@ std::string http_get(uint16_t port, const std::string& path, double timeout_s) {
 // The context-cache counters, summed over prefill instances (running totals since start).
 struct cache_counters {
   double lookups = 0, lookup_tokens = 0, hit_tokens = 0, stored_blocks = 0, store_failures = 0;
+  double load_seconds = 0, loaded_bytes = 0;
 };
 
 // Sum of every sample of metric `name` in a Prometheus text exposition.
@@ -399,7 +400,9 @@ cache_counters read_counters(uint16_t port) {
           metric_sum(text, "supernode_cache_lookup_tokens"),
           metric_sum(text, "supernode_cache_hit_tokens"),
           metric_sum(text, "supernode_cache_stored_blocks"),
-          metric_sum(text, "supernode_cache_store_failures")};
+          metric_sum(text, "supernode_cache_store_failures"),
+          metric_sum(text, "supernode_cache_load_seconds"),
+          metric_sum(text, "supernode_cache_loaded_bytes")};
 }
 
 // Polls /metrics until the instances' stats show `lookups` lookups and `stores` blocks put
@@ -429,6 +432,9 @@ struct rate_point {
   double throughput = 0; // prompt tokens / s
   lg::latency_summary ttft;
   std::optional<double> measured_reuse;
+  // What the prefill instance spent looking up and loading KV from the pool, per looked-up
+  // prompt, and the rate of the bytes it loaded: the read path's own cost.
+  double load_ms_per_prompt = 0, loaded_mb_per_prompt = 0, load_gb_per_s = 0;
   bool warm = true; // the prefix's blocks were seen stored before the measured run
 };
 
@@ -543,6 +549,14 @@ rate_point run_rate(sweep_context& s, const std::string& path, int path_no, size
                  after.store_failures - before.store_failures);
   const double looked = after.lookup_tokens - before.lookup_tokens;
   if (looked > 0) p.measured_reuse = (after.hit_tokens - before.hit_tokens) / looked;
+  const double prompts = after.lookups - before.lookups;
+  const double load_s = after.load_seconds - before.load_seconds;
+  const double loaded = after.loaded_bytes - before.loaded_bytes;
+  if (prompts > 0) {
+    p.load_ms_per_prompt = load_s * 1e3 / prompts;
+    p.loaded_mb_per_prompt = loaded / 1e6 / prompts;
+  }
+  if (load_s > 0) p.load_gb_per_s = loaded / 1e9 / load_s;
 
   std::fprintf(stderr,
                "[bench cache] %s: %lld ok, %lld failed, %.0f prompt tok/s, TTFT mean %.1f ms "
@@ -589,7 +603,8 @@ std::vector<rate_point> run_path(const cache_bench_options& o, const std::string
   auto setup = parse_serving_setup(text, "bench cache's " + path + " config", o.model.string());
   if (path == "vpc") {
     const int ports = 3 * static_cast<int>(setup.cluster.instances().size());
-    text = derive_config(base_text, o, path, name, run_dir, transport::free_tcp_port_range(ports, path_no));
+    text = derive_config(base_text, o, path, name, run_dir,
+                         transport::free_tcp_port_range(ports, path_no));
     setup = parse_serving_setup(text, "bench cache's " + path + " config", o.model.string());
   }
 
@@ -632,6 +647,9 @@ nlohmann::ordered_json point_json(const rate_point& p, int64_t len) {
   j["duration_s"] = p.duration_s;
   j["prefill_throughput_tok_s"] = p.throughput;
   j["ttft_ms"] = {{"mean", p.ttft.mean}, {"p50", p.ttft.p50}, {"p90", p.ttft.p90}};
+  j["pool_load"] = {{"ms_per_prompt", p.load_ms_per_prompt},
+                    {"mb_per_prompt", p.loaded_mb_per_prompt},
+                    {"gb_per_s", p.load_gb_per_s}};
   j["prefix_stored_before_run"] = p.warm;
   return j;
 }

@@ -1,5 +1,7 @@
 #include "services/ems/context_cache_client.hpp"
 
+#include <chrono>
+
 namespace supernode::services::ems {
 
 context_cache_client::context_cache_client(transport::endpoint& out, const ems_config& config,
@@ -11,6 +13,7 @@ context_cache_client::context_cache_client(transport::endpoint& out, const ems_c
 context_lookup context_cache_client::load_prefix(std::span<const int32_t> prompt,
                                                  const model::kv_block_table& table,
                                                  model::kv_block_pool& pool) {
+  const auto start = std::chrono::steady_clock::now();
   auto hit = cache_.lookup(prompt);
   ++counters_->lookups;
   counters_->lookup_tokens += prompt.size();
@@ -18,7 +21,11 @@ context_lookup context_cache_client::load_prefix(std::span<const int32_t> prompt
   if (hit.hit_blocks > 0) {
     cache_.load_into(hit, table, pool);
     counters_->hit_tokens += hit.hit_tokens(cache_.block_tokens());
+    counters_->loaded_bytes += static_cast<uint64_t>(hit.hit_blocks) * cache_.cache_block_bytes();
   }
+  counters_->load_ns += static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count());
   hit.kv.clear(); // in the KV pool now
   return hit;
 }
@@ -45,6 +52,8 @@ protocol::cache_stats context_cache_client::stats() const {
   c.stored_blocks = counters_->stored_blocks.load();
   c.store_failures = counters_->store_failures.load();
   c.read_errors = counters_->read_errors.load();
+  c.load_seconds = static_cast<double>(counters_->load_ns.load()) / 1e9;
+  c.loaded_bytes = counters_->loaded_bytes.load();
   return c;
 }
 

@@ -40,7 +40,7 @@ public:
 private:
   struct counters {
     std::atomic<uint64_t> lookups{0}, lookup_tokens{0}, hit_tokens{0}, stored_blocks{0},
-        store_failures{0}, read_errors{0};
+        store_failures{0}, read_errors{0}, load_ns{0}, loaded_bytes{0};
   };
   ems_client client_;
   context_cache cache_;

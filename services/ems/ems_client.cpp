@@ -96,6 +96,8 @@ void ems_client::on_ring_view(const pr::ems_ring_view& view) {
   {
     std::lock_guard lock(mutex_);
     if (view.version < ring_version_) return; // overtaken by a newer view
+    if (ring_ && view.version != ring_version_ && ring_->servers() != ring->servers())
+      ring_moved_ = true;
     ring_version_ = view.version;
     ring_ = std::move(ring);
   }
@@ -107,6 +109,11 @@ bool ems_client::wait_for_servers(std::chrono::milliseconds timeout) {
   refresh_ring(); // also subscribes: the servers' arrivals are pushed
   std::unique_lock lock(mutex_);
   return ring_changed_.wait_until(lock, deadline, [&] { return ring_ && ring_->size() > 0; });
+}
+
+bool ems_client::ring_moved() const {
+  std::lock_guard lock(mutex_);
+  return ring_moved_;
 }
 
 uint64_t ems_client::ring_version() const {
@@ -428,8 +435,9 @@ pool_get_outcome ems_client::get(const std::string& ns, std::span<const std::str
   }
   std::vector<size_t> missed, missed_again;
   get_round(ns, keys, route(*r, ns, keys), true, out, missed);
-  // A key the ring moved to a server that just joined is still at its previous owner.
-  if (!missed.empty())
+  // A key the ring moved to a server that joined since it was stored is still at its previous
+  // owner. Only worth a second round once the ring has changed under this client.
+  if (!missed.empty() && ring_moved())
     get_round(ns, keys, route_to_previous_owner(*r, ns, keys, missed), true, out, missed_again);
   return out;
 }
@@ -458,7 +466,7 @@ std::vector<bool> ems_client::exists(const std::string& ns, std::span<const std:
     return missed;
   };
   auto missed = round(route(*r, ns, keys));
-  if (!missed.empty()) round(route_to_previous_owner(*r, ns, keys, missed));
+  if (!missed.empty() && ring_moved()) round(route_to_previous_owner(*r, ns, keys, missed));
   return out;
 }
 

@@ -5,9 +5,11 @@
 // Reads go over UB when the config says so and the server's region can be mapped (the reply
 // says where each block lies; the client copies it out and verifies its checksum, and a block
 // the server moved meanwhile is fetched again by value) and over VPC otherwise (bytes in the
-// reply). Every failure — no controller, server down, timeout, bad reply — is a miss or a failed
-// put with the reason, never an exception out of the data calls and never wrong bytes.
-// Thread-safe; replies complete on plane threads, so calls may block any other thread.
+// reply). Once the ring has changed under the client, a key missing at its owner is looked for
+// at the server after it too (where it lived before a server joined). Every failure — no
+// controller, server down, timeout, bad reply — is a miss or a failed put with the reason, never an
+// exception out of the data calls and never wrong bytes. Thread-safe; replies complete on plane
+// threads, so calls may block any other thread.
 
 #include "services/ems/ems_config.hpp"
 #include "services/ems/hash_ring.hpp"
@@ -90,6 +92,7 @@ private:
                                                    std::span<const std::string> keys) const;
   // Missed keys grouped by the server after their owner on the ring: where a key lives when the
   // server that now owns it joined after it was stored.
+  bool ring_moved() const;
   std::map<std::string, std::vector<size_t>>
   route_to_previous_owner(const hash_ring& ring, const std::string& ns,
                           std::span<const std::string> keys,
@@ -112,6 +115,7 @@ private:
   std::condition_variable ring_changed_;
   std::shared_ptr<const hash_ring> ring_;
   uint64_t ring_version_ = 0;
+  bool ring_moved_ = false; // the servers on the ring changed since the first view
   std::map<std::string, std::shared_ptr<transport::shm_region>> regions_; // by server
   std::map<std::string, bool> unmappable_; // servers whose region this host cannot map
   ems_client_stats stats_;

@@ -430,6 +430,10 @@ void gateway_service::render_cache_stats(const protocol::instance_stats& s) {
           c.store_failures, l);
     gauge("supernode_cache_read_errors", "Context-cache lookups that failed (a miss)",
           c.read_errors, l);
+    metrics_.set_gauge("supernode_cache_load_seconds",
+                       "Seconds spent looking up and loading cached KV from the pool",
+                       c.load_seconds, l);
+    gauge("supernode_cache_loaded_bytes", "KV bytes loaded from the pool", c.loaded_bytes, l);
   } else if (s.role == "mp_server") {
     for (const char* tier : {"dram", "ssd"}) {
       const bool dram = tier[0] == 'd';

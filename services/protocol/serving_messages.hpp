@@ -86,14 +86,17 @@ struct cache_stats {
   uint64_t stored_blocks = 0;  // context blocks put into the pool
   uint64_t store_failures = 0; // puts the pool refused or never answered
   uint64_t read_errors = 0;    // lookups that failed (server down, timeout, bad block)
+  double load_seconds = 0;     // spent looking up and loading cached KV
+  uint64_t loaded_bytes = 0;   // KV bytes loaded from the pool
   uint64_t dram_blocks = 0, dram_bytes = 0, ssd_blocks = 0, ssd_bytes = 0;
   uint64_t dram_hits = 0, ssd_hits = 0, misses = 0, corrupt_blocks = 0;
   uint64_t evicted_dram = 0; // DRAM -> SSD tier
   uint64_t deleted_ssd = 0;  // dropped by the SSD tier's threshold
   uint64_t rejected_puts = 0;
-  MSGPACK_DEFINE_MAP(lookups, lookup_tokens, hit_tokens, stored_blocks, store_failures,
-                     read_errors, dram_blocks, dram_bytes, ssd_blocks, ssd_bytes, dram_hits,
-                     ssd_hits, misses, corrupt_blocks, evicted_dram, deleted_ssd, rejected_puts);
+  MSGPACK_DEFINE_MAP(lookups, lookup_tokens, hit_tokens, stored_blocks, store_failures, read_errors,
+                     load_seconds, loaded_bytes, dram_blocks, dram_bytes, ssd_blocks, ssd_bytes,
+                     dram_hits, ssd_hits, misses, corrupt_blocks, evicted_dram, deleted_ssd,
+                     rejected_puts);
 };
 
 // Load as running totals, so the scheduler's view is exact whatever the order in which
