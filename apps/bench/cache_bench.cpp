@@ -656,17 +656,9 @@ nlohmann::ordered_json point_json(const rate_point& p, int64_t len) {
 
 // ---- Plot ----
 
+using lg::svg_coord;
 using lg::svg_escape;
-
-std::string num(double v, const char* fmt = "%.4g") {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, fmt, std::abs(v) < 1e-12 ? 0.0 : v);
-  return buf;
-}
-
-std::string coord(double v) {
-  return num(v, "%.1f");
-}
+using lg::svg_number;
 
 const char* path_color(const std::string& path) {
   return path == "ub" ? "#264653" : "#e76f51";
@@ -692,51 +684,52 @@ void draw_panel(std::ostringstream& svg, double x0, double y0, double w, double 
   auto sy = [&](double v) { return bottom - v / ymax * (bottom - top); };
 
   svg << "<g font-family=\"sans-serif\" font-size=\"11\">\n";
-  svg << "<text x=\"" << coord(left) << "\" y=\"" << coord(y0 + 22)
+  svg << "<text x=\"" << svg_coord(left) << "\" y=\"" << svg_coord(y0 + 22)
       << "\" font-size=\"14\" font-weight=\"bold\">" << svg_escape(heading) << "</text>\n";
   for (double t : xt) {
-    svg << "<line x1=\"" << coord(sx(t)) << "\" y1=\"" << coord(top) << "\" x2=\"" << coord(sx(t))
-        << "\" y2=\"" << coord(bottom) << "\" stroke=\"#e5e5e5\"/>\n";
-    svg << "<text x=\"" << coord(sx(t)) << "\" y=\"" << coord(bottom + 15)
-        << "\" text-anchor=\"middle\">" << num(t * 100) << "%</text>\n";
+    svg << "<line x1=\"" << svg_coord(sx(t)) << "\" y1=\"" << svg_coord(top) << "\" x2=\""
+        << svg_coord(sx(t)) << "\" y2=\"" << svg_coord(bottom) << "\" stroke=\"#e5e5e5\"/>\n";
+    svg << "<text x=\"" << svg_coord(sx(t)) << "\" y=\"" << svg_coord(bottom + 15)
+        << "\" text-anchor=\"middle\">" << svg_number(t * 100) << "%</text>\n";
   }
   for (double t : yt) {
-    svg << "<line x1=\"" << coord(left) << "\" y1=\"" << coord(sy(t)) << "\" x2=\"" << coord(right)
-        << "\" y2=\"" << coord(sy(t)) << "\" stroke=\"#e5e5e5\"/>\n";
-    svg << "<text x=\"" << coord(left - 6) << "\" y=\"" << coord(sy(t) + 4)
-        << "\" text-anchor=\"end\">" << num(t, std::abs(t) >= 1000 ? "%.0f" : "%.4g")
+    svg << "<line x1=\"" << svg_coord(left) << "\" y1=\"" << svg_coord(sy(t)) << "\" x2=\""
+        << svg_coord(right) << "\" y2=\"" << svg_coord(sy(t)) << "\" stroke=\"#e5e5e5\"/>\n";
+    svg << "<text x=\"" << svg_coord(left - 6) << "\" y=\"" << svg_coord(sy(t) + 4)
+        << "\" text-anchor=\"end\">" << svg_number(t, std::abs(t) >= 1000 ? "%.0f" : "%.4g")
         << "</text>\n";
   }
-  svg << "<rect x=\"" << coord(left) << "\" y=\"" << coord(top) << "\" width=\""
-      << coord(right - left) << "\" height=\"" << coord(bottom - top)
+  svg << "<rect x=\"" << svg_coord(left) << "\" y=\"" << svg_coord(top) << "\" width=\""
+      << svg_coord(right - left) << "\" height=\"" << svg_coord(bottom - top)
       << "\" fill=\"none\" stroke=\"#333\"/>\n";
-  svg << "<text x=\"" << coord((left + right) / 2) << "\" y=\"" << coord(bottom + 36)
+  svg << "<text x=\"" << svg_coord((left + right) / 2) << "\" y=\"" << svg_coord(bottom + 36)
       << "\" text-anchor=\"middle\">token reuse rate</text>\n";
-  svg << "<text transform=\"translate(" << coord(x0 + 18) << "," << coord((top + bottom) / 2)
-      << ") rotate(-90)\" text-anchor=\"middle\">" << svg_escape(y_label) << "</text>\n";
+  svg << "<text transform=\"translate(" << svg_coord(x0 + 18) << ","
+      << svg_coord((top + bottom) / 2) << ") rotate(-90)\" text-anchor=\"middle\">"
+      << svg_escape(y_label) << "</text>\n";
 
   for (auto& [name, pts] : lines) {
     if (pts.empty()) continue;
     std::ostringstream d;
     for (size_t i = 0; i < pts.size(); ++i)
-      d << (i ? " L" : "M") << coord(sx(pts[i].first)) << "," << coord(sy(pts[i].second));
+      d << (i ? " L" : "M") << svg_coord(sx(pts[i].first)) << "," << svg_coord(sy(pts[i].second));
     svg << "<path d=\"" << d.str() << "\" fill=\"none\" stroke=\"" << path_color(name)
         << "\" stroke-width=\"2\"/>\n";
     for (auto& [x, y] : pts)
-      svg << "<circle cx=\"" << coord(sx(x)) << "\" cy=\"" << coord(sy(y)) << "\" r=\"3.5\" fill=\""
-          << path_color(name) << "\"><title>" << svg_escape(name) << " " << num(x * 100)
-          << "%: " << num(y) << "</title></circle>\n";
+      svg << "<circle cx=\"" << svg_coord(sx(x)) << "\" cy=\"" << svg_coord(sy(y))
+          << "\" r=\"3.5\" fill=\"" << path_color(name) << "\"><title>" << svg_escape(name) << " "
+          << svg_number(x * 100) << "%: " << svg_number(y) << "</title></circle>\n";
   }
   // Legend in the top corner the curves leave free (throughput rises, TTFT falls), on white.
   const double lx = legend_right ? right - 128 : left + 8, ly = top + 8;
-  svg << "<rect x=\"" << coord(lx) << "\" y=\"" << coord(ly) << "\" width=\"120\" height=\""
-      << coord(8 + 16 * static_cast<double>(lines.size()))
+  svg << "<rect x=\"" << svg_coord(lx) << "\" y=\"" << svg_coord(ly) << "\" width=\"120\" height=\""
+      << svg_coord(8 + 16 * static_cast<double>(lines.size()))
       << "\" fill=\"white\" fill-opacity=\"0.9\" stroke=\"#ccc\"/>\n";
   for (size_t i = 0; i < lines.size(); ++i) {
     const double y = ly + 16 + 16 * static_cast<double>(i);
-    svg << "<rect x=\"" << coord(lx + 8) << "\" y=\"" << coord(y - 6)
+    svg << "<rect x=\"" << svg_coord(lx + 8) << "\" y=\"" << svg_coord(y - 6)
         << "\" width=\"14\" height=\"3\" fill=\"" << path_color(lines[i].first) << "\"/>\n";
-    svg << "<text x=\"" << coord(lx + 28) << "\" y=\"" << coord(y) << "\">EMS over "
+    svg << "<text x=\"" << svg_coord(lx + 28) << "\" y=\"" << svg_coord(y) << "\">EMS over "
         << (lines[i].first == "ub" ? "UB" : "VPC") << "</text>\n";
   }
   svg << "</g>\n";

@@ -366,17 +366,13 @@ uint64_t next_incarnation() {
   return (now & ~uint64_t{0xffff}) + (++n & 0xffff);
 }
 
-// The pool's processes hold a configured instance that stayed silent for missed_heartbeats
-// intervals for down, and drop their replies to it (a send to a down peer fails at once) until a
-// heartbeat of it arrives - which pool_session sends one interval after it starts. So a new
-// session first waits for its heartbeats, then makes sure the controller and both servers answer,
-// asking with a short timeout (a lost reply would otherwise cost the full [ems] timeout_ms).
+// Before timing anything: the controller and both servers answer this session (a short timeout
+// per ask, so a server still starting costs a retry, not the full [ems] timeout_ms).
 void await_pool_answers(ems::pool_session& session, const cluster_files& c) {
   auto config = c.ems;
   config.timeout_ms = 500;
   ems::ems_client probe(session.endpoint(), config);
   const auto deadline = clock_type::now() + std::chrono::seconds(30);
-  std::this_thread::sleep_for(c.cluster.heartbeat_interval * 2);
   for (;;) {
     if (probe.refresh_ring() && probe.servers().size() == 2) {
       const auto failed = probe.stats().failed_calls;

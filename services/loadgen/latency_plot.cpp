@@ -16,16 +16,6 @@ constexpr double plot_left = 70, plot_right = 30, plot_top = 50, plot_bottom = 5
 // More points than this add nothing a screen can show; ITL may have millions of samples.
 constexpr size_t max_curve_points = 600;
 
-std::string num(double v, const char* fmt = "%.4g") {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, fmt, std::abs(v) < 1e-12 ? 0.0 : v);
-  return buf;
-}
-
-std::string coord(double v) {
-  return num(v, "%.1f");
-}
-
 struct marker {
   const char* name;
   double percent;
@@ -45,14 +35,15 @@ void draw_panel(std::ostringstream& svg, double x0, double y0, const std::string
   std::string heading = name;
   if (summary.count)
     heading += " \u00b7 n = " + std::to_string(summary.count) + " \u00b7 mean " +
-               num(summary.mean) + " ms";
-  svg << "<text x=\"" << coord(left) << "\" y=\"" << coord(y0 + 22)
+               svg_number(summary.mean) + " ms";
+  svg << "<text x=\"" << svg_coord(left) << "\" y=\"" << svg_coord(y0 + 22)
       << "\" font-size=\"14\" font-weight=\"bold\">" << svg_escape(heading) << "</text>\n";
-  svg << "<rect x=\"" << coord(left) << "\" y=\"" << coord(top) << "\" width=\""
-      << coord(right - left) << "\" height=\"" << coord(bottom - top)
+  svg << "<rect x=\"" << svg_coord(left) << "\" y=\"" << svg_coord(top) << "\" width=\""
+      << svg_coord(right - left) << "\" height=\"" << svg_coord(bottom - top)
       << "\" fill=\"none\" stroke=\"#333\"/>\n";
   if (values.empty()) {
-    svg << "<text x=\"" << coord((left + right) / 2) << "\" y=\"" << coord((top + bottom) / 2)
+    svg << "<text x=\"" << svg_coord((left + right) / 2) << "\" y=\""
+        << svg_coord((top + bottom) / 2)
         << "\" text-anchor=\"middle\" fill=\"#888\">no samples</text>\n</g>\n";
     return;
   }
@@ -69,33 +60,34 @@ void draw_panel(std::ostringstream& svg, double x0, double y0, const std::string
   auto sy = [&](double f) { return bottom - f * (bottom - top); };
 
   for (double t : ticks) {
-    svg << "<line x1=\"" << coord(sx(t)) << "\" y1=\"" << coord(top) << "\" x2=\"" << coord(sx(t))
-        << "\" y2=\"" << coord(bottom) << "\" stroke=\"#e5e5e5\"/>\n";
-    svg << "<text x=\"" << coord(sx(t)) << "\" y=\"" << coord(bottom + 15)
-        << "\" text-anchor=\"middle\">" << num(t) << "</text>\n";
+    svg << "<line x1=\"" << svg_coord(sx(t)) << "\" y1=\"" << svg_coord(top) << "\" x2=\""
+        << svg_coord(sx(t)) << "\" y2=\"" << svg_coord(bottom) << "\" stroke=\"#e5e5e5\"/>\n";
+    svg << "<text x=\"" << svg_coord(sx(t)) << "\" y=\"" << svg_coord(bottom + 15)
+        << "\" text-anchor=\"middle\">" << svg_number(t) << "</text>\n";
   }
   for (double f : {0.0, 0.25, 0.5, 0.75, 1.0}) {
-    svg << "<line x1=\"" << coord(left) << "\" y1=\"" << coord(sy(f)) << "\" x2=\"" << coord(right)
-        << "\" y2=\"" << coord(sy(f)) << "\" stroke=\"#e5e5e5\"/>\n";
-    svg << "<text x=\"" << coord(left - 6) << "\" y=\"" << coord(sy(f) + 4)
-        << "\" text-anchor=\"end\">" << num(f) << "</text>\n";
+    svg << "<line x1=\"" << svg_coord(left) << "\" y1=\"" << svg_coord(sy(f)) << "\" x2=\""
+        << svg_coord(right) << "\" y2=\"" << svg_coord(sy(f)) << "\" stroke=\"#e5e5e5\"/>\n";
+    svg << "<text x=\"" << svg_coord(left - 6) << "\" y=\"" << svg_coord(sy(f) + 4)
+        << "\" text-anchor=\"end\">" << svg_number(f) << "</text>\n";
   }
-  svg << "<text x=\"" << coord((left + right) / 2) << "\" y=\"" << coord(bottom + 38)
+  svg << "<text x=\"" << svg_coord((left + right) / 2) << "\" y=\"" << svg_coord(bottom + 38)
       << "\" text-anchor=\"middle\">" << svg_escape(name) << " (ms)</text>\n";
-  svg << "<text transform=\"translate(" << coord(x0 + 22) << "," << coord((top + bottom) / 2)
+  svg << "<text transform=\"translate(" << svg_coord(x0 + 22) << ","
+      << svg_coord((top + bottom) / 2)
       << ") rotate(-90)\" text-anchor=\"middle\">fraction of samples &#8804; x</text>\n";
 
   // The empirical CDF as a step line: F jumps to (i + 1) / n at the i-th smallest value.
   const size_t n = values.size();
   const size_t points = std::min(n, max_curve_points);
   std::ostringstream path;
-  path << "M" << coord(sx(values.front())) << "," << coord(sy(0));
+  path << "M" << svg_coord(sx(values.front())) << "," << svg_coord(sy(0));
   double prev_f = 0;
   for (size_t k = 0; k < points; ++k) {
     const size_t i = (k + 1) * n / points - 1;
     const double f = static_cast<double>(i + 1) / static_cast<double>(n);
-    path << " L" << coord(sx(values[i])) << "," << coord(sy(prev_f)) << " L" << coord(sx(values[i]))
-         << "," << coord(sy(f));
+    path << " L" << svg_coord(sx(values[i])) << "," << svg_coord(sy(prev_f)) << " L"
+         << svg_coord(sx(values[i])) << "," << svg_coord(sy(f));
     prev_f = f;
   }
   svg << "<path d=\"" << path.str()
@@ -103,8 +95,8 @@ void draw_panel(std::ostringstream& svg, double x0, double y0, const std::string
 
   for (const auto& m : markers) {
     const double v = sx(percentile(values, m.percent));
-    svg << "<line x1=\"" << coord(v) << "\" y1=\"" << coord(top) << "\" x2=\"" << coord(v)
-        << "\" y2=\"" << coord(bottom) << "\" stroke=\"" << m.color
+    svg << "<line x1=\"" << svg_coord(v) << "\" y1=\"" << svg_coord(top) << "\" x2=\""
+        << svg_coord(v) << "\" y2=\"" << svg_coord(bottom) << "\" stroke=\"" << m.color
         << "\" stroke-width=\"1.5\" stroke-dasharray=\"5,3\"/>\n";
   }
   // The legend goes bottom-right, the corner a CDF never passes through, on white so the
@@ -112,19 +104,30 @@ void draw_panel(std::ostringstream& svg, double x0, double y0, const std::string
   // together never overprint each other.
   const double legend_w = 124, legend_h = 52;
   const double lx = right - legend_w - 4, ly0 = bottom - legend_h - 4;
-  svg << "<rect x=\"" << coord(lx) << "\" y=\"" << coord(ly0) << "\" width=\"" << legend_w
+  svg << "<rect x=\"" << svg_coord(lx) << "\" y=\"" << svg_coord(ly0) << "\" width=\"" << legend_w
       << "\" height=\"" << legend_h << "\" fill=\"white\" fill-opacity=\"0.9\"/>\n";
   for (size_t m = 0; m < std::size(markers); ++m) {
     const double ly = ly0 + 16 + 15 * static_cast<double>(m);
-    svg << "<rect x=\"" << coord(lx + 6) << "\" y=\"" << coord(ly - 5)
+    svg << "<rect x=\"" << svg_coord(lx + 6) << "\" y=\"" << svg_coord(ly - 5)
         << "\" width=\"10\" height=\"3\" fill=\"" << markers[m].color << "\"/>\n";
-    svg << "<text x=\"" << coord(lx + 20) << "\" y=\"" << coord(ly) << "\">" << markers[m].name
-        << " " << num(percentile(values, markers[m].percent)) << " ms</text>\n";
+    svg << "<text x=\"" << svg_coord(lx + 20) << "\" y=\"" << svg_coord(ly) << "\">"
+        << markers[m].name << " " << svg_number(percentile(values, markers[m].percent))
+        << " ms</text>\n";
   }
   svg << "</g>\n";
 }
 
 } // namespace
+
+std::string svg_number(double v, const char* fmt) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, fmt, std::abs(v) < 1e-12 ? 0.0 : v);
+  return buf;
+}
+
+std::string svg_coord(double v) {
+  return svg_number(v, "%.1f");
+}
 
 std::string svg_escape(const std::string& s) {
   std::string out;

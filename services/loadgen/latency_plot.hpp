@@ -14,8 +14,11 @@ namespace supernode::services::loadgen {
 std::string render_latency_svg(const latency_samples& samples, const std::string& title,
                                const std::string& subtitle);
 
-// Text made safe for SVG content and attribute values.
+// Text made safe for SVG content and attribute values; a number as printf's `fmt` writes it
+// (with -0 and tiny values as 0); a coordinate to 0.1 px.
 std::string svg_escape(const std::string& s);
+std::string svg_number(double v, const char* fmt = "%.4g");
+std::string svg_coord(double v);
 
 // Axis ticks at 1, 2 or 5 times a power of ten covering [lo, hi], about `target` of them.
 // Exposed for tests.
