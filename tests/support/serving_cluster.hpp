@@ -19,6 +19,12 @@ namespace supernode::testing {
 
 using transport::set_toml_key;
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool sanitized_build = true;
+#else
+inline constexpr bool sanitized_build = false;
+#endif
+
 class serving_cluster {
 public:
   // `config` is a file under configs/; `edits` are (table, key, value) changes applied to it.
@@ -36,9 +42,10 @@ public:
     text = set_toml_key(text, "cluster", "run_dir", "\"" + run_dir_.string() + "\"");
     text = set_toml_key(text, "gateway", "port", "0");
     // Tests run side by side on two cores and start many processes at once: a process can miss
-    // half a second of heartbeats without being dead. Deaths the tests cause are seen sooner
-    // anyway (closed sockets, shm owners gone).
-    text = set_toml_key(text, "cluster", "missed_heartbeats", "20");
+    // half a second of heartbeats without being dead (five seconds under ASan, which runs every
+    // process 2-3x slower: two EP clusters side by side starved a rank's heartbeats past 2 s).
+    // Deaths the tests cause are seen sooner anyway (closed sockets, shm owners gone).
+    text = set_toml_key(text, "cluster", "missed_heartbeats", sanitized_build ? "50" : "20");
     for (auto& [table, key, value] : edits) text = set_toml_key(text, table, key, value);
     config_ = run_dir_ / config;
     std::ofstream(config_) << text;
