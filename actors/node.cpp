@@ -57,14 +57,8 @@ int run_node(const transport::cluster_config& cluster, const services::serving_c
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  // A new incarnation per process start: peers tell a restarted instance from the old one, and
-  // take the larger one for the newer process, so it must grow with every start: wall-clock time
-  // first, the pid in the low bits only to separate two starts in the same 65 µs. (pid ^ time
-  // did not grow: a restart with a smaller pid looked older and its heartbeats were ignored.)
-  const auto now_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                std::chrono::system_clock::now().time_since_epoch())
-                                                .count());
-  const uint64_t incarnation = (now_ns & ~uint64_t{0xffff}) | (::getpid() & 0xffff);
+  // One incarnation per process start: peers tell a restarted instance from the old one.
+  const uint64_t incarnation = transport::new_incarnation();
   // Logic first: loading a model or binding a port may fail, and should before any actor runs.
   // With the model cache, the model comes through the pool into a local copy first.
   services::serving_config effective = serving;

@@ -1,5 +1,8 @@
 #include "transport/membership.hpp"
 
+#include <atomic>
+#include <unistd.h>
+
 namespace supernode::transport {
 
 const char* to_string(member_state s) {
@@ -37,6 +40,14 @@ std::vector<membership_event> membership::on_leave(const member_leave& m, steady
   it->second.state = member_state::left; // a member already reported down leaves quietly
   if (!was_alive) return {};
   return {{membership_event::kind::left, m.peer, m.reason}};
+}
+
+uint64_t new_incarnation() {
+  static std::atomic<uint64_t> starts{0};
+  const auto now = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                             std::chrono::system_clock::now().time_since_epoch())
+                                             .count());
+  return (now & ~uint64_t{0xffff}) | ((static_cast<uint64_t>(::getpid()) + ++starts) & 0xffff);
 }
 
 std::vector<membership_event> membership::on_message(const std::string& peer, steady_time now) {

@@ -358,14 +358,6 @@ cluster_files write_cluster(const fs::path& work, int loaders, uint64_t dram_byt
   return c;
 }
 
-uint64_t next_incarnation() {
-  static std::atomic<uint64_t> n{0};
-  const auto now = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                             std::chrono::system_clock::now().time_since_epoch())
-                                             .count());
-  return (now & ~uint64_t{0xffff}) + (++n & 0xffff);
-}
-
 // Before timing anything: the controller and both servers answer this session (a short timeout
 // per ask, so a server still starting costs a retry, not the full [ems] timeout_ms).
 void await_pool_answers(ems::pool_session& session, const cluster_files& c) {
@@ -406,8 +398,8 @@ public:
           "ems", i, c.config_file, logs / ("ems-" + std::to_string(i) + ".log")));
       children_.back()->wait_ready(std::chrono::seconds(60));
     }
-    session_ =
-        std::make_unique<ems::pool_session>(c.cluster, operator_name, next_incarnation(), c.ems);
+    session_ = std::make_unique<ems::pool_session>(c.cluster, operator_name,
+                                                   transport::new_incarnation(), c.ems);
     try {
       await_pool_answers(*session_, c);
     } catch (const std::exception& e) {
@@ -477,7 +469,8 @@ struct instance {
     ems::pool_client* pool = &none;
     if (with_pool) {
       const auto& c = *env.cluster;
-      session = std::make_unique<ems::pool_session>(c.cluster, name, next_incarnation(), c.ems);
+      session =
+          std::make_unique<ems::pool_session>(c.cluster, name, transport::new_incarnation(), c.ems);
       await_pool_answers(*session, c);
       if (!session->client().wait_for_servers(std::chrono::seconds(30)))
         throw std::runtime_error("no MP server in the ring after 30 s");

@@ -104,11 +104,18 @@ void ems_client::on_ring_view(const pr::ems_ring_view& view) {
   ring_changed_.notify_all();
 }
 
-bool ems_client::wait_for_servers(std::chrono::milliseconds timeout) {
+bool ems_client::wait_for_ring(
+    const std::function<bool(const std::vector<std::string>& servers)>& ready,
+    std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  refresh_ring(); // also subscribes: the servers' arrivals are pushed
+  refresh_ring(); // also subscribes: the changes are pushed
   std::unique_lock lock(mutex_);
-  return ring_changed_.wait_until(lock, deadline, [&] { return ring_ && ring_->size() > 0; });
+  return ring_changed_.wait_until(
+      lock, deadline, [&] { return ready(ring_ ? ring_->servers() : std::vector<std::string>{}); });
+}
+
+bool ems_client::wait_for_servers(std::chrono::milliseconds timeout) {
+  return wait_for_ring([](const auto& servers) { return !servers.empty(); }, timeout);
 }
 
 bool ems_client::ring_moved() const {
@@ -339,6 +346,7 @@ void ems_client::get_round(const std::string& ns, std::span<const std::string> k
     }
     calls.push_back(ask(server, at, by_reference));
   }
+  ems_client_stats counted; // added to stats_ once, not under the lock per block
   // Further passes: blocks a full reply left out (asked again the same way) and region copies
   // that failed their checksum (asked again by value). Each pass gets at least one block or
   // ends a key, so the bound is never reached in practice.
@@ -380,9 +388,8 @@ void ems_client::get_round(const std::string& ns, std::span<const std::string> k
           }
           slot.emplace(data.begin() + data_at, data.begin() + data_at + n);
           data_at += n;
-          std::lock_guard lock(mutex_);
-          ++stats_.vpc_reads;
-          stats_.vpc_bytes += n;
+          ++counted.vpc_reads;
+          counted.vpc_bytes += n;
           continue;
         }
         if (!region) region = region_of(c.server, reply->region);
@@ -403,15 +410,11 @@ void ems_client::get_round(const std::string& ns, std::span<const std::string> k
           continue;
         }
         slot = std::move(bytes);
-        std::lock_guard lock(mutex_);
-        ++stats_.ub_reads;
-        stats_.ub_bytes += n;
+        ++counted.ub_reads;
+        counted.ub_bytes += n;
       }
       if (!again.empty()) {
-        {
-          std::lock_guard lock(mutex_);
-          stats_.ub_retries += again.size();
-        }
+        counted.ub_retries += again.size();
         forget_region(c.server); // it may be a restarted server's new region
         again_calls.push_back(ask(c.server, std::move(again), false));
       }
@@ -419,6 +422,12 @@ void ems_client::get_round(const std::string& ns, std::span<const std::string> k
     }
     calls = std::move(again_calls);
   }
+  std::lock_guard lock(mutex_);
+  stats_.ub_reads += counted.ub_reads;
+  stats_.ub_bytes += counted.ub_bytes;
+  stats_.ub_retries += counted.ub_retries;
+  stats_.vpc_reads += counted.vpc_reads;
+  stats_.vpc_bytes += counted.vpc_bytes;
 }
 
 pool_get_outcome ems_client::get(const std::string& ns, std::span<const std::string> keys) {

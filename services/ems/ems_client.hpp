@@ -51,7 +51,11 @@ public:
   // Asks the controller for its ring now (and so subscribes to its pushes); false when it
   // cannot be reached.
   bool refresh_ring();
-  // Until the ring has at least one server (a pool that is still starting); false on timeout.
+  // Until `ready` holds for the servers on the ring (asked of the controller first, then as
+  // pushes arrive); false on timeout.
+  bool wait_for_ring(const std::function<bool(const std::vector<std::string>& servers)>& ready,
+                     std::chrono::milliseconds timeout);
+  // Until the ring has at least one server (a pool that is still starting).
   bool wait_for_servers(std::chrono::milliseconds timeout);
   uint64_t ring_version() const;
   std::vector<std::string> servers() const;

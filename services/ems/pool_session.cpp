@@ -18,26 +18,11 @@ pool_session::pool_session(const transport::cluster_config& cluster, const std::
     std::lock_guard lock(mutex_);
     client_ = std::make_unique<ems_client>(endpoint_, config);
   }
-  // Heartbeats keep the instance alive for its peers (the first one now: a session that starts
-  // after the pool is down in its eyes until it is heard from), and the ticks expire requests.
-  endpoint_.tick(std::chrono::steady_clock::now());
-  clock_ = std::thread([this, interval = cluster.heartbeat_interval] {
-    std::unique_lock lock(mutex_);
-    while (!cv_.wait_for(lock, interval, [&] { return stopping_; })) {
-      lock.unlock();
-      endpoint_.tick(std::chrono::steady_clock::now());
-      lock.lock();
-    }
-  });
+  clock_ = std::make_unique<transport::heartbeat_clock>(endpoint_);
 }
 
 pool_session::~pool_session() {
-  {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  clock_.join();
+  clock_.reset();
   endpoint_.stop();
   std::lock_guard lock(mutex_);
   client_.reset();

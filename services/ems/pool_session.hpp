@@ -6,11 +6,10 @@
 
 #include "services/ems/ems_client.hpp"
 #include "transport/endpoint.hpp"
+#include "transport/heartbeat_clock.hpp"
 
-#include <condition_variable>
 #include <memory>
 #include <mutex>
-#include <thread>
 
 namespace supernode::services::ems {
 
@@ -30,11 +29,9 @@ public:
 
 private:
   transport::endpoint endpoint_;
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  bool stopping_ = false;
+  std::mutex mutex_; // client_ against the ring pushes arriving on plane threads
   std::unique_ptr<ems_client> client_;
-  std::thread clock_;
+  std::unique_ptr<transport::heartbeat_clock> clock_;
 };
 
 } // namespace supernode::services::ems

@@ -1,25 +1,21 @@
 #pragma once
-// The test's own cluster instance: an endpoint and its heartbeat clock (what a role actor's tick
-// timer does; without heartbeats the other instances rightly declare it down). Handlers are set
+// The test's own cluster instance: an endpoint and its heartbeat clock (without heartbeats the
+// other instances rightly declare it down). Handlers are set
 // on `ep` before start() by whoever uses the probe.
 
 #include "transport/endpoint.hpp"
+#include "transport/heartbeat_clock.hpp"
 #include "transport/plane_factory.hpp"
 
-#include <condition_variable>
 #include <functional>
-#include <mutex>
+#include <memory>
 #include <string>
-#include <thread>
 
 namespace supernode::testing {
 
 struct probe_endpoint {
   transport::endpoint ep;
-  std::mutex clock_mutex;
-  std::condition_variable clock_cv;
-  bool stopping = false;
-  std::thread clock;
+  std::unique_ptr<transport::heartbeat_clock> clock;
 
   // `attach` sets the endpoint's handlers before it starts.
   probe_endpoint(const transport::cluster_config& cluster, const std::string& name,
@@ -27,19 +23,10 @@ struct probe_endpoint {
       : ep(cluster, name, transport::make_plane, incarnation) {
     attach(ep);
     ep.start();
-    clock = std::thread([this, interval = cluster.heartbeat_interval] {
-      std::unique_lock lock(clock_mutex);
-      while (!clock_cv.wait_for(lock, interval, [&] { return stopping; }))
-        ep.tick(std::chrono::steady_clock::now());
-    });
+    clock = std::make_unique<transport::heartbeat_clock>(ep);
   }
   ~probe_endpoint() {
-    {
-      std::lock_guard lock(clock_mutex);
-      stopping = true;
-    }
-    clock_cv.notify_all();
-    clock.join();
+    clock.reset();
     ep.stop();
   }
 };

@@ -6,10 +6,8 @@
 // (ring views arriving, counters reaching a value), never on time.
 
 #include "../../support/child_process.hpp"
-#include "../../support/probe_endpoint.hpp"
-#include "services/ems/ems_client.hpp"
 #include "services/ems/hash_ring.hpp"
-#include "services/protocol/ems_messages.hpp"
+#include "services/ems/pool_session.hpp"
 #include "services/serving/serving_config.hpp"
 #include "transport/free_ports.hpp"
 
@@ -28,7 +26,6 @@
 using namespace supernode;
 using namespace std::chrono_literals;
 namespace ems = supernode::services::ems;
-namespace pr = supernode::services::protocol;
 namespace st = supernode::testing;
 
 namespace {
@@ -51,15 +48,12 @@ std::string key_name(const char* prefix, int i) {
 struct pool_cluster {
   std::string name;
   std::filesystem::path dir, config_file;
-  std::string serving_text;
   transport::cluster_config cluster;
   services::serving_config serving;
   std::unique_ptr<st::child_process> controller;
   std::map<int, std::unique_ptr<st::child_process>> servers;
-  std::unique_ptr<st::probe_endpoint> probe;
-  std::unique_ptr<ems::ems_client> client;
-  std::mutex mutex;
-  std::condition_variable ring_changed;
+  std::unique_ptr<ems::pool_session> session; // the test's own instance, "probe-0"
+  ems::ems_client* client = nullptr;
 
   pool_cluster(const std::string& planes, int server_count, const std::string& ems_extra) {
     static int counter = 0;
@@ -77,24 +71,14 @@ struct pool_cluster {
         << ems_extra;
     cluster = transport::cluster_config::load(config_file);
     serving = services::serving_config::load(config_file);
-    pr::register_ems_messages();
     controller = spawn("ems_controller", 0);
     for (int i = 0; i < server_count; ++i) start_server(i);
-    probe =
-        std::make_unique<st::probe_endpoint>(cluster, "probe-0", [this](transport::endpoint& ep) {
-          ep.set_message_handler([this](const transport::peer_id&, transport::envelope m) {
-            if (auto* v = m.get<pr::ems_ring_view>()) {
-              if (client) client->on_ring_view(*v);
-              std::lock_guard lock(mutex);
-              ring_changed.notify_all();
-            }
-          });
-        });
-    client = std::make_unique<ems::ems_client>(probe->ep, serving.ems);
+    session = std::make_unique<ems::pool_session>(cluster, "probe-0", transport::new_incarnation(),
+                                                  serving.ems);
+    client = &session->client();
   }
   ~pool_cluster() {
-    client.reset();
-    probe.reset();
+    session.reset();
     servers.clear();
     controller.reset();
     std::filesystem::remove_all(dir);
@@ -110,16 +94,13 @@ struct pool_cluster {
   }
   void start_server(int i) { servers[i] = spawn("ems", i); }
 
-  // Until the client's ring holds exactly these servers (asked of the controller meanwhile).
+  // Until the client's ring holds exactly these servers.
   bool wait_ring(std::set<std::string> want, std::chrono::seconds timeout = 20s) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    client->refresh_ring(); // subscribes to the controller's pushes
-    for (;;) {
-      auto have = client->servers();
-      if (std::set<std::string>(have.begin(), have.end()) == want) return true;
-      std::unique_lock lock(mutex);
-      if (ring_changed.wait_until(lock, deadline) == std::cv_status::timeout) return false;
-    }
+    return client->wait_for_ring(
+        [&](const std::vector<std::string>& have) {
+          return std::set<std::string>(have.begin(), have.end()) == want;
+        },
+        timeout);
   }
 };
 
