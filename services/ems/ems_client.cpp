@@ -230,80 +230,79 @@ void ems_client::forget_region(const std::string& server) {
 
 // ---- data calls --------------------------------------------------------------------------------
 
-std::vector<pool_put_outcome> ems_client::put(const std::string& ns,
-                                              std::span<const pool_put> items) {
-  std::vector<pool_put_outcome> out(items.size());
+void ems_client::put_outcomes(const std::string& ns, std::span<const pool_put> items,
+                              std::function<void(std::vector<pool_put_outcome>)> done) {
   auto r = ring();
   if (!r || r->size() == 0) {
+    std::vector<pool_put_outcome> out(items.size());
     for (auto& o : out)
       o.error =
           controller_.empty() ? "no MP controller in the cluster" : "no MP server on the ring";
-    return out;
-  }
-  std::vector<std::string> keys;
-  for (auto& i : items) keys.push_back(i.key);
-  std::vector<std::pair<std::vector<size_t>, std::future<call_result>>> calls;
-  for (auto& [server, all] : route(*r, ns, keys))
-    for (auto& at : split_by_bytes(items, all)) {
-      auto msg = put_message(ns, items, at);
-      calls.emplace_back(at, call(server, with_id(msg)));
-    }
-  for (auto& [at, f] : calls) {
-    auto result = wait(f);
-    std::string error = result.error;
-    const auto* reply = reply_as<pr::ems_put_reply>(result.reply, error, "MP server");
-    for (size_t j = 0; j < at.size(); ++j) {
-      auto& o = out[at[j]];
-      if (reply && j < reply->errors.size()) {
-        o.stored = reply->errors[j].empty();
-        o.error = reply->errors[j];
-      } else {
-        o.error = error.empty() ? "malformed put reply" : error;
-      }
-    }
-  }
-  return out;
-}
-
-void ems_client::put_async(const std::string& ns, std::span<const pool_put> items, put_done done) {
-  auto r = ring();
-  if (!r || r->size() == 0) {
-    if (done) done(0, items.size(), "no MP server on the ring");
-    return;
+    return done(std::move(out));
   }
   std::vector<std::string> keys;
   for (auto& i : items) keys.push_back(i.key);
   std::vector<std::pair<std::string, std::vector<size_t>>> groups;
   for (auto& [server, all] : route(*r, ns, keys))
     for (auto& at : split_by_bytes(items, all)) groups.emplace_back(server, std::move(at));
+  // The answers arrive on plane threads, in any order; the last one hands the outcomes over.
   struct tally {
     std::mutex mutex;
-    size_t waiting = 0, stored = 0, failed = 0;
-    std::string error;
-    put_done done;
+    size_t waiting = 0;
+    std::vector<pool_put_outcome> out;
+    std::function<void(std::vector<pool_put_outcome>)> done;
   };
   auto t = std::make_shared<tally>();
   t->waiting = groups.size();
+  t->out.resize(items.size());
   t->done = std::move(done);
   for (auto& [server, at] : groups) {
     auto msg = put_message(ns, items, at);
-    const size_t n = at.size();
-    call(server, with_id(msg), [t, n](call_result result) {
+    call(server, with_id(msg), [t, at](call_result result) {
       std::string error = result.error;
       const auto* reply = reply_as<pr::ems_put_reply>(result.reply, error, "MP server");
       std::unique_lock lock(t->mutex);
-      for (size_t j = 0; j < n; ++j) {
-        const bool ok = reply && j < reply->errors.size() && reply->errors[j].empty();
-        ok ? ++t->stored : ++t->failed;
-        if (!ok && t->error.empty())
-          t->error = reply && j < reply->errors.size() ? reply->errors[j] : error;
+      for (size_t j = 0; j < at.size(); ++j) {
+        auto& o = t->out[at[j]];
+        if (reply && j < reply->errors.size()) {
+          o.stored = reply->errors[j].empty();
+          o.error = reply->errors[j];
+        } else {
+          o.error = error.empty() ? "malformed put reply" : error;
+        }
       }
-      if (--t->waiting == 0 && t->done) {
-        lock.unlock();
-        t->done(t->stored, t->failed, t->error);
-      }
+      if (--t->waiting > 0) return;
+      lock.unlock();
+      t->done(std::move(t->out));
     });
   }
+}
+
+std::vector<pool_put_outcome> ems_client::put(const std::string& ns,
+                                              std::span<const pool_put> items) {
+  auto promise = std::make_shared<std::promise<std::vector<pool_put_outcome>>>();
+  auto future = promise->get_future();
+  put_outcomes(ns, items, [promise](auto out) { promise->set_value(std::move(out)); });
+  // Requests end by reply, failure or deadline (the endpoint's tick); the margin covers a late
+  // tick.
+  if (future.wait_for(timeout_ + std::chrono::seconds(2)) != std::future_status::ready) {
+    std::vector<pool_put_outcome> out(items.size());
+    for (auto& o : out) o.error = "no answer within " + std::to_string(timeout_.count()) + " ms";
+    return out;
+  }
+  return future.get();
+}
+
+void ems_client::put_async(const std::string& ns, std::span<const pool_put> items, put_done done) {
+  put_outcomes(ns, items, [done = std::move(done)](std::vector<pool_put_outcome> out) {
+    size_t stored = 0;
+    std::string error;
+    for (auto& o : out) {
+      stored += o.stored;
+      if (!o.stored && error.empty()) error = o.error;
+    }
+    if (done) done(stored, out.size() - stored, error);
+  });
 }
 
 std::map<std::string, std::vector<size_t>>

@@ -83,6 +83,10 @@ private:
     std::string error;
   };
   using reply_fn = std::function<void(call_result)>;
+  // Sends the puts (one message per server and 16 MiB) and hands every key's outcome to `done`
+  // once all servers answered, failed or timed out: what put and put_async share.
+  void put_outcomes(const std::string& ns, std::span<const pool_put> items,
+                    std::function<void(std::vector<pool_put_outcome>)> done);
   // Sends what `make(request_id)` builds to `peer` and calls `done` exactly once.
   void call(const std::string& peer, const std::function<transport::envelope(uint64_t)>& make,
             reply_fn done);
