@@ -1,5 +1,6 @@
 #include "actors/node.hpp"
 
+#include "actors/protocol/type_ids.hpp"
 #include "actors/role/role_actor.hpp"
 #include "kernels/thread_pool.hpp"
 #include "services/ems/model_fetch.hpp"
@@ -68,21 +69,20 @@ int run_node(const transport::cluster_config& cluster, const services::serving_c
     effective.model_name = serving.model_id();
     effective.model_path = fetched.dir;
   }
-  std::vector<std::shared_ptr<services::role_logic>> logics;
-  for (auto& inst : instances)
-    logics.push_back(services::make_role_logic({inst, cluster, effective}));
+  std::vector<services::role_instance> roles;
+  for (auto& inst : instances) roles.push_back(services::make_role({inst, cluster, effective}));
 
   node_config cfg;
   caf::actor_system sys{cfg};
-  std::vector<role_actor> actors;
+  std::vector<caf::actor> actors;
   std::vector<std::future<std::string>> started;
   for (size_t i = 0; i < instances.size(); ++i) {
     auto ep = std::make_shared<transport::endpoint>(cluster, instances[i].name,
                                                     transport::make_plane, incarnation);
     auto done = std::make_shared<std::promise<std::string>>();
     started.push_back(done->get_future());
-    actors.push_back(sys.spawn(role_behavior, ep, logics[i],
-                               started_fn([done](const std::string& e) { done->set_value(e); })));
+    actors.push_back(
+        spawn_role(sys, ep, roles[i], [done](const std::string& e) { done->set_value(e); }));
   }
   int code = 0;
   for (auto& f : started)
@@ -92,7 +92,7 @@ int run_node(const transport::cluster_config& cluster, const services::serving_c
     }
   if (code == 0) {
     for (size_t i = 0; i < instances.size(); ++i)
-      if (auto address = logics[i]->public_address(); !address.empty())
+      if (auto address = services::logic_of(roles[i]).public_address(); !address.empty())
         std::printf("listening %s %s\n", instances[i].name.c_str(), address.c_str());
     std::printf("ready");
     for (auto& inst : instances) std::printf(" %s", inst.name.c_str());

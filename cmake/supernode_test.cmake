@@ -12,7 +12,13 @@ function(supernode_add_test name)
     SUPERNODE_TOKENIZER_DIR="${SUPERNODE_TOKENIZER_DIR}"
     SUPERNODE_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
     SUPERNODE_BINARY_DIR="${CMAKE_BINARY_DIR}")
-  set(props LABELS ${T_LABEL})
+  # Actor threads never block: a role handler over the bound aborts its process, so the test
+  # that drove it fails (actors/role/handler_watch.hpp). Sanitized builds run slower.
+  set(handler_limit_ms 50)
+  if(SUPERNODE_SANITIZE)
+    set(handler_limit_ms 250)
+  endif()
+  set(props LABELS ${T_LABEL} ENVIRONMENT SUPERNODE_ACTOR_HANDLER_LIMIT_MS=${handler_limit_ms})
   if(T_FIXTURE)
     list(APPEND props FIXTURES_REQUIRED ${T_FIXTURE})
   endif()

@@ -1,6 +1,7 @@
 #pragma once
-// What a role does, with no actor in it: the role actor decodes each message into a call here
-// and the logic replies through the instance's endpoint. Testable without an actor system.
+// What a role does, with no actor in it: its lifecycle, membership events and the heartbeat
+// tick. Its messages arrive through the typed handlers its interface declares (role_interface.hpp);
+// the logic replies through the instance's endpoint. Testable without an actor system.
 // Roles that compute (prefill, decode) or serve HTTP (gateway) run their own threads between
 // start() and stop(); everything else is called on the actor's thread, one call at a time.
 
@@ -19,9 +20,6 @@ public:
   virtual void start(transport::endpoint& out) { (void)out; }
   // Before the endpoint stops: join the logic's threads. Idempotent.
   virtual void stop() {}
-  // An application message (membership traffic never reaches here).
-  virtual void on_message(const transport::peer_id& from, const transport::envelope& message,
-                          transport::endpoint& out) = 0;
   virtual void on_member_event(const transport::membership_event& event, transport::endpoint& out) {
     (void)event, (void)out;
   }

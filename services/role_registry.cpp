@@ -14,34 +14,38 @@
 
 namespace supernode::services {
 
-std::unique_ptr<role_logic> make_role_logic(const role_context& c) {
+role_instance make_role(const role_context& c) {
   const auto& role = c.instance.role;
-  if (role == "echo") return std::make_unique<echo_service>();
-  if (role == "scheduler") return std::make_unique<scheduler_service>(c.serving, c.cluster);
-  if (role == "gateway") return std::make_unique<gateway_service>(c.serving);
+  if (role == "echo") return std::make_shared<echo_service>();
+  if (role == "scheduler") return std::make_shared<scheduler_service>(c.serving, c.cluster);
+  if (role == "gateway") return std::make_shared<gateway_service>(c.serving);
   if (role == "prefill") {
     auto weights = shared_weights(c.serving.model_path, c.serving.precision);
     auto group = ep_membership_of(c.cluster, c.serving, c.instance, weights->config, weights->prec);
-    return std::make_unique<prefill_instance>(weights, c.serving, std::move(group));
+    return std::make_shared<prefill_instance>(weights, c.serving, std::move(group));
   }
   if (role == "decode") {
     auto weights = shared_weights(c.serving.model_path, c.serving.precision);
     auto group = ep_membership_of(c.cluster, c.serving, c.instance, weights->config, weights->prec);
-    return std::make_unique<decode_instance>(weights, c.serving, std::move(group));
+    return std::make_shared<decode_instance>(weights, c.serving, std::move(group));
   }
   if (role == "mp_controller")
-    return std::make_unique<ems::mp_controller>(c.cluster, c.serving.ems);
+    return std::make_shared<ems::mp_controller>(c.cluster, c.serving.ems);
   if (role == "mp_server")
-    return std::make_unique<ems::mp_server>(c.cluster, c.instance.name, c.serving.ems);
+    return std::make_shared<ems::mp_server>(c.cluster, c.instance.name, c.serving.ems);
   if (role == "expert_shard") {
     auto weights = shared_weights(c.serving.model_path, c.serving.precision);
     auto group = ep_membership_of(c.cluster, c.serving, c.instance, weights->config, weights->prec);
     if (!group) throw std::runtime_error(c.instance.name + ": an expert shard needs decode ranks");
-    return std::make_unique<expert_shard>(weights, std::move(*group));
+    return std::make_shared<expert_shard>(weights, std::move(*group));
   }
   throw std::runtime_error("role '" + role +
                            "' is not implemented in this build (known: echo, gateway, scheduler, "
                            "prefill, decode, expert_shard, mp_controller, mp_server)");
+}
+
+role_logic& logic_of(const role_instance& role) {
+  return std::visit([](auto& r) -> role_logic& { return *r; }, role);
 }
 
 } // namespace supernode::services

@@ -1,5 +1,7 @@
 #pragma once
-// Role name (as written in a cluster config) -> its logic.
+// Role name (as written in a cluster config) -> its logic. Every role of this build is one
+// alternative of role_instance, so code that needs the concrete type (the typed actor that
+// hosts a role) visits it instead of guessing from the name.
 
 #include "services/role_logic.hpp"
 #include "services/serving/serving_config.hpp"
@@ -7,8 +9,26 @@
 
 #include <memory>
 #include <string>
+#include <variant>
 
 namespace supernode::services {
+
+class echo_service;
+class gateway_service;
+class scheduler_service;
+class prefill_instance;
+class decode_instance;
+class expert_shard;
+namespace ems {
+class mp_controller;
+class mp_server;
+} // namespace ems
+
+using role_instance =
+    std::variant<std::shared_ptr<echo_service>, std::shared_ptr<gateway_service>,
+                 std::shared_ptr<scheduler_service>, std::shared_ptr<prefill_instance>,
+                 std::shared_ptr<decode_instance>, std::shared_ptr<expert_shard>,
+                 std::shared_ptr<ems::mp_controller>, std::shared_ptr<ems::mp_server>>;
 
 // What a role instance is made from: its place in the cluster and what the cluster serves.
 struct role_context {
@@ -18,6 +38,8 @@ struct role_context {
 };
 
 // Throws std::runtime_error naming the role when this build has no such role.
-std::unique_ptr<role_logic> make_role_logic(const role_context& context);
+role_instance make_role(const role_context& context);
+// The lifecycle part every role shares.
+role_logic& logic_of(const role_instance& role);
 
 } // namespace supernode::services

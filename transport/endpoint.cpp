@@ -3,13 +3,23 @@
 #include "transport/control_messages.hpp"
 
 #include <chrono>
+#include <cstdio>
 
 namespace supernode::transport {
 
 endpoint::endpoint(cluster_config cluster, const std::string& self, plane_factory factory,
                    uint64_t incarnation)
     : cluster_(std::move(cluster)), self_(cluster_.instance(self)), incarnation_(incarnation),
-      membership_({cluster_.heartbeat_interval, cluster_.missed_heartbeats}) {
+      membership_({cluster_.heartbeat_interval, cluster_.missed_heartbeats}),
+      retry_([this](const std::string& flow, const peer_id& to, const envelope& m) {
+        return send(flow, to, m);
+      }) {
+  retry_.set_failure_handler(
+      [this](const std::string& flow, const peer_id& to, const envelope& m, send_status last) {
+        const auto* info = message_registry::instance().find(m.type());
+        std::fprintf(stderr, "%s: gave up sending %s to %s over %s: %s\n", self_.name.c_str(),
+                     info ? info->name : "a message", to.c_str(), flow.c_str(), to_string(last));
+      });
   register_control_messages();
   for (auto& [name, pc] : cluster_.planes) {
     auto p = factory(cluster_, pc, self_);
@@ -51,6 +61,7 @@ void endpoint::start() {
 }
 
 void endpoint::stop() {
+  retry_.stop();
   for (auto& [name, p] : planes_) p->stop();
 }
 
@@ -72,6 +83,32 @@ send_status endpoint::send(const std::string& flow, const peer_id& to, const env
     if (m->state != member_state::alive) return send_status::peer_down;
   }
   return planes_.at(cluster_.plane_for_flow(flow).name)->send(to, message);
+}
+
+send_status endpoint::send_retrying(const std::string& flow, const peer_id& to,
+                                    const envelope& message, std::chrono::milliseconds deadline) {
+  return retry_.send(flow, to, message, deadline);
+}
+
+void endpoint::count_unexpected(const peer_id& from, uint16_t type, const std::string& role) {
+  const auto* info = message_registry::instance().find(type);
+  const std::string name = info ? info->name : "type " + std::to_string(type);
+  bool first = false;
+  {
+    std::lock_guard lock(unexpected_mutex_);
+    first = unexpected_[name]++ == 0;
+  }
+  if (first)
+    std::fprintf(stderr,
+                 "%s: unexpected message %s (type %u) from %s: not in the %s role's interface; "
+                 "counted in supernode_unexpected_messages_total, not logged again\n",
+                 self_.name.c_str(), name.c_str(), static_cast<unsigned>(type), from.c_str(),
+                 role.c_str());
+}
+
+std::map<std::string, uint64_t> endpoint::unexpected_messages() const {
+  std::lock_guard lock(unexpected_mutex_);
+  return unexpected_;
 }
 
 void endpoint::on_message(const peer_id& from, envelope message) {

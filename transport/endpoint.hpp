@@ -9,6 +9,7 @@
 #include "transport/membership.hpp"
 #include "transport/pending_requests.hpp"
 #include "transport/plane.hpp"
+#include "transport/retrying_sender.hpp"
 
 #include <functional>
 #include <map>
@@ -39,6 +40,19 @@ public:
   // Sends on the plane the config assigns to `flow`. A peer known to be down answers peer_down
   // at once instead of queueing toward nobody.
   send_status send(const std::string& flow, const peer_id& to, const envelope& message);
+  // Like send(), but a full queue is waited out on the endpoint's retry thread (in order per
+  // destination, until `deadline`) instead of failing: ok means sent or queued. For callers that
+  // must not lose the message and must not block (actor threads). Messages given up on are
+  // logged and counted (given_up_sends()).
+  send_status send_retrying(const std::string& flow, const peer_id& to, const envelope& message,
+                            std::chrono::milliseconds deadline = std::chrono::milliseconds(5000));
+  uint64_t given_up_sends() const { return retry_.given_up(); }
+
+  // A message whose type the receiving role's interface lacks: counted per type, and logged
+  // once per type with its sender and the role. Called on the plane thread that received it.
+  void count_unexpected(const peer_id& from, uint16_t type, const std::string& role);
+  // Type name -> messages of that type received outside the role's interface, since start.
+  std::map<std::string, uint64_t> unexpected_messages() const;
   // Sends a heartbeat to every live member over the control flow and declares silent members
   // down. Call every cluster().heartbeat_interval.
   void tick(steady_time now);
@@ -62,6 +76,9 @@ private:
   mutable std::mutex mutex_;                             // guards membership_
   membership membership_;
   pending_requests pending_;
+  retrying_sender retry_;
+  mutable std::mutex unexpected_mutex_;
+  std::map<std::string, uint64_t> unexpected_; // by type name
   message_handler on_message_;
   event_handler on_event_;
 };

@@ -8,6 +8,7 @@
 #include "transport/endpoint.hpp"
 
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -15,7 +16,9 @@ namespace supernode::transport {
 
 class heartbeat_clock {
 public:
-  explicit heartbeat_clock(endpoint& ep);
+  // `after_tick` (optional) runs on the clock's thread after every tick: what a role actor's tick
+  // handler does after endpoint::tick (load reports), for a role hosted without an actor.
+  explicit heartbeat_clock(endpoint& ep, std::function<void()> after_tick = {});
   ~heartbeat_clock();
   heartbeat_clock(const heartbeat_clock&) = delete;
   heartbeat_clock& operator=(const heartbeat_clock&) = delete;

@@ -15,7 +15,9 @@ bool decode_batch::accept(decode_sequence& s, int32_t token, protocol::token_upd
   const char* why =
       model::finish_reason_after(token, static_cast<int64_t>(s.generated.size()), s.spec.max_tokens,
                                  s.spec.stop_at_eos, model_.config().eos_token_id);
-  if (why) u.finish_reason = why;
+  if (why)
+    u.finish = std::string_view(why) == "stop" ? protocol::finish_reason::stop
+                                               : protocol::finish_reason::length;
   return why != nullptr;
 }
 
@@ -71,18 +73,18 @@ std::vector<protocol::token_update> decode_batch::step() {
 
 std::vector<protocol::token_update>
 decode_batch::remove_where(const std::function<bool(const protocol::request_key&)>& match,
-                           const std::string& finish, const std::string& reason) {
+                           const protocol::error& why) {
   std::vector<protocol::token_update> updates;
   for (size_t i = running_.size(); i-- > 0;)
     if (match(running_[i]->key)) {
-      updates.push_back(protocol::final_update(running_[i]->key, finish, reason));
+      updates.push_back(protocol::final_update(running_[i]->key, why));
       leave(i);
     }
   return updates;
 }
 
-std::vector<protocol::token_update> decode_batch::fail_all(const std::string& reason) {
-  return remove_where([](const protocol::request_key&) { return true; }, "error", reason);
+std::vector<protocol::token_update> decode_batch::fail_all(const protocol::error& why) {
+  return remove_where([](const protocol::request_key&) { return true; }, why);
 }
 
 } // namespace supernode::services

@@ -21,6 +21,10 @@ struct decode_sequence {
   std::string prefill;         // the instance computing its prompt ("" for local prefill)
   model::kv_block_table table; // reserved for prompt + max_tokens
   std::vector<int32_t> generated;
+  // The prompt's KV as it arrived (runs of whole blocks, referencing the frames they came in),
+  // copied into `table` by the compute thread before the sequence joins: the actor thread that
+  // received them never copies KV.
+  std::vector<std::shared_ptr<const protocol::kv_transfer>> kv_runs;
 };
 
 class decode_batch {
@@ -34,13 +38,13 @@ public:
   protocol::token_update join(std::unique_ptr<decode_sequence> s, int32_t first_token);
   // One token for every running sequence; finished ones leave the batch.
   std::vector<protocol::token_update> step();
-  // Removes the running sequences `match` selects, ending each with `finish` ("cancelled" or
-  // "error") and `reason`.
+  // Removes the running sequences `match` selects, ending each with `why` (cancelled when its
+  // code is serving_errc::cancelled, an error otherwise).
   std::vector<protocol::token_update>
   remove_where(const std::function<bool(const protocol::request_key&)>& match,
-               const std::string& finish, const std::string& reason);
-  // Ends every sequence (instance shutting down or failing) with `reason` as an error.
-  std::vector<protocol::token_update> fail_all(const std::string& reason);
+               const protocol::error& why);
+  // Ends every sequence (instance shutting down or failing) with `why`.
+  std::vector<protocol::token_update> fail_all(const protocol::error& why);
 
   // Replaces model.forward for the step (microbatch pipelining runs it on two threads).
   using forward_fn =

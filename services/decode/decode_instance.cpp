@@ -40,7 +40,10 @@ void decode_instance::start(transport::endpoint& out) {
   if (config_.ems.store_decode_kv)
     cache_ = std::make_unique<ems::context_cache_client>(out, config_.ems,
                                                          config_.cache_model_key(), pool_.layout());
-  auto at_exit = [this] { send_updates(batch_.fail_all("decode instance stopping")); };
+  auto at_exit = [this] {
+    send_updates(
+        batch_.fail_all({protocol::serving_errc::shutting_down, "decode instance stopping"}));
+  };
   if (group_)
     worker_.start_in_group(
         *group_, [this] { return has_work(); }, [this] { compute_round(); }, at_exit);
@@ -93,45 +96,50 @@ void decode_instance::send_updates(std::vector<token_update> updates) {
   }
 }
 
-void decode_instance::end_unbatched(std::unique_ptr<decode_sequence> s, const std::string& finish,
-                                    const std::string& reason) {
+void decode_instance::end_unbatched(std::unique_ptr<decode_sequence> s, protocol::error why) {
   release(*s);
-  send_updates({protocol::final_update(s->key, finish, reason)});
+  send_updates({protocol::final_update(s->key, std::move(why))});
 }
 
-void decode_instance::on_message(const transport::peer_id& from, const transport::envelope& message,
-                                 transport::endpoint& out) {
-  using namespace protocol;
-  if (auto* a = message.get<decode_assign>()) return assign(from, *a, out);
-  if (auto* kv = message.get<kv_transfer>()) return receive_kv(*kv, out);
-  if (auto* f = message.get<prefill_failed>())
-    return cancel(f->key, "error", "prefill on " + from + " failed: " + f->reason);
-  if (auto* c = message.get<cancel_request>()) return cancel(c->key, "cancelled", c->reason);
-  if (auto* v = message.get<ems_ring_view>())
-    if (cache_) cache_->on_ring_view(*v);
+void decode_instance::on(const transport::peer_id& from, const protocol::prefill_failed& f,
+                         transport::endpoint&) {
+  cancel(f.key, {f.why.code, "prefill on " + from + " failed: " + f.why.message});
 }
 
-void decode_instance::assign(const transport::peer_id& scheduler, const protocol::decode_assign& a,
-                             transport::endpoint& out) {
+void decode_instance::on(const transport::peer_id&, const protocol::cancel_request& c,
+                         transport::endpoint&) {
+  cancel(c.key, c.why);
+}
+
+void decode_instance::on(const transport::peer_id&, const protocol::ems_ring_view& v,
+                         transport::endpoint&) {
+  if (cache_) cache_->on_ring_view(v);
+}
+
+void decode_instance::on(const transport::peer_id& scheduler, const protocol::decode_assign& a,
+                         transport::endpoint& out) {
   protocol::decode_assign_result result;
   result.key = a.key;
   auto seq = std::make_unique<decode_sequence>();
   seq->key = a.key;
   seq->spec = a.spec;
   seq->prefill = a.prefill;
-  try {
-    if (a.spec.prompt.empty() || a.spec.max_tokens < 1)
-      throw std::invalid_argument("empty prompt or max_tokens below 1");
-    if (awaiting_.count(a.key)) throw std::invalid_argument("request assigned twice");
-    if (group_ && group_->broken()) throw std::runtime_error(group_->broken_reason());
-    std::lock_guard lock(pool_mutex_);
-    seq->table.reserve(pool_, static_cast<int64_t>(a.spec.prompt.size()) + a.spec.max_tokens);
-    result.accepted = true;
-  } catch (const std::exception& e) {
-    result.reason = e.what();
-  }
+  using protocol::serving_errc;
+  if (a.spec.prompt.empty() || a.spec.max_tokens < 1)
+    result.refusal = {serving_errc::invalid_request, "empty prompt or max_tokens below 1"};
+  else if (awaiting_.count(a.key))
+    result.refusal = {serving_errc::duplicate_request, "request assigned twice"};
+  else if (group_ && group_->broken())
+    result.refusal = {protocol::ep_errc::group_broken, group_->broken_reason()};
+  else
+    try {
+      std::lock_guard lock(pool_mutex_);
+      seq->table.reserve(pool_, static_cast<int64_t>(a.spec.prompt.size()) + a.spec.max_tokens);
+    } catch (const std::exception& e) {
+      result.refusal = {serving_errc::kv_exhausted, e.what()};
+    }
   out.send("control", scheduler, transport::make_envelope(result));
-  if (!result.accepted) return;
+  if (!result.accepted()) return;
 
   if (a.prefill.empty()) {
     {
@@ -142,13 +150,12 @@ void decode_instance::assign(const transport::peer_id& scheduler, const protocol
     worker_.notify();
     return;
   }
-  const auto status =
-      send_with_backoff(out, "control", a.prefill,
-                        transport::make_envelope(protocol::prefill_request{a.key, a.spec}));
+  const auto status = out.send_retrying(
+      "control", a.prefill, transport::make_envelope(protocol::prefill_request{a.key, a.spec}));
   if (status != transport::send_status::ok) {
-    end_unbatched(std::move(seq), "error",
-                  "cannot reach prefill instance " + a.prefill + ": " +
-                      transport::to_string(status));
+    end_unbatched(std::move(seq),
+                  {protocol::errc_of(status), "cannot reach prefill instance " + a.prefill + ": " +
+                                                  transport::to_string(status)});
     return;
   }
   auto& w = awaiting_[a.key];
@@ -157,8 +164,9 @@ void decode_instance::assign(const transport::peer_id& scheduler, const protocol
   ++waiting_;
 }
 
-void decode_instance::receive_kv(const protocol::kv_transfer& kv, transport::endpoint& out) {
-  (void)out;
+void decode_instance::on(const transport::peer_id&,
+                         std::shared_ptr<const protocol::kv_transfer> run, transport::endpoint&) {
+  const auto& kv = *run;
   auto it = awaiting_.find(kv.key);
   if (it == awaiting_.end()) return; // cancelled meanwhile: its blocks are already free
   auto& w = it->second;
@@ -179,18 +187,18 @@ void decode_instance::receive_kv(const protocol::kv_transfer& kv, transport::end
     auto seq = std::move(w.seq);
     awaiting_.erase(it);
     --waiting_;
-    end_unbatched(std::move(seq), "error", "bad KV transfer: " + bad);
+    end_unbatched(std::move(seq),
+                  {protocol::serving_errc::kv_layout_mismatch, "bad KV transfer: " + bad});
     return;
   }
-  const auto& blocks = w.seq->table.blocks();
-  for (int64_t i = 0; i < kv.block_count; ++i) {
-    const int64_t b = kv.first_block + i;
-    if (w.received[b]) continue;
-    pool_.import_block_bytes(
-        blocks[b], kv.data.bytes().subspan(i * layout.block_bytes(), layout.block_bytes()));
-    w.received[b] = true;
-    ++w.blocks_received;
-  }
+  bool fresh = false;
+  for (int64_t b = kv.first_block; b < kv.first_block + kv.block_count; ++b)
+    if (!w.received[b]) {
+      w.received[b] = true;
+      ++w.blocks_received;
+      fresh = true;
+    }
+  if (fresh) w.seq->kv_runs.push_back(std::move(run)); // a repeated run brings nothing new
   if (w.blocks_received < static_cast<int64_t>(w.received.size())) return;
   auto seq = std::move(w.seq);
   awaiting_.erase(it);
@@ -201,18 +209,17 @@ void decode_instance::receive_kv(const protocol::kv_transfer& kv, transport::end
   worker_.notify();
 }
 
-void decode_instance::cancel(const request_key& key, const std::string& finish,
-                             const std::string& reason) {
+void decode_instance::cancel(const request_key& key, protocol::error why) {
   if (auto it = awaiting_.find(key); it != awaiting_.end()) {
     auto seq = std::move(it->second.seq);
     awaiting_.erase(it);
     --waiting_;
-    end_unbatched(std::move(seq), finish, reason);
+    end_unbatched(std::move(seq), std::move(why));
     return;
   }
   {
     std::lock_guard lock(worker_.mutex());
-    cancels_.push_back({key, finish, reason});
+    cancels_.push_back({key, std::move(why)});
   }
   worker_.notify();
 }
@@ -226,13 +233,16 @@ void decode_instance::on_member_event(const transport::membership_event& event,
   std::vector<request_key> lost;
   for (auto& [key, w] : awaiting_)
     if (w.seq->prefill == event.peer || key.gateway == event.peer) lost.push_back(key);
-  for (auto& key : lost) cancel(key, "error", event.peer + " is down (" + event.reason + ")");
+  for (auto& key : lost)
+    cancel(key,
+           {protocol::serving_errc::instance_down, event.peer + " is down (" + event.reason + ")"});
   // A gateway gone: nobody reads its streams any more.
   bool gateway_lost = false;
   for (auto& g : instances_with_role(out.cluster(), "gateway")) gateway_lost |= g == event.peer;
   if (gateway_lost) {
     std::lock_guard lock(worker_.mutex());
-    cancels_.push_back({request_key{event.peer, 0}, "cancelled", "gateway down"});
+    cancels_.push_back(
+        {request_key{event.peer, 0}, {protocol::serving_errc::cancelled, "gateway down"}});
   }
   worker_.notify();
 }
@@ -281,8 +291,7 @@ void decode_instance::apply_cancels(std::vector<token_update>& updates) {
     auto matches = [&](const request_key& k) {
       return c.key.id == 0 ? k.gateway == c.key.gateway : k == c.key;
     };
-    for (auto& u : batch_.remove_where(matches, c.finish, c.reason))
-      updates.push_back(std::move(u));
+    for (auto& u : batch_.remove_where(matches, c.why)) updates.push_back(std::move(u));
     // Queued (KV arrived, or waiting for a local prefill): they never joined the batch.
     std::vector<std::unique_ptr<decode_sequence>> dropped;
     {
@@ -297,9 +306,20 @@ void decode_instance::apply_cancels(std::vector<token_update>& updates) {
     for (auto& s : dropped) {
       --waiting_;
       release(*s);
-      updates.push_back(protocol::final_update(s->key, c.finish, c.reason));
+      updates.push_back(protocol::final_update(s->key, c.why));
     }
   }
+}
+
+void decode_instance::import_kv(decode_sequence& s) {
+  const auto& layout = pool_.layout();
+  const auto& blocks = s.table.blocks();
+  for (auto& run : s.kv_runs)
+    for (int64_t i = 0; i < run->block_count; ++i)
+      pool_.import_block_bytes(
+          blocks[run->first_block + i],
+          run->data.bytes().subspan(i * layout.block_bytes(), layout.block_bytes()));
+  s.kv_runs.clear(); // the frames they referenced go now
 }
 
 void decode_instance::prefill_locally() {
@@ -337,9 +357,9 @@ bool decode_instance::has_work() const {
          !prefilling_.empty();
 }
 
-void decode_instance::fail_everything(const std::string& reason,
+void decode_instance::fail_everything(const protocol::error& why,
                                       std::vector<token_update>& updates) {
-  for (auto& u : batch_.fail_all(reason)) updates.push_back(std::move(u));
+  for (auto& u : batch_.fail_all(why)) updates.push_back(std::move(u));
   std::deque<std::pair<std::unique_ptr<decode_sequence>, int32_t>> ready;
   {
     std::lock_guard lock(worker_.mutex());
@@ -348,7 +368,7 @@ void decode_instance::fail_everything(const std::string& reason,
   for (auto& [s, first] : ready) {
     --waiting_;
     release(*s);
-    updates.push_back(protocol::final_update(s->key, "error", reason));
+    updates.push_back(protocol::final_update(s->key, why));
   }
   running_ = 0;
 }
@@ -357,7 +377,7 @@ void decode_instance::compute_round() {
   std::vector<token_update> updates;
   apply_cancels(updates);
   if (group_ && group_->broken()) {
-    fail_everything(group_->broken_reason(), updates);
+    fail_everything({protocol::ep_errc::group_broken, group_->broken_reason()}, updates);
     return send_updates(std::move(updates));
   }
   prefill_locally();
@@ -371,6 +391,7 @@ void decode_instance::compute_round() {
       ready_.pop_front();
     }
     --waiting_;
+    import_kv(*next.first);
     updates.push_back(batch_.join(std::move(next.first), next.second));
   }
   running_ = static_cast<int64_t>(batch_.size());
@@ -378,7 +399,7 @@ void decode_instance::compute_round() {
     if (!batch_.empty())
       for (auto& u : batch_.step()) updates.push_back(std::move(u));
   } catch (const ep_failure& e) {
-    fail_everything(e.what(), updates);
+    fail_everything({protocol::ep_errc::group_broken, e.what()}, updates);
   }
   running_ = static_cast<int64_t>(batch_.size());
   send_updates(std::move(updates));

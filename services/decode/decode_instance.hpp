@@ -9,6 +9,7 @@
 #include "model/kv_cache.hpp"
 #include "model/transformer.hpp"
 #include "services/decode/decode_batch.hpp"
+#include "services/decode/decode_interface.hpp"
 #include "services/ems/context_cache_client.hpp"
 #include "services/moe/ep_rank.hpp"
 #include "services/moe/microbatch_pipeline.hpp"
@@ -33,10 +34,19 @@ public:
                   std::optional<ep_membership> membership = {});
   ~decode_instance() override;
 
+  using interface = decode_interface;
   void start(transport::endpoint& out) override;
   void stop() override;
-  void on_message(const transport::peer_id& from, const transport::envelope& message,
-                  transport::endpoint& out) override;
+  void on(const transport::peer_id& scheduler, const protocol::decode_assign& m,
+          transport::endpoint& out);
+  void on(const transport::peer_id& from, std::shared_ptr<const protocol::kv_transfer> m,
+          transport::endpoint& out);
+  void on(const transport::peer_id& from, const protocol::prefill_failed& m,
+          transport::endpoint& out);
+  void on(const transport::peer_id& from, const protocol::cancel_request& m,
+          transport::endpoint& out);
+  void on(const transport::peer_id& from, const protocol::ems_ring_view& m,
+          transport::endpoint& out);
   void on_member_event(const transport::membership_event& event, transport::endpoint& out) override;
   void on_tick(transport::endpoint& out) override;
 
@@ -54,27 +64,24 @@ private:
     prefill_job job;
   };
 
-  void assign(const transport::peer_id& scheduler, const protocol::decode_assign& a,
-              transport::endpoint& out);
-  void receive_kv(const protocol::kv_transfer& kv, transport::endpoint& out);
   // Ends a request wherever it is: awaiting KV (here), or queued or running (compute thread).
-  void cancel(const protocol::request_key& key, const std::string& finish,
-              const std::string& reason);
+  void cancel(const protocol::request_key& key, protocol::error why);
   void release(decode_sequence& s);
   // A sequence leaving the batch: with [ems] store_decode_kv, the blocks its generated tokens
   // filled go to the context cache first; then its KV is released.
   void leave_batch(decode_sequence& s);
   // Ends a request that never reached the batch, telling its gateway.
-  void end_unbatched(std::unique_ptr<decode_sequence> s, const std::string& finish,
-                     const std::string& reason);
+  void end_unbatched(std::unique_ptr<decode_sequence> s, protocol::error why);
   void send_updates(std::vector<protocol::token_update> updates);
 
   bool has_work() const; // with worker_.mutex() held
-  // The group broke: every request here ends with `reason`.
-  void fail_everything(const std::string& reason, std::vector<protocol::token_update>& updates);
+  // The group broke: every request here ends with `why`.
+  void fail_everything(const protocol::error& why, std::vector<protocol::token_update>& updates);
   void compute_round();
   void apply_cancels(std::vector<protocol::token_update>& updates);
   void prefill_locally();
+  // Copies a sequence's arrived KV runs into its table (compute thread).
+  void import_kv(decode_sequence& s);
 
   serving_config config_;
   model::transformer model_;
@@ -91,7 +98,7 @@ private:
   std::deque<std::unique_ptr<decode_sequence>> to_prefill_;
   struct pending_cancel {
     protocol::request_key key; // id 0: every request of key.gateway
-    std::string finish, reason;
+    protocol::error why;
   };
   std::vector<pending_cancel> cancels_;
   std::vector<protocol::request_key> finished_; // since the last load report

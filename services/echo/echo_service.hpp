@@ -3,6 +3,7 @@
 // transfers, acknowledging each complete one with its byte count and FNV-1a checksum. It is the
 // peer the plane tests and benchmarks talk to.
 
+#include "services/echo/echo_interface.hpp"
 #include "services/role_logic.hpp"
 
 #include <cstdint>
@@ -14,8 +15,9 @@ namespace supernode::services {
 
 class echo_service : public role_logic {
 public:
-  void on_message(const transport::peer_id& from, const transport::envelope& message,
-                  transport::endpoint& out) override;
+  using interface = echo_interface;
+  void on(const transport::peer_id& from, const transport::ping& m, transport::endpoint& out);
+  void on(const transport::peer_id& from, const transport::bulk_chunk& m, transport::endpoint& out);
   size_t transfers_in_progress() const { return transfers_.size(); }
 
 private:

@@ -368,7 +368,7 @@ std::optional<std::vector<std::byte>> block_store::read_file(const entry& e, boo
 
 // ---- block_store: API ------------------------------------------------------------------------
 
-std::string block_store::reject(std::string error) {
+protocol::error block_store::reject(protocol::error error) {
   ++stats_.rejected_puts;
   return error;
 }
@@ -381,16 +381,18 @@ put_result block_store::put(const std::string& ns, const std::string& key,
   const uint64_t old_size = old ? old->size : 0;
   const uint64_t after = st.bytes - old_size + data.size();
   if (st.quota && after > *st.quota) {
-    r.error = reject("block_store: put of '" + key + "' (" + std::to_string(data.size()) +
-                     " bytes) would take namespace '" + ns + "' to " + std::to_string(after) +
-                     " bytes, over its quota of " + std::to_string(*st.quota) + " bytes");
+    r.error = reject({protocol::ems_errc::quota_exceeded,
+                      "block_store: put of '" + key + "' (" + std::to_string(data.size()) +
+                          " bytes) would take namespace '" + ns + "' to " + std::to_string(after) +
+                          " bytes, over its quota of " + std::to_string(*st.quota) + " bytes"});
     return r;
   }
   const uint64_t file_bytes = file_size_for(ns, key, data.size());
   if (file_bytes > options_.ssd_bytes) {
-    r.error =
-        reject("block_store: block '" + ns + "/" + key + "' needs " + std::to_string(file_bytes) +
-               " bytes on the SSD tier, whose capacity is " + std::to_string(options_.ssd_bytes));
+    r.error = reject(
+        {protocol::ems_errc::too_large,
+         "block_store: block '" + ns + "/" + key + "' needs " + std::to_string(file_bytes) +
+             " bytes on the SSD tier, whose capacity is " + std::to_string(options_.ssd_bytes)});
     return r;
   }
 
@@ -410,7 +412,8 @@ put_result block_store::put(const std::string& ns, const std::string& key,
   fresh.seq = next_seq_++;
   const std::string name = old ? old->file : file_name_for(ns, key);
   if (std::string error = write_file(name, fresh, data); !error.empty()) {
-    r.error = reject("block_store: put of '" + ns + "/" + key + "' failed: " + error);
+    r.error = reject({protocol::ems_errc::storage_failed,
+                      "block_store: put of '" + ns + "/" + key + "' failed: " + error});
     return r;
   }
 

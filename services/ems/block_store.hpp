@@ -9,6 +9,7 @@
 // and never returned. Not thread-safe: one MP server actor owns a store.
 
 #include "services/ems/dram_arena.hpp"
+#include "services/protocol/error_codes.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -40,7 +41,7 @@ struct put_result {
   bool stored = false;
   bool persisted = false; // on the SSD tier, fsynced and renamed into place
   bool in_dram = false;   // false when the block cannot fit the arena at all
-  std::string error;      // set when !stored
+  protocol::error error;  // set when !stored
   explicit operator bool() const { return stored; }
 };
 
@@ -151,7 +152,7 @@ private:
 
   entry* find(const std::string& ns, const std::string& key);
   const entry* find(const std::string& ns, const std::string& key) const;
-  std::string reject(std::string error);
+  protocol::error reject(protocol::error error);
   void touch(entry& e);
   std::string file_name_for(const std::string& ns, const std::string& key) const;
   std::string write_file(const std::string& name, const entry& e, std::span<const std::byte> data);

@@ -236,8 +236,9 @@ void ems_client::put_outcomes(const std::string& ns, std::span<const pool_put> i
   if (!r || r->size() == 0) {
     std::vector<pool_put_outcome> out(items.size());
     for (auto& o : out)
-      o.error =
-          controller_.empty() ? "no MP controller in the cluster" : "no MP server on the ring";
+      o.error = {pr::ems_errc::server_unreachable, controller_.empty()
+                                                       ? "no MP controller in the cluster"
+                                                       : "no MP server on the ring"};
     return done(std::move(out));
   }
   std::vector<std::string> keys;
@@ -265,10 +266,12 @@ void ems_client::put_outcomes(const std::string& ns, std::span<const pool_put> i
       for (size_t j = 0; j < at.size(); ++j) {
         auto& o = t->out[at[j]];
         if (reply && j < reply->errors.size()) {
-          o.stored = reply->errors[j].empty();
+          o.stored = reply->errors[j].ok();
           o.error = reply->errors[j];
+        } else if (reply) {
+          o.error = {pr::ems_errc::malformed_request, "a put reply without this key's outcome"};
         } else {
-          o.error = error.empty() ? "malformed put reply" : error;
+          o.error = {pr::ems_errc::server_unreachable, error};
         }
       }
       if (--t->waiting > 0) return;
@@ -287,7 +290,9 @@ std::vector<pool_put_outcome> ems_client::put(const std::string& ns,
   // tick.
   if (future.wait_for(timeout_ + std::chrono::seconds(2)) != std::future_status::ready) {
     std::vector<pool_put_outcome> out(items.size());
-    for (auto& o : out) o.error = "no answer within " + std::to_string(timeout_.count()) + " ms";
+    for (auto& o : out)
+      o.error = {pr::transport_errc::timeout,
+                 "no answer within " + std::to_string(timeout_.count()) + " ms"};
     return out;
   }
   return future.get();
@@ -299,7 +304,7 @@ void ems_client::put_async(const std::string& ns, std::span<const pool_put> item
     std::string error;
     for (auto& o : out) {
       stored += o.stored;
-      if (!o.stored && error.empty()) error = o.error;
+      if (!o.stored && error.empty()) error = o.error.str();
     }
     if (done) done(stored, out.size() - stored, error);
   });
@@ -556,7 +561,7 @@ void ems_client::register_model(const std::string& model_key, const std::string&
   msg.ns = ns;
   msg.block_keys.assign(block_keys.begin(), block_keys.end());
   msg.bytes = bytes;
-  msg.failed = failed;
+  if (!failed.empty()) msg.failed = {pr::ems_errc::fetch_failed, failed};
   msg.manifest = transport::shared_bytes::copy_of(manifest.data(), manifest.size());
   auto f = call(controller_, with_id(msg));
   auto r = wait(f);

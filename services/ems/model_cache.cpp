@@ -211,7 +211,7 @@ std::string model_cache::fetch_into_pool(model_manifest& manifest, const std::st
       for (size_t i = 0; i < items.size() && failure.empty(); ++i)
         if (i >= outcomes.size() || !outcomes[i].stored)
           failure = "put of " + items[i].key +
-                    " failed: " + (i < outcomes.size() ? outcomes[i].error : "no outcome");
+                    " failed: " + (i < outcomes.size() ? outcomes[i].error.str() : "no outcome");
     } catch (const std::exception& e) {
       failure = std::string("put failed: ") + e.what();
     }

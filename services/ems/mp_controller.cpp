@@ -78,7 +78,7 @@ void mp_controller::answer_claim(transport::endpoint& out, const waiter& w, cons
   r.reply_to = w.request_id;
   r.ready = m.ready;
   if (m.ready) r.manifest = m.manifest;
-  send_with_backoff(out, "ems", w.peer, transport::make_envelope(std::move(r)));
+  out.send_retrying("ems", w.peer, transport::make_envelope(std::move(r)));
 }
 
 void mp_controller::pass_claim(transport::endpoint& out, const std::string& model_key) {
@@ -128,59 +128,65 @@ std::vector<std::string> mp_controller::evict_models(transport::endpoint& out,
   }
 }
 
-void mp_controller::on_message(const transport::peer_id& from, const transport::envelope& message,
-                               transport::endpoint& out) {
-  if (auto* q = message.get<pr::ems_ring_request>()) {
-    subscribers_.insert(from);
-    if (configured_servers_.count(from) && !ring_.contains(from)) {
-      ring_.add_server(from);
-      std::fprintf(stderr, "%s: %s is up: %s\n", out.self().c_str(), from.c_str(),
-                   ring_.describe().c_str());
-      push_ring(out); // the asker gets it with the others
-      return;
-    }
-    auto v = ring_view();
-    v.reply_to = q->request_id;
-    send_with_backoff(out, "ems", from, transport::make_envelope(std::move(v)));
+void mp_controller::on(const transport::peer_id& from, const pr::ems_ring_request& q,
+                       transport::endpoint& out) {
+  subscribers_.insert(from);
+  if (configured_servers_.count(from) && !ring_.contains(from)) {
+    ring_.add_server(from);
+    std::fprintf(stderr, "%s: %s is up: %s\n", out.self().c_str(), from.c_str(),
+                 ring_.describe().c_str());
+    push_ring(out); // the asker gets it with the others
     return;
   }
-  if (auto* c = message.get<pr::ems_model_claim>()) {
-    auto [it, fresh] = models_.try_emplace(c->model_key);
-    auto& m = it->second;
+  auto v = ring_view();
+  v.reply_to = q.request_id;
+  out.send_retrying("ems", from, transport::make_envelope(std::move(v)));
+}
+
+void mp_controller::on(const transport::peer_id& from, const pr::ems_model_claim& c,
+                       transport::endpoint& out) {
+  auto [it, fresh] = models_.try_emplace(c.model_key);
+  auto& m = it->second;
+  m.last_used = ++clock_;
+  const waiter w{from, c.request_id};
+  if (fresh) {
+    m.fetcher = from; // yours to fetch
+    answer_claim(out, w, m);
+  } else if (m.ready) {
+    answer_claim(out, w, m);
+  } else {
+    m.waiting.push_back(w); // answered when the fetcher registers (or fails)
+  }
+}
+
+void mp_controller::on(const transport::peer_id& from, const pr::ems_model_register& r,
+                       transport::endpoint& out) {
+  pr::ems_model_registered reply;
+  reply.reply_to = r.request_id;
+  auto it = models_.find(r.model_key);
+  if (!r.failed.ok()) {
+    std::fprintf(stderr, "%s: fetch of model %s by %s failed: %s\n", out.self().c_str(),
+                 r.model_key.c_str(), from.c_str(), r.failed.str().c_str());
+    if (it != models_.end() && !it->second.ready) pass_claim(out, r.model_key);
+  } else {
+    auto& m = models_[r.model_key];
+    m.ready = true;
+    m.ns = r.ns;
+    m.block_keys = r.block_keys;
+    m.bytes = r.bytes;
+    m.manifest = r.manifest;
     m.last_used = ++clock_;
-    const waiter w{from, c->request_id};
-    if (fresh) {
-      m.fetcher = from; // yours to fetch
-      answer_claim(out, w, m);
-    } else if (m.ready) {
-      answer_claim(out, w, m);
-    } else {
-      m.waiting.push_back(w); // answered when the fetcher registers (or fails)
-    }
-    return;
+    for (auto& w : m.waiting) answer_claim(out, w, m);
+    m.waiting.clear();
+    reply.evicted = evict_models(out, r.ns, r.model_key);
   }
-  if (auto* r = message.get<pr::ems_model_register>()) {
-    pr::ems_model_registered reply;
-    reply.reply_to = r->request_id;
-    auto it = models_.find(r->model_key);
-    if (!r->failed.empty()) {
-      std::fprintf(stderr, "%s: fetch of model %s by %s failed: %s\n", out.self().c_str(),
-                   r->model_key.c_str(), from.c_str(), r->failed.c_str());
-      if (it != models_.end() && !it->second.ready) pass_claim(out, r->model_key);
-    } else {
-      auto& m = models_[r->model_key];
-      m.ready = true;
-      m.ns = r->ns;
-      m.block_keys = r->block_keys;
-      m.bytes = r->bytes;
-      m.manifest = r->manifest;
-      m.last_used = ++clock_;
-      for (auto& w : m.waiting) answer_claim(out, w, m);
-      m.waiting.clear();
-      reply.evicted = evict_models(out, r->ns, r->model_key);
-    }
-    send_with_backoff(out, "ems", from, transport::make_envelope(std::move(reply)));
-  }
+  out.send_retrying("ems", from, transport::make_envelope(std::move(reply)));
+}
+
+void mp_controller::on_tick(transport::endpoint& out) {
+  protocol::load_report r;
+  r.role = "mp_controller";
+  send_load_report(out, std::move(r));
 }
 
 } // namespace supernode::services::ems

@@ -8,6 +8,7 @@
 
 #include "services/ems/ems_config.hpp"
 #include "services/ems/hash_ring.hpp"
+#include "services/ems/mp_controller_interface.hpp"
 #include "services/protocol/ems_messages.hpp"
 #include "services/role_logic.hpp"
 #include "transport/shared_bytes.hpp"
@@ -23,11 +24,18 @@ namespace supernode::services::ems {
 
 class mp_controller : public role_logic {
 public:
+  using interface = mp_controller_interface;
   mp_controller(const transport::cluster_config& cluster, const ems_config& config);
 
   void start(transport::endpoint& out) override;
-  void on_message(const transport::peer_id& from, const transport::envelope& message,
-                  transport::endpoint& out) override;
+  void on(const transport::peer_id& from, const protocol::ems_ring_request& m,
+          transport::endpoint& out);
+  void on(const transport::peer_id& from, const protocol::ems_model_claim& m,
+          transport::endpoint& out);
+  void on(const transport::peer_id& from, const protocol::ems_model_register& m,
+          transport::endpoint& out);
+  // Reports to the scheduler like the other roles (its unexpected messages reach /metrics).
+  void on_tick(transport::endpoint& out) override;
   void on_member_event(const transport::membership_event& event, transport::endpoint& out) override;
 
   const hash_ring& ring() const { return ring_; }

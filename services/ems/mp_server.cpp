@@ -55,7 +55,7 @@ void mp_server::start(transport::endpoint& out) {
                     std::lock_guard lock(worker_.mutex());
                     batch.swap(requests_);
                   }
-                  for (auto& [from, message] : batch) serve(from, message);
+                  for (auto& task : batch) task();
                   std::lock_guard lock(stats_mutex_);
                   stats_ = store_->stats();
                 });
@@ -70,106 +70,107 @@ void mp_server::reply(const transport::peer_id& to, transport::envelope m) {
   send_with_backoff(*out_, "ems", to, m);
 }
 
-void mp_server::on_message(const transport::peer_id& from, const transport::envelope& message,
-                           transport::endpoint& out) {
-  (void)out;
-  if (auto* v = message.get<pr::ems_ring_view>()) {
-    if (v->version < ring_version_) return; // an older push overtaken by a newer one
-    ring_version_ = v->version;
-  }
+void mp_server::on(const transport::peer_id& from, const pr::ems_ring_view& v,
+                   transport::endpoint&) {
+  (void)from;
+  if (v.version < ring_version_) return; // an older push overtaken by a newer one
+  ring_version_ = v.version;
+  auto quotas = v.quotas;
+  enqueue([this, quotas = std::move(quotas)] {
+    for (auto& [ns, bytes] : quotas) store_->set_quota(ns, bytes);
+  });
+}
+
+void mp_server::enqueue(std::function<void()> task) {
   {
     std::lock_guard lock(worker_.mutex());
-    requests_.emplace_back(from, message);
+    requests_.push_back(std::move(task));
   }
   worker_.notify();
 }
 
-void mp_server::serve(const transport::peer_id& from, const transport::envelope& message) {
-  if (auto* p = message.get<pr::ems_put>()) {
-    pr::ems_put_reply r;
-    r.reply_to = p->request_id;
-    if (p->sizes.size() != p->keys.size()) {
-      r.errors.assign(p->keys.size(), "malformed ems_put: " + std::to_string(p->keys.size()) +
-                                          " keys but " + std::to_string(p->sizes.size()) +
-                                          " sizes");
+void mp_server::serve(const transport::peer_id& from, const pr::ems_put& p) {
+  pr::ems_put_reply r;
+  r.reply_to = p.request_id;
+  if (p.sizes.size() != p.keys.size()) {
+    r.errors.assign(p.keys.size(), {pr::ems_errc::malformed_request,
+                                    "malformed ems_put: " + std::to_string(p.keys.size()) +
+                                        " keys but " + std::to_string(p.sizes.size()) + " sizes"});
+  } else {
+    uint64_t at = 0;
+    const auto data = p.data.bytes();
+    for (size_t i = 0; i < p.keys.size(); ++i) {
+      if (p.sizes[i] > data.size() - at) {
+        r.errors.push_back({pr::ems_errc::malformed_request,
+                            "malformed ems_put: value of '" + p.keys[i] + "' runs past the data"});
+        at = data.size();
+        continue;
+      }
+      auto result = store_->put(p.ns, p.keys[i], data.subspan(at, p.sizes[i]));
+      at += p.sizes[i];
+      r.errors.push_back(result.error);
+    }
+  }
+  if (p.request_id != 0) reply(from, transport::make_envelope(std::move(r)));
+}
+
+void mp_server::serve(const transport::peer_id& from, const pr::ems_get& g) {
+  pr::ems_get_reply r;
+  r.reply_to = g.request_id;
+  r.region = server_region_name(instance_);
+  std::vector<char> data;
+  for (auto& key : g.keys) {
+    std::optional<block_store::dram_ref> ref;
+    if (data.size() >= max_reply_bytes) {
+      r.sizes.push_back(pr::ems_ask_again); // this reply is full: the client asks for it again
+      r.offsets.push_back(-1);
+      r.checksums.push_back(0);
+      continue;
+    }
+    if (g.by_reference) {
+      ref = store_->get_ref(g.ns, key);
+    } else if (auto bytes = store_->get(g.ns, key)) {
+      ref = block_store::dram_ref{std::nullopt, bytes->size(), 0, std::move(*bytes)};
+    }
+    if (!ref) {
+      r.sizes.push_back(-1);
+      r.offsets.push_back(-1);
+      r.checksums.push_back(0);
+      continue;
+    }
+    r.sizes.push_back(static_cast<int64_t>(ref->size));
+    r.checksums.push_back(ref->checksum);
+    if (ref->offset) {
+      r.offsets.push_back(static_cast<int64_t>(*ref->offset));
     } else {
-      uint64_t at = 0;
-      const auto data = p->data.bytes();
-      for (size_t i = 0; i < p->keys.size(); ++i) {
-        if (p->sizes[i] > data.size() - at) {
-          r.errors.push_back("malformed ems_put: value of '" + p->keys[i] + "' runs past the data");
-          at = data.size();
-          continue;
-        }
-        auto result = store_->put(p->ns, p->keys[i], data.subspan(at, p->sizes[i]));
-        at += p->sizes[i];
-        r.errors.push_back(result.stored ? std::string() : result.error);
-      }
+      r.offsets.push_back(-1);
+      const auto* p = reinterpret_cast<const char*>(ref->data.data());
+      data.insert(data.end(), p, p + ref->data.size());
     }
-    if (p->request_id != 0) reply(from, transport::make_envelope(std::move(r)));
-    return;
   }
-  if (auto* g = message.get<pr::ems_get>()) {
-    pr::ems_get_reply r;
-    r.reply_to = g->request_id;
-    r.region = server_region_name(instance_);
-    std::vector<char> data;
-    for (auto& key : g->keys) {
-      std::optional<block_store::dram_ref> ref;
-      if (data.size() >= max_reply_bytes) {
-        r.sizes.push_back(pr::ems_ask_again); // this reply is full: the client asks for it again
-        r.offsets.push_back(-1);
-        r.checksums.push_back(0);
-        continue;
-      }
-      if (g->by_reference) {
-        ref = store_->get_ref(g->ns, key);
-      } else if (auto bytes = store_->get(g->ns, key)) {
-        ref = block_store::dram_ref{std::nullopt, bytes->size(), 0, std::move(*bytes)};
-      }
-      if (!ref) {
-        r.sizes.push_back(-1);
-        r.offsets.push_back(-1);
-        r.checksums.push_back(0);
-        continue;
-      }
-      r.sizes.push_back(static_cast<int64_t>(ref->size));
-      r.checksums.push_back(ref->checksum);
-      if (ref->offset) {
-        r.offsets.push_back(static_cast<int64_t>(*ref->offset));
-      } else {
-        r.offsets.push_back(-1);
-        const auto* p = reinterpret_cast<const char*>(ref->data.data());
-        data.insert(data.end(), p, p + ref->data.size());
-      }
-    }
-    r.data = transport::shared_bytes(std::move(data));
-    reply(from, transport::make_envelope(std::move(r)));
-    return;
-  }
-  if (auto* e = message.get<pr::ems_exists>()) {
-    pr::ems_exists_reply r;
-    r.reply_to = e->request_id;
-    for (auto& key : e->keys) r.present.push_back(store_->exists(e->ns, key));
-    reply(from, transport::make_envelope(std::move(r)));
-    return;
-  }
-  if (auto* rm = message.get<pr::ems_remove>()) {
-    pr::ems_remove_reply r;
-    r.reply_to = rm->request_id;
-    for (auto& key : rm->keys) r.removed += store_->remove(rm->ns, key) ? 1 : 0;
-    if (rm->request_id != 0) reply(from, transport::make_envelope(std::move(r)));
-    return;
-  }
-  if (auto* l = message.get<pr::ems_list>()) {
-    pr::ems_list_reply r;
-    r.reply_to = l->request_id;
-    r.keys = store_->keys(l->ns);
-    reply(from, transport::make_envelope(std::move(r)));
-    return;
-  }
-  if (auto* v = message.get<pr::ems_ring_view>())
-    for (auto& [ns, bytes] : v->quotas) store_->set_quota(ns, bytes);
+  r.data = transport::shared_bytes(std::move(data));
+  reply(from, transport::make_envelope(std::move(r)));
+}
+
+void mp_server::serve(const transport::peer_id& from, const pr::ems_exists& e) {
+  pr::ems_exists_reply r;
+  r.reply_to = e.request_id;
+  for (auto& key : e.keys) r.present.push_back(store_->exists(e.ns, key));
+  reply(from, transport::make_envelope(std::move(r)));
+}
+
+void mp_server::serve(const transport::peer_id& from, const pr::ems_remove& rm) {
+  pr::ems_remove_reply r;
+  r.reply_to = rm.request_id;
+  for (auto& key : rm.keys) r.removed += store_->remove(rm.ns, key) ? 1 : 0;
+  if (rm.request_id != 0) reply(from, transport::make_envelope(std::move(r)));
+}
+
+void mp_server::serve(const transport::peer_id& from, const pr::ems_list& l) {
+  pr::ems_list_reply r;
+  r.reply_to = l.request_id;
+  r.keys = store_->keys(l.ns);
+  reply(from, transport::make_envelope(std::move(r)));
 }
 
 void mp_server::on_tick(transport::endpoint& out) {

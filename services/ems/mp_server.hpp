@@ -10,12 +10,14 @@
 
 #include "services/ems/block_store.hpp"
 #include "services/ems/ems_config.hpp"
+#include "services/ems/mp_server_interface.hpp"
 #include "services/role_logic.hpp"
 #include "services/serving/compute_worker.hpp"
 #include "transport/shm_region.hpp"
 
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -31,20 +33,33 @@ std::string server_region_name(const std::string& instance);
 
 class mp_server : public role_logic {
 public:
+  using interface = mp_server_interface;
   mp_server(const transport::cluster_config& cluster, const std::string& instance,
             const ems_config& config);
 
   ~mp_server() override;
   void start(transport::endpoint& out) override;
   void stop() override;
-  void on_message(const transport::peer_id& from, const transport::envelope& message,
-                  transport::endpoint& out) override;
+  // Requests go to the storage thread whole (its fsyncs and copies never run on the actor's).
+  template<class Request>
+  requires protocol::is_ems_server_request<Request>
+  void on(const transport::peer_id& from, std::shared_ptr<const Request> m, transport::endpoint&) {
+    enqueue([this, from, m = std::move(m)] { serve(from, *m); });
+  }
+  void on(const transport::peer_id& from, const protocol::ems_ring_view& m,
+          transport::endpoint& out);
   void on_tick(transport::endpoint& out) override;
 
   static constexpr size_t max_reply_bytes = size_t{16} << 20;
 
 private:
-  void serve(const transport::peer_id& from, const transport::envelope& message);
+  void enqueue(std::function<void()> task);
+  // Storage thread.
+  void serve(const transport::peer_id& from, const protocol::ems_put& m);
+  void serve(const transport::peer_id& from, const protocol::ems_get& m);
+  void serve(const transport::peer_id& from, const protocol::ems_exists& m);
+  void serve(const transport::peer_id& from, const protocol::ems_remove& m);
+  void serve(const transport::peer_id& from, const protocol::ems_list& m);
   void reply(const transport::peer_id& to, transport::envelope m);
 
   std::string instance_;
@@ -54,7 +69,7 @@ private:
   std::atomic<uint64_t> ring_version_{0};
 
   // Requests for the storage thread, under worker_.mutex().
-  std::deque<std::pair<transport::peer_id, transport::envelope>> requests_;
+  std::deque<std::function<void()>> requests_;
   std::mutex stats_mutex_; // the storage thread's current statistics, for the actor's reports
   block_store_stats stats_;
   compute_worker worker_; // last: its thread stops before the members it uses go

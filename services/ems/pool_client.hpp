@@ -5,6 +5,8 @@
 // in-memory pool behind the same interface. Calls block until every server answered or the
 // client's timeout passed; they may be made from any thread but a plane's own.
 
+#include "services/protocol/error_codes.hpp"
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -24,7 +26,7 @@ struct pool_put {
 // only costs a later miss.
 struct pool_put_outcome {
   bool stored = false;
-  std::string error;
+  protocol::error error;
 };
 
 // Per key: the bytes, or nullopt for a miss. A miss covers every way of not having good bytes:

@@ -1,6 +1,8 @@
 #include "services/gateway/gateway_service.hpp"
 
 #include "model/chat_template.hpp"
+#include "services/gateway/cluster_metrics.hpp"
+#include "services/gateway/error_mapping.hpp"
 #include "services/serving/delivery.hpp"
 
 #include <nlohmann/json.hpp>
@@ -71,7 +73,7 @@ void gateway_service::stop() {
   std::vector<std::shared_ptr<live_request>> open;
   for (auto& [id, r] : live_) open.push_back(r);
   for (auto& r : open)
-    if (!r->done) finish(*r, "error", "gateway shutting down", 503);
+    if (!r->done) fail(*r, {protocol::serving_errc::shutting_down, "gateway shutting down"});
 }
 
 uint16_t gateway_service::http_port() const {
@@ -157,27 +159,31 @@ void gateway_service::handle_completion(std::shared_ptr<http_exchange> ex, const
   auto r = std::make_shared<live_request>();
   try {
     r->api = parse_completion_request(req.body, kind);
+    using protocol::serving_errc;
     if (r->api.model != model_id_)
-      throw api_error(
-          404, "The model '" + r->api.model + "' does not exist (serving '" + model_id_ + "')",
-          "invalid_request_error", "model", "model_not_found");
+      throw to_api_error(
+          {serving_errc::model_not_found,
+           "The model '" + r->api.model + "' does not exist (serving '" + model_id_ + "')"},
+          "model");
     r->prompt = prompt_tokens(r->api);
     const auto prompt = static_cast<int64_t>(r->prompt.size());
     if (prompt == 0) throw api_error(400, "the prompt is empty", "invalid_request_error", "prompt");
     if (prompt >= context_limit_)
-      throw api_error(400,
-                      "This model's maximum context length is " + std::to_string(context_limit_) +
-                          " tokens; the prompt has " + std::to_string(prompt) + " tokens",
-                      "invalid_request_error", kind == api_kind::chat ? "messages" : "prompt");
+      throw to_api_error({serving_errc::context_length_exceeded,
+                          "This model's maximum context length is " +
+                              std::to_string(context_limit_) + " tokens; the prompt has " +
+                              std::to_string(prompt) + " tokens"},
+                         kind == api_kind::chat ? "messages" : "prompt");
     int64_t max_tokens = r->api.max_tokens.value_or(
         kind == api_kind::chat ? context_limit_ - prompt : config_.default_max_tokens);
     if (prompt + max_tokens > context_limit_)
-      throw api_error(400,
-                      "This model's maximum context length is " + std::to_string(context_limit_) +
-                          " tokens. However, you requested " + std::to_string(prompt + max_tokens) +
-                          " tokens (" + std::to_string(prompt) + " in the prompt, " +
-                          std::to_string(max_tokens) + " in the completion)",
-                      "invalid_request_error", "max_tokens");
+      throw to_api_error({serving_errc::context_length_exceeded,
+                          "This model's maximum context length is " +
+                              std::to_string(context_limit_) + " tokens. However, you requested " +
+                              std::to_string(prompt + max_tokens) + " tokens (" +
+                              std::to_string(prompt) + " in the prompt, " +
+                              std::to_string(max_tokens) + " in the completion)"},
+                         "max_tokens");
     r->api.max_tokens = static_cast<int32_t>(max_tokens);
   } catch (const api_error& e) {
     return refuse(e);
@@ -203,11 +209,11 @@ void gateway_service::handle_completion(std::shared_ptr<http_exchange> ex, const
   {
     std::lock_guard lock(mutex_);
     if (static_cast<int64_t>(live_.size()) >= config_.max_pending)
-      return refuse(api_error(429,
-                              "too many requests in flight (" + std::to_string(live_.size()) + ")",
-                              "rate_limit_error"));
+      return refuse(
+          to_api_error({protocol::serving_errc::too_many_requests,
+                        "too many requests in flight (" + std::to_string(live_.size()) + ")"}));
     if (target.empty())
-      return refuse(api_error(503, "no scheduler is alive", "service_unavailable"));
+      return refuse(to_api_error({protocol::serving_errc::no_scheduler, "no scheduler is alive"}));
     r->id = next_id_++;
     r->meta.id = (kind == api_kind::chat ? "chatcmpl-" : "cmpl-") + out_->self() + "-" +
                  std::to_string(r->id);
@@ -232,15 +238,16 @@ void gateway_service::handle_completion(std::shared_ptr<http_exchange> ex, const
   if (status != transport::send_status::ok) {
     std::lock_guard lock(mutex_);
     if (!r->done)
-      finish(*r, "error",
-             std::string("cannot reach the scheduler: ") + transport::to_string(status), 503);
+      fail(*r, {protocol::errc_of(status),
+                std::string("cannot reach the scheduler: ") + transport::to_string(status)});
   }
 }
 
-void gateway_service::cancel_upstream(const live_request& r, const std::string& reason) {
+void gateway_service::cancel_upstream(const live_request& r, const std::string& why) {
   if (!out_) return;
   const request_key key{out_->self(), r.id};
-  auto msg = transport::make_envelope(protocol::cancel_request{key, reason});
+  auto msg = transport::make_envelope(
+      protocol::cancel_request{key, {protocol::serving_errc::cancelled, why}});
   // Placed: the decode instance owns it. Not yet (or the placement is still on its way): the
   // scheduler removes it from its queue or forwards the cancel to the decode instance.
   if (r.placed())
@@ -249,40 +256,39 @@ void gateway_service::cancel_upstream(const live_request& r, const std::string& 
     out_->send("control", s, msg);
 }
 
-void gateway_service::on_message(const transport::peer_id& from, const transport::envelope& message,
-                                 transport::endpoint& out) {
-  (void)from, (void)out;
-  using namespace protocol;
-  if (auto* b = message.get<token_batch>()) {
-    std::lock_guard lock(mutex_);
-    for (auto& u : b->updates) {
-      auto it = live_.find(u.key.id);
-      if (it == live_.end()) continue; // finished or cancelled here already
-      auto r = it->second;             // finish() drops the map's reference
-      apply_update(*r, u);
-    }
-    return;
+void gateway_service::on(const transport::peer_id&, const protocol::token_batch& b,
+                         transport::endpoint&) {
+  std::lock_guard lock(mutex_);
+  for (auto& u : b.updates) {
+    auto it = live_.find(u.key.id);
+    if (it == live_.end()) continue; // finished or cancelled here already
+    auto r = it->second;             // finish() drops the map's reference
+    apply_update(*r, u);
   }
-  if (auto* p = message.get<request_placed>()) {
-    std::lock_guard lock(mutex_);
-    if (auto it = live_.find(p->key.id); it != live_.end()) {
-      it->second->decode = p->decode;
-      it->second->prefill = p->prefill;
-    }
-    return;
+}
+
+void gateway_service::on(const transport::peer_id&, const protocol::request_placed& p,
+                         transport::endpoint&) {
+  std::lock_guard lock(mutex_);
+  if (auto it = live_.find(p.key.id); it != live_.end()) {
+    it->second->decode = p.decode;
+    it->second->prefill = p.prefill;
   }
-  if (auto* rej = message.get<admit_rejected>()) {
-    std::lock_guard lock(mutex_);
-    if (auto it = live_.find(rej->key.id); it != live_.end()) {
-      auto r = it->second; // finish() drops the map's reference
-      finish(*r, "error", rej->reason, rej->status);
-    }
-    return;
+}
+
+void gateway_service::on(const transport::peer_id&, const protocol::admit_rejected& rej,
+                         transport::endpoint&) {
+  std::lock_guard lock(mutex_);
+  if (auto it = live_.find(rej.key.id); it != live_.end()) {
+    auto r = it->second; // fail() drops the map's reference
+    fail(*r, rej.why);
   }
-  if (auto* s = message.get<cluster_stats>()) {
-    std::lock_guard lock(mutex_);
-    stats_ = *s;
-  }
+}
+
+void gateway_service::on(const transport::peer_id&, const protocol::cluster_stats& s,
+                         transport::endpoint&) {
+  std::lock_guard lock(mutex_);
+  stats_ = s;
 }
 
 void gateway_service::apply_update(live_request& r, const protocol::token_update& u) {
@@ -307,8 +313,9 @@ void gateway_service::apply_update(live_request& r, const protocol::token_update
     std::string finish_reason;
     if (r.text->stopped())
       finish_reason = "stop";
-    else if (last && (u.finish_reason == "stop" || u.finish_reason == "length"))
-      finish_reason = u.finish_reason;
+    else if (last && (u.finish == protocol::finish_reason::stop ||
+                      u.finish == protocol::finish_reason::length))
+      finish_reason = protocol::to_string(u.finish);
     if (!finish_reason.empty() && !r.text->stopped()) piece += r.text->finish();
     r.meta.text += piece;
     if (stream) {
@@ -319,14 +326,17 @@ void gateway_service::apply_update(live_request& r, const protocol::token_update
     }
     if (!finish_reason.empty()) {
       if (r.text->stopped()) cancel_upstream(r, "stop string matched");
-      finish(r, finish_reason, "");
+      finish(r, finish_reason);
     }
   }
-  if (!r.done && !u.finish_reason.empty()) {
-    if (u.finish_reason == "error" || u.finish_reason == "cancelled")
-      finish(r, "error", u.error.empty() ? u.finish_reason : u.error);
+  if (!r.done && u.finish != protocol::finish_reason::none) {
+    if (u.finish == protocol::finish_reason::error ||
+        u.finish == protocol::finish_reason::cancelled)
+      fail(r, u.failure.ok() ? protocol::error{protocol::serving_errc::internal,
+                                               "request ended without a reason"}
+                             : u.failure);
     else
-      finish(r, u.finish_reason, "");
+      finish(r, protocol::to_string(u.finish));
   }
 }
 
@@ -339,24 +349,27 @@ std::string gateway_service::token_text(int32_t token) const {
   return tokenizer_.decode(std::span(&token, 1), /*skip_special=*/true, /*skip_unknown=*/true);
 }
 
-void gateway_service::finish(live_request& r, const std::string& finish_reason,
-                             const std::string& error, unsigned error_status) {
+void gateway_service::fail(live_request& r, const protocol::error& why) {
+  r.done = true;
+  r.meta.finish_reason = "error";
+  r.meta.completion_tokens = static_cast<int64_t>(r.tokens.size());
+  const api_error e = to_api_error(why);
+  if (r.api.stream && r.ex->finished() == false) {
+    r.ex->send_event(error_body(e));
+    r.ex->end_stream();
+  } else {
+    r.ex->respond(e.status, json_type, error_body(e));
+  }
+  count_request(endpoint_label(r.kind), std::to_string(e.status));
+  live_.erase(r.id);
+}
+
+void gateway_service::finish(live_request& r, const std::string& finish_reason) {
   r.done = true;
   const auto label = endpoint_label(r.kind);
   r.meta.finish_reason = finish_reason;
   r.meta.completion_tokens = static_cast<int64_t>(r.tokens.size());
-  std::string status = "200";
-  if (finish_reason == "error") {
-    status = std::to_string(error_status);
-    const api_error e(error_status, error,
-                      error_status == 429 ? "rate_limit_error" : "server_error");
-    if (r.api.stream && r.ex->finished() == false) {
-      r.ex->send_event(error_body(e));
-      r.ex->end_stream();
-    } else {
-      r.ex->respond(error_status, json_type, error_body(e));
-    }
-  } else {
+  {
     const auto now = clock::now();
     metrics_.observe("supernode_e2e_seconds", "Request latency, arrival to last token",
                      latency_buckets_seconds,
@@ -380,7 +393,7 @@ void gateway_service::finish(live_request& r, const std::string& finish_reason,
       r.ex->respond(200, json_type, completion_response(r.kind, r.meta));
     }
   }
-  count_request(label, status);
+  count_request(label, "200");
   live_.erase(r.id);
 }
 
@@ -394,117 +407,24 @@ void gateway_service::on_member_event(const transport::membership_event& event,
   for (auto& [id, r] : live_)
     if (r->placed() ? r->decode == event.peer || r->prefill == event.peer : no_scheduler)
       lost.push_back(r);
-  for (auto& r : lost) finish(*r, "error", event.peer + " went down (" + event.reason + ")", 503);
-}
-
-void gateway_service::render_stage_times(const protocol::instance_stats& s) {
-  static const char* stages[] = {"attention", "gate", "dispatch", "experts", "combine", "idle"};
-  constexpr size_t n = std::size(stages);
-  if (s.ep_stage_seconds.empty()) return;
-  metrics_.set_gauge("supernode_ep_forwards", "Forwards an expert-parallel rank took part in",
-                     static_cast<double>(s.ep_forwards), {{"instance", s.name}});
-  for (size_t i = 0; i + n <= s.ep_stage_seconds.size(); i += n)
-    for (size_t st = 0; st < n; ++st)
-      metrics_.set_gauge(
-          "supernode_ep_stage_seconds",
-          "Seconds an expert-parallel rank spent per MoE layer and stage",
-          s.ep_stage_seconds[i + st],
-          {{"instance", s.name}, {"moe_layer", std::to_string(i / n)}, {"stage", stages[st]}});
-}
-
-void gateway_service::render_cache_stats(const protocol::instance_stats& s) {
-  const auto& c = s.cache;
-  const labels l{{"instance", s.name}};
-  auto gauge = [&](const char* name, const char* help, uint64_t v, const labels& with) {
-    metrics_.set_gauge(name, help, static_cast<double>(v), with);
-  };
-  if ((s.role == "prefill" || s.role == "decode") && (c.lookups > 0 || c.stored_blocks > 0)) {
-    gauge("supernode_cache_lookups", "Prompts looked up in the context cache", c.lookups, l);
-    gauge("supernode_cache_lookup_tokens", "Prompt tokens looked up in the context cache",
-          c.lookup_tokens, l);
-    gauge("supernode_cache_hit_tokens", "Prompt tokens whose KV was loaded from the pool",
-          c.hit_tokens, l);
-    gauge("supernode_cache_stored_blocks", "Context-cache blocks put into the pool",
-          c.stored_blocks, l);
-    gauge("supernode_cache_store_failures", "Context-cache puts the pool refused or lost",
-          c.store_failures, l);
-    gauge("supernode_cache_read_errors", "Context-cache lookups that failed (a miss)",
-          c.read_errors, l);
-    metrics_.set_gauge("supernode_cache_load_seconds",
-                       "Seconds spent looking up and loading cached KV from the pool",
-                       c.load_seconds, l);
-    gauge("supernode_cache_loaded_bytes", "KV bytes loaded from the pool", c.loaded_bytes, l);
-  } else if (s.role == "mp_server") {
-    for (const char* tier : {"dram", "ssd"}) {
-      const bool dram = tier[0] == 'd';
-      const labels t{{"instance", s.name}, {"tier", tier}};
-      gauge("supernode_pool_blocks", "Blocks an MP server holds, per tier",
-            dram ? c.dram_blocks : c.ssd_blocks, t);
-      gauge("supernode_pool_bytes", "Bytes an MP server holds, per tier",
-            dram ? c.dram_bytes : c.ssd_bytes, t);
-      gauge("supernode_pool_hits", "Reads an MP server answered, per tier",
-            dram ? c.dram_hits : c.ssd_hits, t);
-      gauge("supernode_pool_evicted_blocks",
-            "Blocks evicted: from DRAM to the SSD tier, or deleted from the SSD tier",
-            dram ? c.evicted_dram : c.deleted_ssd, t);
-    }
-    gauge("supernode_pool_misses", "Reads of absent blocks", c.misses, l);
-    gauge("supernode_pool_corrupt_blocks", "Blocks whose checksum failed (served as misses)",
-          c.corrupt_blocks, l);
-    gauge("supernode_pool_rejected_puts", "Puts refused (quota, size, write error)",
-          c.rejected_puts, l);
-  }
+  for (auto& r : lost)
+    fail(*r,
+         {protocol::serving_errc::instance_down, event.peer + " went down (" + event.reason + ")"});
 }
 
 std::string gateway_service::render_metrics() {
-  protocol::cluster_stats stats;
-  size_t live = 0;
+  gateway::cluster_snapshot snap;
   {
     std::lock_guard lock(mutex_);
-    stats = stats_;
-    live = live_.size();
+    snap.stats = stats_;
+    snap.gateway_requests_in_flight = live_.size();
   }
-  metrics_.set_gauge("supernode_gateway_requests_in_flight", "Requests this gateway is serving",
-                     static_cast<double>(live));
-  metrics_.set_gauge("supernode_scheduler_queued", "Requests admitted but not yet placed",
-                     static_cast<double>(stats.queued));
-  for (auto& s : stats.instances) {
-    const labels l{{"instance", s.name}, {"role", s.role}};
-    metrics_.set_gauge("supernode_instance_alive", "1 while the instance is a live member",
-                       s.alive ? 1 : 0, l);
-    metrics_.set_gauge("supernode_instance_running", "Sequences in the instance's batch",
-                       static_cast<double>(s.running), l);
-    metrics_.set_gauge("supernode_instance_waiting", "Requests queued at the instance",
-                       static_cast<double>(s.waiting), l);
-    metrics_.set_gauge("supernode_instance_unavailable",
-                       "1 when the instance takes no requests (its expert-parallel group broke)",
-                       s.unavailable.empty() ? 0 : 1, l);
-    render_stage_times(s);
-    render_cache_stats(s);
-    if (s.role == "decode") {
-      metrics_.set_gauge("supernode_kv_blocks_used", "KV blocks reserved or in use",
-                         static_cast<double>(s.kv_blocks_used), l);
-      metrics_.set_gauge("supernode_kv_blocks_total", "KV blocks of the instance's pool",
-                         static_cast<double>(s.kv_blocks_total), l);
-    } else if (s.role == "prefill") {
-      metrics_.set_gauge("supernode_prefill_outstanding_tokens",
-                         "Prompt tokens assigned and not yet prefilled",
-                         static_cast<double>(s.outstanding_prompt_tokens), l);
-    }
+  if (out_) {
+    snap.gateway = out_->self();
+    snap.gateway_planes = plane_traffic_of(*out_);
+    snap.gateway_unexpected = out_->unexpected_messages();
   }
-  auto planes = stats.planes;
-  if (out_)
-    for (auto& t : plane_traffic_of(*out_)) planes.emplace_back(out_->self(), t);
-  for (auto& [instance, t] : planes) {
-    const labels l{{"instance", instance}, {"plane", t.plane}};
-    metrics_.set_gauge("supernode_plane_bytes_sent", "Bytes sent on a plane (running total)",
-                       static_cast<double>(t.bytes_sent), l);
-    metrics_.set_gauge("supernode_plane_bytes_received",
-                       "Bytes received on a plane (running total)",
-                       static_cast<double>(t.bytes_received), l);
-    metrics_.set_gauge("supernode_plane_bad_frames", "Malformed frames dropped (running total)",
-                       static_cast<double>(t.bad_frames), l);
-  }
+  gateway::render_cluster_metrics(metrics_, snap);
   return metrics_.render();
 }
 

@@ -7,6 +7,7 @@
 
 #include "model/config.hpp"
 #include "model/tokenizer.hpp"
+#include "services/gateway/gateway_interface.hpp"
 #include "services/gateway/http_server.hpp"
 #include "services/gateway/metrics.hpp"
 #include "services/gateway/openai_api.hpp"
@@ -25,13 +26,19 @@ namespace supernode::services {
 
 class gateway_service : public role_logic {
 public:
+  using interface = gateway_interface;
   explicit gateway_service(const serving_config& config);
   ~gateway_service() override;
 
   void start(transport::endpoint& out) override; // binds the HTTP port (throws naming it)
   void stop() override;
-  void on_message(const transport::peer_id& from, const transport::envelope& message,
-                  transport::endpoint& out) override;
+  void on(const transport::peer_id& from, const protocol::token_batch& m, transport::endpoint& out);
+  void on(const transport::peer_id& from, const protocol::request_placed& m,
+          transport::endpoint& out);
+  void on(const transport::peer_id& from, const protocol::admit_rejected& m,
+          transport::endpoint& out);
+  void on(const transport::peer_id& from, const protocol::cluster_stats& m,
+          transport::endpoint& out);
   void on_member_event(const transport::membership_event& event, transport::endpoint& out) override;
 
   std::string public_address() const override;
@@ -47,15 +54,13 @@ private:
                          const gateway::http_request& req, gateway::api_kind kind);
   std::vector<int32_t> prompt_tokens(const gateway::completion_request& api) const;
   std::string render_metrics();
-  void render_cache_stats(const protocol::instance_stats& s);
-  void render_stage_times(const protocol::instance_stats& s);
 
   // Called with mutex_ held: turns one update into stream events or the final response.
   void apply_update(live_request& r, const protocol::token_update& u);
   // Ends a request: answers the client (unless gone) and records the outcome.
-  void finish(live_request& r, const std::string& finish_reason, const std::string& error,
-              unsigned error_status = 500);
-  void cancel_upstream(const live_request& r, const std::string& reason);
+  void finish(live_request& r, const std::string& finish_reason);
+  void fail(live_request& r, const protocol::error& why);
+  void cancel_upstream(const live_request& r, const std::string& why);
   std::string token_text(int32_t token) const;
   void count_request(const std::string& endpoint, const std::string& status);
   std::string scheduler() const;

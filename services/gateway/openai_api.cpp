@@ -271,6 +271,7 @@ std::string error_body(const api_error& error) {
             {"type", error.type},
             {"param", null_if_empty(error.param)},
             {"code", null_if_empty(error.code)}};
+  if (error.numeric_code != 0) e["supernode_code"] = error.numeric_code;
   return dump(json{{"error", std::move(e)}});
 }
 

@@ -22,6 +22,7 @@ struct api_error : std::runtime_error {
   std::string type;
   std::string param;
   std::string code;
+  uint16_t numeric_code = 0; // protocol::error code, when the error came from one
   api_error(unsigned status, std::string message, std::string type = "invalid_request_error",
             std::string param = "", std::string code = "");
 };

@@ -103,7 +103,7 @@ void ep_rank::on_member_event(const transport::membership_event& event) {
 }
 
 void ep_rank::add_to(protocol::load_report& report) const {
-  if (broken_) report.unavailable = broken_reason();
+  if (broken_) report.unavailable = {protocol::ep_errc::group_broken, broken_reason()};
   report.ep_stage_seconds = stage_seconds(report.ep_forwards);
 }
 

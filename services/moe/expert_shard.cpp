@@ -24,9 +24,6 @@ void expert_shard::stop() {
   worker_.stop();
 }
 
-void expert_shard::on_message(const transport::peer_id&, const transport::envelope&,
-                              transport::endpoint&) {}
-
 void expert_shard::on_member_event(const transport::membership_event& event,
                                    transport::endpoint& out) {
   (void)out;

@@ -40,38 +40,39 @@ void prefill_instance::stop() {
   worker_.stop();
 }
 
-void prefill_instance::on_message(const transport::peer_id& from,
-                                  const transport::envelope& message, transport::endpoint& out) {
-  if (auto* r = message.get<protocol::prefill_request>()) {
-    auto q = std::make_unique<queued>();
-    q->decode = from;
-    q->job.key = r->key;
-    q->job.spec = r->spec;
-    std::string refusal;
-    if (q->job.spec.prompt.empty()) refusal = "empty prompt";
-    if (group_ && group_->broken()) refusal = group_->broken_reason();
-    if (!refusal.empty()) {
-      out.send("control", from,
-               transport::make_envelope(protocol::prefill_failed{r->key, refusal}));
-      return;
-    }
-    {
-      std::lock_guard lock(worker_.mutex());
-      queue_.push_back(std::move(q));
-    }
-    ++waiting_;
-    worker_.notify();
+void prefill_instance::on(const transport::peer_id& from, const protocol::prefill_request& r,
+                          transport::endpoint& out) {
+  auto q = std::make_unique<queued>();
+  q->decode = from;
+  q->job.key = r.key;
+  q->job.spec = r.spec;
+  protocol::error refusal;
+  if (q->job.spec.prompt.empty())
+    refusal = {protocol::serving_errc::invalid_request, "empty prompt"};
+  if (group_ && group_->broken())
+    refusal = {protocol::ep_errc::group_broken, group_->broken_reason()};
+  if (!refusal.ok()) {
+    out.send("control", from, transport::make_envelope(protocol::prefill_failed{r.key, refusal}));
     return;
   }
-  if (auto* c = message.get<protocol::cancel_request>()) {
+  {
     std::lock_guard lock(worker_.mutex());
-    cancelled_.insert(c->key);
-    worker_.notify();
-    return;
+    queue_.push_back(std::move(q));
   }
-  if (auto* v = message.get<protocol::ems_ring_view>()) {
-    if (cache_) cache_->on_ring_view(*v);
-  }
+  ++waiting_;
+  worker_.notify();
+}
+
+void prefill_instance::on(const transport::peer_id&, const protocol::cancel_request& c,
+                          transport::endpoint&) {
+  std::lock_guard lock(worker_.mutex());
+  cancelled_.insert(c.key);
+  worker_.notify();
+}
+
+void prefill_instance::on(const transport::peer_id&, const protocol::ems_ring_view& v,
+                          transport::endpoint&) {
+  if (cache_) cache_->on_ring_view(v);
 }
 
 void prefill_instance::on_tick(transport::endpoint& out) {
@@ -91,7 +92,7 @@ void prefill_instance::on_member_event(const transport::membership_event& event,
   if (group_) group_->on_member_event(event);
 }
 
-void prefill_instance::fail_everything(const std::string& reason) {
+void prefill_instance::fail_everything(const protocol::error& why) {
   std::deque<std::unique_ptr<queued>> all;
   {
     std::lock_guard lock(worker_.mutex());
@@ -103,7 +104,7 @@ void prefill_instance::fail_everything(const std::string& reason) {
   for (auto& q : all) {
     if (out_)
       send_with_backoff(*out_, "control", q->decode,
-                        transport::make_envelope(protocol::prefill_failed{q->job.key, reason}));
+                        transport::make_envelope(protocol::prefill_failed{q->job.key, why}));
     finish(*q);
   }
   running_ = 0;
@@ -121,10 +122,12 @@ void prefill_instance::admit_queued() {
     const auto prompt = static_cast<int64_t>(q.job.spec.prompt.size());
     if (pool_.layout().blocks_for(prompt) > pool_.num_blocks()) {
       // Could never fit: say so rather than wait forever.
-      out_->send("control", q.decode,
-                 transport::make_envelope(protocol::prefill_failed{
-                     q.job.key, "prompt of " + std::to_string(prompt) +
-                                    " tokens exceeds the prefill KV pool"}));
+      out_->send(
+          "control", q.decode,
+          transport::make_envelope(protocol::prefill_failed{
+              q.job.key,
+              {protocol::serving_errc::kv_capacity_exceeded,
+               "prompt of " + std::to_string(prompt) + " tokens exceeds the prefill KV pool"}}));
       tokens_completed_ += prompt;
       --waiting_;
       queue_.pop_front();
@@ -191,10 +194,11 @@ void prefill_instance::ship(queued& q, int32_t first_token) {
     const auto status =
         send_with_backoff(*out_, "bulk", q.decode, transport::make_envelope(std::move(kv)));
     if (status != transport::send_status::ok) {
-      out_->send(
-          "control", q.decode,
-          transport::make_envelope(protocol::prefill_failed{
-              q.job.key, std::string("KV transfer failed: ") + transport::to_string(status)}));
+      out_->send("control", q.decode,
+                 transport::make_envelope(protocol::prefill_failed{
+                     q.job.key,
+                     {protocol::errc_of(status),
+                      std::string("KV transfer failed: ") + transport::to_string(status)}}));
       return;
     }
   }
@@ -212,12 +216,14 @@ void prefill_instance::load_cached_prefixes() {
 }
 
 void prefill_instance::store_new_blocks(queued& q) {
-  if (cache_ && q.cached) cache_->store_async(q.job.spec.prompt, q.cached->hit_blocks, q.table, pool_);
+  if (cache_ && q.cached)
+    cache_->store_async(q.job.spec.prompt, q.cached->hit_blocks, q.table, pool_);
 }
 
 void prefill_instance::compute_round() {
   drop_cancelled();
-  if (group_ && group_->broken()) return fail_everything(group_->broken_reason());
+  if (group_ && group_->broken())
+    return fail_everything({protocol::ep_errc::group_broken, group_->broken_reason()});
   admit_queued();
   load_cached_prefixes();
   running_ = static_cast<int64_t>(active_.size());
@@ -228,7 +234,7 @@ void prefill_instance::compute_round() {
   try {
     done_jobs = engine_.step(jobs, pool_);
   } catch (const ep_failure& e) {
-    return fail_everything(e.what());
+    return fail_everything({protocol::ep_errc::group_broken, e.what()});
   }
   for (auto& done : done_jobs) {
     auto it =

@@ -9,6 +9,7 @@
 #include "services/ems/context_cache_client.hpp"
 #include "services/moe/ep_rank.hpp"
 #include "services/prefill/prefill_engine.hpp"
+#include "services/prefill/prefill_interface.hpp"
 #include "services/role_logic.hpp"
 #include "services/serving/compute_worker.hpp"
 #include "services/serving/serving_config.hpp"
@@ -29,10 +30,15 @@ public:
                    const serving_config& config, std::optional<ep_membership> membership = {});
   ~prefill_instance() override;
 
+  using interface = prefill_interface;
   void start(transport::endpoint& out) override;
   void stop() override;
-  void on_message(const transport::peer_id& from, const transport::envelope& message,
-                  transport::endpoint& out) override;
+  void on(const transport::peer_id& decode, const protocol::prefill_request& m,
+          transport::endpoint& out);
+  void on(const transport::peer_id& from, const protocol::cancel_request& m,
+          transport::endpoint& out);
+  void on(const transport::peer_id& from, const protocol::ems_ring_view& m,
+          transport::endpoint& out);
   void on_tick(transport::endpoint& out) override;
   void on_member_event(const transport::membership_event& event, transport::endpoint& out) override;
 
@@ -57,8 +63,8 @@ private:
   void load_cached_prefixes();
   void store_new_blocks(queued& q);
   void finish(queued& q); // blocks back, prompt tokens counted as completed
-  // The group broke: every prompt here fails with `reason` (its decode instance is told).
-  void fail_everything(const std::string& reason);
+  // The group broke: every prompt here fails with `why` (its decode instance is told).
+  void fail_everything(const protocol::error& why);
 
   serving_config config_;
   model::transformer model_;

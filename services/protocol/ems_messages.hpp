@@ -14,11 +14,13 @@
 //                                    ems_remove_reply, ems_list_reply
 //   mp_server     -> scheduler     : load_report (role "mp_server", tier statistics)
 
+#include "services/protocol/error_codes.hpp"
 #include "transport/shared_bytes.hpp"
 
 #include <cstdint>
 #include <msgpack.hpp>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace supernode::services::protocol {
@@ -55,7 +57,7 @@ struct ems_model_register {
   std::string ns;
   std::vector<std::string> block_keys;
   uint64_t bytes = 0;
-  std::string failed;
+  error failed; // ok: registered
   transport::shared_bytes manifest;
   MSGPACK_DEFINE_MAP(request_id, model_key, ns, block_keys, bytes, failed, manifest);
 };
@@ -159,7 +161,7 @@ struct ems_put_reply {
   static constexpr const char* type_name = "ems_put_reply";
   static constexpr uint32_t max_bytes = 4u << 20;
   uint64_t reply_to = 0;
-  std::vector<std::string> errors; // per key; empty: stored and persisted
+  std::vector<error> errors; // per key; ok: stored and persisted
   MSGPACK_DEFINE_MAP(reply_to, errors);
 };
 
@@ -208,6 +210,11 @@ struct ems_list_reply {
   std::vector<std::string> keys;
   MSGPACK_DEFINE_MAP(reply_to, keys);
 };
+
+// What a client asks of an MP server (the storage thread serves them in arrival order).
+template<class T>
+concept is_ems_server_request = std::is_same_v<T, ems_put> || std::is_same_v<T, ems_get> ||
+    std::is_same_v<T, ems_exists> || std::is_same_v<T, ems_remove> || std::is_same_v<T, ems_list>;
 
 // Registers every message above with the transport registry; idempotent.
 void register_ems_messages();

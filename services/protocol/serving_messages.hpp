@@ -13,9 +13,11 @@
 //   decode    -> gateway   : token_batch
 //   gateway   -> decode    : cancel_request
 
+#include "services/protocol/error_codes.hpp"
 #include "transport/shared_bytes.hpp"
 
 #include <cstdint>
+#include <map>
 #include <msgpack.hpp>
 #include <string>
 #include <tuple>
@@ -64,9 +66,9 @@ struct decode_assign_result {
   static constexpr const char* type_name = "decode_assign_result";
   static constexpr uint32_t max_bytes = 4096;
   request_key key;
-  bool accepted = false;
-  std::string reason;
-  MSGPACK_DEFINE_MAP(key, accepted, reason);
+  error refusal; // ok: accepted
+  bool accepted() const { return refusal.ok(); }
+  MSGPACK_DEFINE_MAP(key, refusal);
 };
 
 struct plane_traffic {
@@ -113,16 +115,19 @@ struct load_report {
   int64_t waiting = 0;                 // queued (prefill) or waiting for KV (decode)
   std::vector<request_key> finished;   // decode: requests ended since the last report
   std::vector<plane_traffic> planes;
-  // Why the instance takes no new requests (its expert-parallel group broke); empty: serving.
-  std::string unavailable;
+  // Why the instance takes no new requests (its expert-parallel group broke); ok: serving.
+  error unavailable;
   // Expert parallelism: seconds per MoE layer and stage since start, [layer * 6 + stage] with
   // stages attention, gate, dispatch, experts, combine, idle; and forwards run. Empty for a
   // lone rank.
   std::vector<double> ep_stage_seconds;
   uint64_t ep_forwards = 0;
   cache_stats cache;
+  // Messages received outside the role's interface since start, by type name.
+  std::map<std::string, uint64_t> unexpected_messages;
   MSGPACK_DEFINE_MAP(role, kv_blocks_total, kv_blocks_released, prompt_tokens_completed, running,
-                     waiting, finished, planes, unavailable, ep_stage_seconds, ep_forwards, cache);
+                     waiting, finished, planes, unavailable, ep_stage_seconds, ep_forwards, cache,
+                     unexpected_messages);
 };
 
 // Also sent to the decode instance of a placed request, and to a prefill instance.
@@ -131,8 +136,8 @@ struct cancel_request {
   static constexpr const char* type_name = "cancel_request";
   static constexpr uint32_t max_bytes = 4096;
   request_key key;
-  std::string reason;
-  MSGPACK_DEFINE_MAP(key, reason);
+  error why; // serving_errc::cancelled, or why the request cannot go on
+  MSGPACK_DEFINE_MAP(key, why);
 };
 
 // ---- to the gateway --------------------------------------------------------------------------
@@ -142,9 +147,8 @@ struct admit_rejected {
   static constexpr const char* type_name = "admit_rejected";
   static constexpr uint32_t max_bytes = 4096;
   request_key key;
-  uint32_t status = 503; // HTTP status the gateway answers with (429: queue full)
-  std::string reason;
-  MSGPACK_DEFINE_MAP(key, status, reason);
+  error why; // the gateway maps the code to its HTTP answer
+  MSGPACK_DEFINE_MAP(key, why);
 };
 
 struct request_placed {
@@ -157,22 +161,23 @@ struct request_placed {
   MSGPACK_DEFINE_MAP(key, prefill, decode);
 };
 
-// One request's new tokens from one decode step; `finish_reason` non-empty on its last update:
-// "stop" (EOS), "length", "cancelled" or "error" (then `error` says why).
+// One request's new tokens from one decode step; `finish` is set on its last update: stop (EOS),
+// length, cancelled or error (then `failure` says why).
 struct token_update {
   request_key key;
   std::vector<int32_t> tokens;
-  std::string finish_reason;
-  std::string error;
-  MSGPACK_DEFINE_MAP(key, tokens, finish_reason, error);
+  finish_reason finish = finish_reason::none;
+  error failure;
+  MSGPACK_DEFINE_MAP(key, tokens, finish, failure);
 };
 
-// The last update of a request that ends without a new token (cancelled, failed).
-inline token_update final_update(const request_key& key, std::string finish, std::string error) {
+// The last update of a request that ends without a new token: cancelled when the failure is
+// serving_errc::cancelled, an error otherwise.
+inline token_update final_update(const request_key& key, error failure) {
   token_update u;
   u.key = key;
-  u.finish_reason = std::move(finish);
-  u.error = std::move(error);
+  u.finish = failure.is(serving_errc::cancelled) ? finish_reason::cancelled : finish_reason::error;
+  u.failure = std::move(failure);
   return u;
 }
 
@@ -191,12 +196,14 @@ struct instance_stats {
   int64_t running = 0, waiting = 0;
   int64_t kv_blocks_used = 0, kv_blocks_total = 0;
   int64_t outstanding_prompt_tokens = 0;
-  std::string unavailable;              // see load_report
+  error unavailable;                    // see load_report
   std::vector<double> ep_stage_seconds; // see load_report
   uint64_t ep_forwards = 0;
   cache_stats cache;
+  std::map<std::string, uint64_t> unexpected_messages; // see load_report
   MSGPACK_DEFINE_MAP(name, role, alive, running, waiting, kv_blocks_used, kv_blocks_total,
-                     outstanding_prompt_tokens, unavailable, ep_stage_seconds, ep_forwards, cache);
+                     outstanding_prompt_tokens, unavailable, ep_stage_seconds, ep_forwards, cache,
+                     unexpected_messages);
 };
 
 struct cluster_stats {
@@ -206,7 +213,9 @@ struct cluster_stats {
   int64_t queued = 0; // admitted, not yet placed
   std::vector<instance_stats> instances;
   std::vector<std::pair<std::string, plane_traffic>> planes; // per instance
-  MSGPACK_DEFINE_MAP(queued, instances, planes);
+  std::string scheduler;                                     // who sent it
+  std::map<std::string, uint64_t> scheduler_unexpected;      // its own, see load_report
+  MSGPACK_DEFINE_MAP(queued, instances, planes, scheduler, scheduler_unexpected);
 };
 
 // ---- to a decode instance --------------------------------------------------------------------
@@ -246,8 +255,8 @@ struct prefill_failed {
   static constexpr const char* type_name = "prefill_failed";
   static constexpr uint32_t max_bytes = 4096;
   request_key key;
-  std::string reason;
-  MSGPACK_DEFINE_MAP(key, reason);
+  error why;
+  MSGPACK_DEFINE_MAP(key, why);
 };
 
 // ---- to a prefill instance -------------------------------------------------------------------

@@ -16,56 +16,58 @@ scheduler_service::scheduler_service(const serving_config& config,
   colocated_ = prefills_.empty();
 }
 
-void scheduler_service::on_message(const transport::peer_id& from,
-                                   const transport::envelope& message, transport::endpoint& out) {
-  using namespace protocol;
-  if (auto* a = message.get<admit_request>()) return admit(*a, out);
-  if (auto* r = message.get<decode_assign_result>()) {
-    auto it = placed_.find(r->key);
-    if (it == placed_.end()) return;
-    if (r->accepted) {
-      it->second.request = {}; // no longer needed
-      return;
-    }
-    decodes_[from].refused = true;
-    unplace(r->key, true);
-    return place_queued(out);
+void scheduler_service::on(const transport::peer_id& from, const protocol::decode_assign_result& r,
+                           transport::endpoint& out) {
+  auto it = placed_.find(r.key);
+  if (it == placed_.end()) return;
+  if (r.accepted()) {
+    it->second.request = {}; // no longer needed
+    return;
   }
-  if (auto* l = message.get<load_report>()) {
-    if (l->role == "decode") {
-      auto& d = decodes_[from];
-      d.reported = true;
-      d.refused = false;
-      d.last = *l;
-      for (auto& k : l->finished) placed_.erase(k);
-      d.last.finished.clear(); // consumed
-    } else if (l->role == "prefill") {
-      auto& p = prefills_[from];
-      p.completed_tokens = l->prompt_tokens_completed;
-      p.last = *l;
-    } else if (l->role == "expert_shard" || l->role == "mp_server") {
-      reporters_[from].last = *l;
-    }
-    return place_queued(out);
-  }
-  if (auto* c = message.get<cancel_request>()) {
-    for (auto it = queue_.begin(); it != queue_.end(); ++it)
-      if (it->key == c->key) {
-        queue_.erase(it);
-        return;
-      }
-    // Placed already: the decode instance owns it now (the gateway may not know where yet).
-    if (auto it = placed_.find(c->key); it != placed_.end())
-      out.send("control", it->second.decode, message);
-  }
+  decodes_[from].refused = true;
+  unplace(r.key, true);
+  place_queued(out);
 }
 
-void scheduler_service::admit(const protocol::admit_request& a, transport::endpoint& out) {
+void scheduler_service::on(const transport::peer_id& from, const protocol::load_report& l,
+                           transport::endpoint& out) {
+  if (l.role == "decode") {
+    auto& d = decodes_[from];
+    d.reported = true;
+    d.refused = false;
+    d.last = l;
+    for (auto& k : l.finished) placed_.erase(k);
+    d.last.finished.clear(); // consumed
+  } else if (l.role == "prefill") {
+    auto& p = prefills_[from];
+    p.completed_tokens = l.prompt_tokens_completed;
+    p.last = l;
+  } else if (l.role == "expert_shard" || l.role == "mp_server" || l.role == "mp_controller") {
+    reporters_[from].last = l;
+  }
+  place_queued(out);
+}
+
+void scheduler_service::on(const transport::peer_id&, const protocol::cancel_request& c,
+                           transport::endpoint& out) {
+  for (auto it = queue_.begin(); it != queue_.end(); ++it)
+    if (it->key == c.key) {
+      queue_.erase(it);
+      return;
+    }
+  // Placed already: the decode instance owns it now (the gateway may not know where yet).
+  if (auto it = placed_.find(c.key); it != placed_.end())
+    out.send("control", it->second.decode, transport::make_envelope(c));
+}
+
+void scheduler_service::on(const transport::peer_id&, const protocol::admit_request& a,
+                           transport::endpoint& out) {
   if (static_cast<int64_t>(queue_.size()) >= config_.max_queued) {
-    out.send(
-        "control", a.key.gateway,
-        transport::make_envelope(protocol::admit_rejected{
-            a.key, 429, "scheduler queue full (" + std::to_string(queue_.size()) + " waiting)"}));
+    out.send("control", a.key.gateway,
+             transport::make_envelope(protocol::admit_rejected{
+                 a.key,
+                 {protocol::serving_errc::queue_full,
+                  "scheduler queue full (" + std::to_string(queue_.size()) + " waiting)"}}));
     return;
   }
   queue_.push_back(a);
@@ -84,8 +86,8 @@ void scheduler_service::place_queued(transport::endpoint& out) {
     std::string unavailable; // why a live decode instance takes nothing
     for (auto& [name, d] : decodes_) {
       if (!d.alive) continue;
-      if (!d.last.unavailable.empty()) {
-        unavailable = name + ": " + d.last.unavailable;
+      if (!d.last.unavailable.ok()) {
+        unavailable = name + ": " + d.last.unavailable.message;
         continue;
       }
       decode_alive = true;
@@ -97,30 +99,31 @@ void scheduler_service::place_queued(transport::endpoint& out) {
     bool prefill_alive = colocated_;
     std::string prefill_unavailable;
     for (auto& [name, p] : prefills_) {
-      if (p.alive && !p.last.unavailable.empty()) {
-        prefill_unavailable = name + ": " + p.last.unavailable;
+      if (p.alive && !p.last.unavailable.ok()) {
+        prefill_unavailable = name + ": " + p.last.unavailable.message;
         continue;
       }
       prefill_alive |= p.alive;
     }
     // Nobody left to serve it (instances dead, none joined since): answer now, not never.
-    std::string refusal;
-    unsigned status = 503;
+    using protocol::serving_errc;
+    protocol::error refusal;
     if (!decode_alive)
-      refusal = unavailable.empty() ? "no decode instance is alive"
-                                    : "no decode instance is serving (" + unavailable + ")";
+      refusal = {serving_errc::no_decode_instance,
+                 unavailable.empty() ? "no decode instance is alive"
+                                     : "no decode instance is serving (" + unavailable + ")"};
     else if (!prefill_alive)
-      refusal = prefill_unavailable.empty()
-                    ? "no prefill instance is alive"
-                    : "no prefill instance is serving (" + prefill_unavailable + ")";
-    else if (all_reported && !any_could_fit) {
-      refusal = "request needs " + std::to_string(blocks) +
-                " KV blocks, more than any decode instance holds";
-      status = 400;
-    }
-    if (!refusal.empty()) {
+      refusal = {serving_errc::no_prefill_instance,
+                 prefill_unavailable.empty()
+                     ? "no prefill instance is alive"
+                     : "no prefill instance is serving (" + prefill_unavailable + ")"};
+    else if (all_reported && !any_could_fit)
+      refusal = {serving_errc::kv_capacity_exceeded,
+                 "request needs " + std::to_string(blocks) +
+                     " KV blocks, more than any decode instance holds"};
+    if (!refusal.ok()) {
       out.send("control", a.key.gateway,
-               transport::make_envelope(protocol::admit_rejected{a.key, status, refusal}));
+               transport::make_envelope(protocol::admit_rejected{a.key, refusal}));
       queue_.pop_front();
       continue;
     }
@@ -131,7 +134,7 @@ void scheduler_service::place_queued(transport::endpoint& out) {
       std::vector<prefill_load> prefill_candidates;
       for (auto& [name, p] : prefills_)
         prefill_candidates.push_back({name, p.assigned_tokens - p.completed_tokens,
-                                      p.alive && p.last.unavailable.empty(), false});
+                                      p.alive && p.last.unavailable.ok(), false});
       auto chosen = pick_prefill(prefill_candidates);
       if (!chosen) return; // no prefill instance alive: wait for one
       prefill = *chosen;
@@ -202,6 +205,7 @@ void scheduler_service::on_tick(transport::endpoint& out) {
     s.ep_stage_seconds = last.ep_stage_seconds;
     s.ep_forwards = last.ep_forwards;
     s.cache = last.cache;
+    s.unexpected_messages = last.unexpected_messages;
     for (auto& t : last.planes) stats.planes.emplace_back(name, t);
     stats.instances.push_back(s);
     return stats.instances.back();
@@ -215,6 +219,8 @@ void scheduler_service::on_tick(transport::endpoint& out) {
     s.kv_blocks_total = d.capacity();
     s.kv_blocks_used = d.used_blocks();
   }
+  stats.scheduler = out.self();
+  stats.scheduler_unexpected = out.unexpected_messages();
   auto message = transport::make_envelope(std::move(stats));
   for (auto& g : instances_with_role(out.cluster(), "gateway")) out.send("control", g, message);
 }

@@ -9,6 +9,7 @@
 
 #include "services/protocol/serving_messages.hpp"
 #include "services/role_logic.hpp"
+#include "services/scheduler/scheduler_interface.hpp"
 #include "services/serving/serving_config.hpp"
 
 #include <deque>
@@ -19,10 +20,16 @@ namespace supernode::services {
 
 class scheduler_service : public role_logic {
 public:
+  using interface = scheduler_interface;
   scheduler_service(const serving_config& config, const transport::cluster_config& cluster);
 
-  void on_message(const transport::peer_id& from, const transport::envelope& message,
-                  transport::endpoint& out) override;
+  void on(const transport::peer_id& from, const protocol::admit_request& m,
+          transport::endpoint& out);
+  void on(const transport::peer_id& from, const protocol::cancel_request& m,
+          transport::endpoint& out);
+  void on(const transport::peer_id& from, const protocol::decode_assign_result& m,
+          transport::endpoint& out);
+  void on(const transport::peer_id& from, const protocol::load_report& m, transport::endpoint& out);
   void on_member_event(const transport::membership_event& event, transport::endpoint& out) override;
   void on_tick(transport::endpoint& out) override;
 
@@ -50,7 +57,6 @@ private:
     protocol::admit_request request; // kept until accepted, to requeue on refusal
   };
 
-  void admit(const protocol::admit_request& a, transport::endpoint& out);
   void place_queued(transport::endpoint& out);
   void unplace(const protocol::request_key& key, bool requeue);
 

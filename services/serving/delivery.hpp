@@ -1,7 +1,9 @@
 #pragma once
-// Sending for serving roles: a full queue is back-pressure to wait out, not a reason to lose a
-// token or a KV block, so these retry with a growing pause until the deadline; any other
-// failure (peer down, unknown) is final and returned.
+// Sending for serving roles. send_with_backoff waits out a full queue (back-pressure, not a
+// reason to lose a token or a KV block) by retrying with a growing pause until the deadline; any
+// other failure (peer down, unknown) is final and returned. It blocks its caller, so only compute
+// and storage threads use it (their wait is the back-pressure); actor threads call
+// endpoint::send_retrying, which queues instead.
 
 #include "services/protocol/serving_messages.hpp"
 #include "transport/endpoint.hpp"

@@ -89,9 +89,7 @@ TEST(role_actor, echo_instance_over_inproc_in_one_process) {
   caf::actor_system sys{cfg};
   auto ep = std::make_shared<endpoint>(cluster, "echo-0", make_plane, 1);
   services::role_context context{cluster.instance("echo-0"), cluster, {}};
-  auto echo = sys.spawn(actors::role_behavior, ep,
-                        std::shared_ptr<services::role_logic>(services::make_role_logic(context)),
-                        actors::started_fn{});
+  auto echo = actors::spawn_role(sys, ep, services::make_role(context));
   probe p(cluster);
   auto& in = p.in;
   exchange_every_message(p.ep, in, "control");
@@ -108,7 +106,7 @@ TEST(role_actor, echo_instance_over_inproc_in_one_process) {
 TEST(role_actor, unknown_role_is_a_clear_error) {
   try {
     auto cluster = cluster_config::parse("[process.x]\nroles = [\"oracle\"]\n", "oracle.toml");
-    services::make_role_logic({cluster.instance("oracle-0"), cluster, {}});
+    services::make_role({cluster.instance("oracle-0"), cluster, {}});
     FAIL();
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("role 'oracle'"), std::string::npos);

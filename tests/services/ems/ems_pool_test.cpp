@@ -26,6 +26,7 @@
 using namespace supernode;
 using namespace std::chrono_literals;
 namespace ems = supernode::services::ems;
+namespace protocol = supernode::services::protocol;
 namespace st = supernode::testing;
 
 namespace {
@@ -209,9 +210,9 @@ TEST(ems_pool, namespaces_are_isolated_and_a_put_over_quota_fails_evicting_nothi
 
   // Fill "small" with 16 KiB blocks until a put is refused by a quota.
   std::vector<std::byte> block(16 << 10, std::byte{7});
-  std::string refusal;
+  protocol::error refusal;
   int stored = 0;
-  for (int i = 0; i < 64 && refusal.empty(); ++i) {
+  for (int i = 0; i < 64 && refusal.ok(); ++i) {
     std::vector<ems::pool_put> one = {{key_name("s", i), block}};
     auto o = c.client->put("small", one)[0];
     if (o.stored)
@@ -219,8 +220,8 @@ TEST(ems_pool, namespaces_are_isolated_and_a_put_over_quota_fails_evicting_nothi
     else
       refusal = o.error;
   }
-  EXPECT_NE(refusal.find("quota"), std::string::npos) << refusal;
-  EXPECT_NE(refusal.find("'small'"), std::string::npos) << refusal;
+  EXPECT_TRUE(refusal.is(protocol::ems_errc::quota_exceeded)) << refusal.str();
+  EXPECT_NE(refusal.message.find("'small'"), std::string::npos) << refusal.str();
   EXPECT_GE(stored, 7);  // at least one server's 128 KiB share was reached
   EXPECT_LE(stored, 16); // never more than the pool's 256 KiB
   // Nothing of another namespace was evicted to make room.

@@ -21,6 +21,7 @@
 #include <vector>
 
 using namespace supernode::services::ems;
+namespace protocol = supernode::services::protocol;
 namespace fs = std::filesystem;
 
 namespace {
@@ -287,7 +288,7 @@ TEST_F(EmsStore, PutGetRoundTrip) {
   EXPECT_TRUE(r.stored);
   EXPECT_TRUE(r.persisted);
   EXPECT_TRUE(r.in_dram);
-  EXPECT_TRUE(r.error.empty());
+  EXPECT_TRUE(r.error.ok());
   EXPECT_TRUE(store.exists("ctx", "a"));
   EXPECT_EQ(store.get("ctx", "a"), data);
   EXPECT_EQ(store.stats().dram_hits, 1u);
@@ -385,7 +386,8 @@ TEST_F(EmsStore, SsdDeletesLeastRecentlyUsedAtItsThreshold) {
 
   const auto r = store.put("ctx", "too-big", block(3 * one, 0));
   EXPECT_FALSE(r.stored);
-  EXPECT_NE(r.error.find("capacity"), std::string::npos) << r.error;
+  EXPECT_TRUE(r.error.is(protocol::ems_errc::too_large)) << r.error.str();
+  EXPECT_NE(r.error.message.find("capacity"), std::string::npos) << r.error.str();
   EXPECT_EQ(store.stats().ssd_deletions, 1u);
 }
 
@@ -399,7 +401,8 @@ TEST_F(EmsStore, QuotaRejectsAndEvictsNothingOfAnotherNamespace) {
   EXPECT_FALSE(r.stored);
   EXPECT_FALSE(r.persisted);
   for (const char* part : {"'tenant-a'", "200", "100"})
-    EXPECT_NE(r.error.find(part), std::string::npos) << r.error << " lacks " << part;
+    EXPECT_NE(r.error.message.find(part), std::string::npos) << r.error.str() << " lacks " << part;
+  EXPECT_TRUE(r.error.is(protocol::ems_errc::quota_exceeded)) << r.error.str();
   EXPECT_FALSE(store.exists("tenant-a", "y"));
   EXPECT_EQ(store.stats().rejected_puts, 1u);
   // tenant-a's accepted put did push tenant-b out of DRAM (shared arena), but the rejected one

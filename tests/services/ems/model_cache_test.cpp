@@ -30,6 +30,7 @@
 
 using namespace supernode::services::ems;
 namespace fs = std::filesystem;
+namespace protocol = supernode::services::protocol;
 
 namespace {
 
@@ -45,7 +46,8 @@ public:
     std::vector<pool_put_outcome> out;
     for (const auto& item : items) {
       if (unreachable_ || put_budget_ == 0) {
-        out.push_back({false, "fake pool rejects " + item.key});
+        out.push_back(
+            {false, {protocol::ems_errc::server_unreachable, "fake pool rejects " + item.key}});
         continue;
       }
       if (put_budget_ > 0) --put_budget_;

@@ -7,3 +7,8 @@ supernode_add_test(metrics_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/metrics_test.cpp LIBS supernode_services LABEL unit)
 supernode_add_test(http_server_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/http_server_test.cpp LIBS supernode_services LABEL integration)
+# The gateway and the scheduler over the inproc plane, a probe for the decode instance.
+supernode_add_test(gateway_errors_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/gateway_errors_test.cpp LIBS supernode_services LABEL unit
+  FIXTURE tiny_model)
+target_link_libraries(gateway_errors_test PRIVATE nlohmann_json::nlohmann_json)

@@ -56,7 +56,8 @@ struct scheduler_bench {
 
   template<class T>
   void deliver(const std::string& from, T message) {
-    scheduler->on_message(from, transport::make_envelope(std::move(message)), *self);
+    EXPECT_TRUE(
+        services::dispatch(*scheduler, from, transport::make_envelope(std::move(message)), *self));
   }
   void decode_report(const std::string& d, int64_t capacity, int64_t released = 0,
                      std::vector<request_key> finished = {}) {
@@ -78,7 +79,7 @@ struct scheduler_bench {
     cancel_request c;
     c.key.gateway = "gateway-0";
     c.key.id = id;
-    c.reason = "client disconnected";
+    c.why = {serving_errc::cancelled, "client disconnected"};
     deliver("gateway-0", c);
   }
   // The n-th message of type T `peer` received (waiting for it).
@@ -122,7 +123,7 @@ TEST(scheduler_service, places_by_free_kv_and_outstanding_prompt_tokens) {
   // reports again.
   decode_assign_result refusal;
   refusal.key = a2.key;
-  refusal.reason = "KV cache full";
+  refusal.refusal = {serving_errc::kv_exhausted, "KV cache full"};
   b.deliver("decode-1", refusal);
   auto again = b.received<decode_assign>("decode-0");
   EXPECT_EQ(again.key.id, 2u);
@@ -135,8 +136,8 @@ TEST(scheduler_service, waits_for_kv_and_refuses_what_can_never_fit_or_overflows
   b.decode_report("decode-1", 4);
   b.admit(1, 100, 20); // 8 blocks: more than any decode instance holds
   auto rejected = b.received<admit_rejected>("gateway-0");
-  EXPECT_EQ(rejected.status, 400u);
-  EXPECT_NE(rejected.reason.find("KV blocks"), std::string::npos);
+  EXPECT_TRUE(rejected.why.is(serving_errc::kv_capacity_exceeded)) << rejected.why;
+  EXPECT_FALSE(rejected.why.retry_elsewhere());
 
   b.admit(2, 50, 10); // 4 blocks on decode-0
   b.admit(3, 50, 10); // 4 blocks on decode-1
@@ -145,7 +146,8 @@ TEST(scheduler_service, waits_for_kv_and_refuses_what_can_never_fit_or_overflows
   b.admit(5, 50, 10); // the queue holds one
   auto full = b.received<admit_rejected>("gateway-0", 1);
   EXPECT_EQ(full.key.id, 5u);
-  EXPECT_EQ(full.status, 429u);
+  EXPECT_TRUE(full.why.is(serving_errc::queue_full)) << full.why;
+  EXPECT_TRUE(full.why.retry_elsewhere());
 
   // decode-0 finishes request 2 and reports its blocks released: request 4 goes there.
   const auto first = b.received<decode_assign>("decode-0");

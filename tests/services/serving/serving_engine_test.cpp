@@ -68,7 +68,8 @@ void run_disaggregated(bool ship) {
   auto record = [&](const services::protocol::token_update& u) {
     auto& t = tokens[u.key];
     t.insert(t.end(), u.tokens.begin(), u.tokens.end());
-    if (!u.finish_reason.empty()) finish[u.key] = u.finish_reason;
+    if (u.finish != services::protocol::finish_reason::none)
+      finish[u.key] = services::protocol::to_string(u.finish);
   };
 
   const auto specs = workload();
@@ -169,7 +170,7 @@ TEST(serving_engines, a_sequence_finished_by_its_first_token_never_joins) {
   seq->table.reserve(pool, 4);
   auto u = batch.join(std::move(seq), 42);
   EXPECT_EQ(u.tokens, std::vector<int32_t>{42});
-  EXPECT_EQ(u.finish_reason, "length");
+  EXPECT_EQ(u.finish, services::protocol::finish_reason::length);
   EXPECT_TRUE(batch.empty());
   EXPECT_EQ(released, 1);
   EXPECT_EQ(pool.free_blocks(), 8);

@@ -1,0 +1,14 @@
+// The gateway role's typed actor.
+#include "actors/role/typed_role_actor.hpp"
+#include "services/gateway/gateway_service.hpp"
+
+namespace supernode::actors {
+
+static_assert(services::typed_role<services::gateway_service>);
+
+template caf::actor
+spawn_typed_role<services::gateway_service>(caf::actor_system&,
+                                            std::shared_ptr<transport::endpoint>,
+                                            std::shared_ptr<services::gateway_service>, started_fn);
+
+} // namespace supernode::actors

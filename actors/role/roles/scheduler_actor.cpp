@@ -1,0 +1,13 @@
+// The scheduler role's typed actor.
+#include "actors/role/typed_role_actor.hpp"
+#include "services/scheduler/scheduler_service.hpp"
+
+namespace supernode::actors {
+
+static_assert(services::typed_role<services::scheduler_service>);
+
+template caf::actor spawn_typed_role<services::scheduler_service>(
+    caf::actor_system&, std::shared_ptr<transport::endpoint>,
+    std::shared_ptr<services::scheduler_service>, started_fn);
+
+} // namespace supernode::actors

@@ -1,0 +1,125 @@
+#include "services/gateway/cluster_metrics.hpp"
+
+#include <iterator>
+
+namespace supernode::services::gateway {
+
+namespace {
+
+void render_stage_times(metrics_registry& metrics, const protocol::instance_stats& s) {
+  static const char* stages[] = {"attention", "gate", "dispatch", "experts", "combine", "idle"};
+  constexpr size_t n = std::size(stages);
+  if (s.ep_stage_seconds.empty()) return;
+  metrics.set_gauge("supernode_ep_forwards", "Forwards an expert-parallel rank took part in",
+                    static_cast<double>(s.ep_forwards), {{"instance", s.name}});
+  for (size_t i = 0; i + n <= s.ep_stage_seconds.size(); i += n)
+    for (size_t st = 0; st < n; ++st)
+      metrics.set_gauge(
+          "supernode_ep_stage_seconds",
+          "Seconds an expert-parallel rank spent per MoE layer and stage",
+          s.ep_stage_seconds[i + st],
+          {{"instance", s.name}, {"moe_layer", std::to_string(i / n)}, {"stage", stages[st]}});
+}
+
+void render_cache_stats(metrics_registry& metrics, const protocol::instance_stats& s) {
+  const auto& c = s.cache;
+  const labels l{{"instance", s.name}};
+  auto gauge = [&](const char* name, const char* help, uint64_t v, const labels& with) {
+    metrics.set_gauge(name, help, static_cast<double>(v), with);
+  };
+  if ((s.role == "prefill" || s.role == "decode") && (c.lookups > 0 || c.stored_blocks > 0)) {
+    gauge("supernode_cache_lookups", "Prompts looked up in the context cache", c.lookups, l);
+    gauge("supernode_cache_lookup_tokens", "Prompt tokens looked up in the context cache",
+          c.lookup_tokens, l);
+    gauge("supernode_cache_hit_tokens", "Prompt tokens whose KV was loaded from the pool",
+          c.hit_tokens, l);
+    gauge("supernode_cache_stored_blocks", "Context-cache blocks put into the pool",
+          c.stored_blocks, l);
+    gauge("supernode_cache_store_failures", "Context-cache puts the pool refused or lost",
+          c.store_failures, l);
+    gauge("supernode_cache_read_errors", "Context-cache lookups that failed (a miss)",
+          c.read_errors, l);
+    metrics.set_gauge("supernode_cache_load_seconds",
+                      "Seconds spent looking up and loading cached KV from the pool",
+                      c.load_seconds, l);
+    gauge("supernode_cache_loaded_bytes", "KV bytes loaded from the pool", c.loaded_bytes, l);
+  } else if (s.role == "mp_server") {
+    for (const char* tier : {"dram", "ssd"}) {
+      const bool dram = tier[0] == 'd';
+      const labels t{{"instance", s.name}, {"tier", tier}};
+      gauge("supernode_pool_blocks", "Blocks an MP server holds, per tier",
+            dram ? c.dram_blocks : c.ssd_blocks, t);
+      gauge("supernode_pool_bytes", "Bytes an MP server holds, per tier",
+            dram ? c.dram_bytes : c.ssd_bytes, t);
+      gauge("supernode_pool_hits", "Reads an MP server answered, per tier",
+            dram ? c.dram_hits : c.ssd_hits, t);
+      gauge("supernode_pool_evicted_blocks",
+            "Blocks evicted: from DRAM to the SSD tier, or deleted from the SSD tier",
+            dram ? c.evicted_dram : c.deleted_ssd, t);
+    }
+    gauge("supernode_pool_misses", "Reads of absent blocks", c.misses, l);
+    gauge("supernode_pool_corrupt_blocks", "Blocks whose checksum failed (served as misses)",
+          c.corrupt_blocks, l);
+    gauge("supernode_pool_rejected_puts", "Puts refused (quota, size, write error)",
+          c.rejected_puts, l);
+  }
+}
+
+void render_unexpected(metrics_registry& metrics, const std::string& instance,
+                       const std::map<std::string, uint64_t>& counts) {
+  for (auto& [type, n] : counts)
+    metrics.set_gauge("supernode_unexpected_messages_total",
+                      "Messages received outside the receiving role's interface, by type",
+                      static_cast<double>(n), {{"instance", instance}, {"type", type}});
+}
+
+} // namespace
+
+void render_cluster_metrics(metrics_registry& metrics, const cluster_snapshot& snap) {
+  const auto& stats = snap.stats;
+  const auto live = snap.gateway_requests_in_flight;
+  metrics.set_gauge("supernode_gateway_requests_in_flight", "Requests this gateway is serving",
+                    static_cast<double>(live));
+  metrics.set_gauge("supernode_scheduler_queued", "Requests admitted but not yet placed",
+                    static_cast<double>(stats.queued));
+  for (auto& s : stats.instances) {
+    const labels l{{"instance", s.name}, {"role", s.role}};
+    metrics.set_gauge("supernode_instance_alive", "1 while the instance is a live member",
+                      s.alive ? 1 : 0, l);
+    metrics.set_gauge("supernode_instance_running", "Sequences in the instance's batch",
+                      static_cast<double>(s.running), l);
+    metrics.set_gauge("supernode_instance_waiting", "Requests queued at the instance",
+                      static_cast<double>(s.waiting), l);
+    metrics.set_gauge("supernode_instance_unavailable",
+                      "1 when the instance takes no requests (its expert-parallel group broke)",
+                      s.unavailable.ok() ? 0 : 1, l);
+    render_stage_times(metrics, s);
+    render_cache_stats(metrics, s);
+    if (s.role == "decode") {
+      metrics.set_gauge("supernode_kv_blocks_used", "KV blocks reserved or in use",
+                        static_cast<double>(s.kv_blocks_used), l);
+      metrics.set_gauge("supernode_kv_blocks_total", "KV blocks of the instance's pool",
+                        static_cast<double>(s.kv_blocks_total), l);
+    } else if (s.role == "prefill") {
+      metrics.set_gauge("supernode_prefill_outstanding_tokens",
+                        "Prompt tokens assigned and not yet prefilled",
+                        static_cast<double>(s.outstanding_prompt_tokens), l);
+    }
+  }
+  auto planes = stats.planes;
+  for (auto& t : snap.gateway_planes) planes.emplace_back(snap.gateway, t);
+  for (auto& [instance, t] : planes) {
+    const labels l{{"instance", instance}, {"plane", t.plane}};
+    metrics.set_gauge("supernode_plane_bytes_sent", "Bytes sent on a plane (running total)",
+                      static_cast<double>(t.bytes_sent), l);
+    metrics.set_gauge("supernode_plane_bytes_received", "Bytes received on a plane (running total)",
+                      static_cast<double>(t.bytes_received), l);
+    metrics.set_gauge("supernode_plane_bad_frames", "Malformed frames dropped (running total)",
+                      static_cast<double>(t.bad_frames), l);
+  }
+  render_unexpected(metrics, snap.gateway, snap.gateway_unexpected);
+  render_unexpected(metrics, stats.scheduler, stats.scheduler_unexpected);
+  for (auto& s : stats.instances) render_unexpected(metrics, s.name, s.unexpected_messages);
+}
+
+} // namespace supernode::services::gateway

@@ -1,0 +1,58 @@
+#include "services/gateway/error_mapping.hpp"
+
+namespace supernode::services::gateway {
+
+namespace {
+using protocol::serving_errc;
+constexpr http_error_mapping bad_request{400, "invalid_request_error"};
+constexpr http_error_mapping unavailable{503, "service_unavailable"};
+constexpr http_error_mapping rate_limited{429, "rate_limit_error"};
+constexpr http_error_mapping server_error{500, "server_error"};
+
+http_error_mapping serving_mapping(serving_errc c) {
+  switch (c) {
+  case serving_errc::queue_full:
+  case serving_errc::too_many_requests:
+    return rate_limited;
+  case serving_errc::kv_capacity_exceeded:
+  case serving_errc::invalid_request:
+  case serving_errc::context_length_exceeded:
+    return bad_request;
+  case serving_errc::model_not_found:
+    return {404, "invalid_request_error"};
+  case serving_errc::no_decode_instance:
+  case serving_errc::no_prefill_instance:
+  case serving_errc::kv_exhausted:
+  case serving_errc::instance_unavailable:
+  case serving_errc::instance_down:
+  case serving_errc::cancelled:
+  case serving_errc::shutting_down:
+  case serving_errc::delivery_failed:
+  case serving_errc::no_scheduler:
+    return unavailable;
+  case serving_errc::duplicate_request:
+  case serving_errc::prefill_failed:
+  case serving_errc::kv_layout_mismatch:
+  case serving_errc::internal:
+    return server_error;
+  }
+  return server_error;
+}
+} // namespace
+
+http_error_mapping http_mapping_of(uint16_t code) {
+  if (code >= 2000 && code < 3000) return serving_mapping(static_cast<serving_errc>(code));
+  if (code == static_cast<uint16_t>(protocol::transport_errc::too_large)) return bad_request;
+  // Transport, the pool and expert parallelism: the cluster could not serve it now.
+  if (code >= 1000 && code < 5000) return unavailable;
+  return server_error;
+}
+
+api_error to_api_error(const protocol::error& e, std::string param) {
+  const auto m = http_mapping_of(e.code);
+  api_error out(m.status, e.message, m.openai_type, std::move(param), e.name());
+  out.numeric_code = e.code;
+  return out;
+}
+
+} // namespace supernode::services::gateway

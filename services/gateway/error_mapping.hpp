@@ -1,0 +1,20 @@
+#pragma once
+// The one place where error codes become HTTP: status, OpenAI error type, and the code's name in
+// the error body's `code` field (its number beside it, as `supernode_code`).
+
+#include "services/gateway/openai_api.hpp"
+#include "services/protocol/error_codes.hpp"
+
+namespace supernode::services::gateway {
+
+struct http_error_mapping {
+  unsigned status = 500;
+  const char* openai_type = "server_error";
+};
+
+http_error_mapping http_mapping_of(uint16_t code);
+
+// The client's view of `e`: status, type and code from the table, e.message as the message.
+api_error to_api_error(const protocol::error& e, std::string param = "");
+
+} // namespace supernode::services::gateway

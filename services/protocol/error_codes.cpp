@@ -1,0 +1,109 @@
+#include "services/protocol/error_codes.hpp"
+
+#include "transport/plane.hpp"
+
+#include <algorithm>
+#include <array>
+#include <ostream>
+
+namespace supernode::services::protocol {
+
+namespace {
+constexpr auto T = "transport", S = "serving", E = "ems", P = "expert_parallel";
+// One row per code, sorted by code (describe_error searches it).
+constexpr std::array codes{
+    error_code_info{1001, T, "send_queue_full", true},
+    error_code_info{1002, T, "unknown_peer", true},
+    error_code_info{1003, T, "peer_down", true},
+    error_code_info{1004, T, "message_too_large", false},
+    error_code_info{1005, T, "plane_closed", true},
+    error_code_info{1006, T, "timeout", true},
+    error_code_info{2001, S, "queue_full", true},
+    error_code_info{2002, S, "no_decode_instance", true},
+    error_code_info{2003, S, "no_prefill_instance", true},
+    error_code_info{2004, S, "kv_capacity_exceeded", false},
+    error_code_info{2005, S, "invalid_request", false},
+    error_code_info{2006, S, "duplicate_request", false},
+    error_code_info{2007, S, "kv_exhausted", true},
+    error_code_info{2008, S, "instance_unavailable", true},
+    error_code_info{2009, S, "instance_down", true},
+    error_code_info{2010, S, "prefill_failed", true},
+    error_code_info{2011, S, "cancelled", false},
+    error_code_info{2012, S, "shutting_down", true},
+    error_code_info{2013, S, "kv_layout_mismatch", false},
+    error_code_info{2014, S, "internal_error", false},
+    error_code_info{2015, S, "delivery_failed", true},
+    error_code_info{2016, S, "no_scheduler", true},
+    error_code_info{2017, S, "too_many_requests", true},
+    error_code_info{2018, S, "context_length_exceeded", false},
+    error_code_info{2019, S, "model_not_found", false},
+    error_code_info{3001, E, "pool_server_unreachable", true},
+    error_code_info{3002, E, "pool_quota_exceeded", false},
+    error_code_info{3003, E, "pool_malformed_request", false},
+    error_code_info{3004, E, "pool_storage_failed", true},
+    error_code_info{3005, E, "pool_corrupt_block", true},
+    error_code_info{3006, E, "pool_value_too_large", false},
+    error_code_info{3007, E, "model_fetch_failed", true},
+    error_code_info{4001, P, "expert_group_broken", true},
+    error_code_info{4002, P, "expert_peer_timeout", true},
+};
+static_assert(std::is_sorted(codes.begin(), codes.end(),
+                             [](auto& a, auto& b) { return a.code < b.code; }));
+} // namespace
+
+std::span<const error_code_info> all_error_codes() {
+  return codes;
+}
+
+const error_code_info& describe_error(uint16_t code) {
+  static const error_code_info ok{0, "", "ok", false};
+  static const error_code_info unknown{0, "unknown", "unknown", false};
+  if (code == 0) return ok;
+  auto it = std::lower_bound(codes.begin(), codes.end(), code,
+                             [](const error_code_info& i, uint16_t c) { return i.code < c; });
+  return it != codes.end() && it->code == code ? *it : unknown;
+}
+
+transport_errc errc_of(transport::send_status status) {
+  using s = transport::send_status;
+  switch (status) {
+  case s::queue_full:
+    return transport_errc::queue_full;
+  case s::unknown_peer:
+    return transport_errc::unknown_peer;
+  case s::peer_down:
+    return transport_errc::peer_down;
+  case s::too_large:
+    return transport_errc::too_large;
+  case s::closed:
+  case s::ok:
+    break;
+  }
+  return transport_errc::closed;
+}
+
+std::string error::str() const {
+  return std::string(name()) + " (" + std::to_string(code) + "): " + message;
+}
+
+std::ostream& operator<<(std::ostream& os, const error& e) {
+  return os << e.str();
+}
+
+const char* to_string(finish_reason f) {
+  switch (f) {
+  case finish_reason::none:
+    return "";
+  case finish_reason::stop:
+    return "stop";
+  case finish_reason::length:
+    return "length";
+  case finish_reason::cancelled:
+    return "cancelled";
+  case finish_reason::error:
+    return "error";
+  }
+  return "";
+}
+
+} // namespace supernode::services::protocol
