@@ -1,0 +1,13 @@
+#pragma once
+// Entry points of the AVX-512 VNNI unit (compiled with -mavx512f -mavx512bw -mavx512vl
+// -mavx512vnni). Only call them after kernel_isa says the CPU has the path. Same rules as
+// avx2_kernels.hpp: plain pointers and sizes only.
+
+#include "kernels/arch/x86/avx2_kernels.hpp"
+
+namespace supernode::kernels::avx512_vnni {
+
+// As avx2::gemm_int8_block, on the same packed weights, with the same results bit for bit.
+void gemm_int8_block(const avx2::int8_operands& o, int64_t m0, int64_t m1, int64_t g0, int64_t g1);
+
+} // namespace supernode::kernels::avx512_vnni
