@@ -12,6 +12,7 @@
 
 #include <cstring>
 #include <immintrin.h>
+#include <utility>
 
 namespace supernode::kernels::avx512_vnni {
 
@@ -28,14 +29,15 @@ inline int64_t min64(int64_t a, int64_t b) {
 
 // Rows per pass, and panel groups per chunk: their partial sums stay on the stack between k
 // blocks while the biased x block of those rows is reused by every group of the chunk.
-constexpr int64_t rows_per_pass = 32, chunk_groups = 16;
-constexpr int64_t max_tile_rows = 8; // 8 x 2 ZMM accumulators, 2 weight vectors, 1 broadcast
-// Bytes of biased x per k block. With several row tiles the block is 64 runs of 4 k (the group's
-// 8 KB of weights for it stays in L1 while every row tile passes over it); with one or two rows
-// (one pass, bandwidth-bound) the block is as long as this buffer allows.
-constexpr int64_t x_block_bytes = 16384, tile_k_block_runs = 64;
-// Software prefetch distance of a single streaming pass, as in the AVX2 kernel.
-constexpr int64_t prefetch_distance = 2048;
+constexpr int64_t rows_per_pass = 16, chunk_groups = 16;
+constexpr int max_tile_rows = 8; // 8 x 2 ZMM accumulators, 2 weight vectors, 1 broadcast
+// Bytes of biased x per k block. With several row tiles the block is 256 runs of 4 k (the group's
+// 32 KB of weights for it stays in L1/L2 while both row tiles pass over it); with one row tile
+// (one pass, bandwidth-bound at small M) the block is as long as this buffer allows.
+constexpr int64_t x_block_bytes = 16384, tile_k_block_runs = 256;
+// Software prefetch distance of a single streaming pass (2 KB in the AVX2 kernel; ZMM steps
+// consume the stream twice as fast).
+constexpr int64_t prefetch_distance = 4096;
 
 // GCC 12 warns that _mm512_cvtepi32_ps's _mm512_undefined_ps pass-through "may be used
 // uninitialized"; it is never read (no mask), so the warning is silenced here and only here.
@@ -62,7 +64,7 @@ void tile(const uint8_t* xb, int64_t ldxb, const int8_t* w, int64_t wstride, int
           bool first, bool last, const float* xs, const float* ws, float* y, int64_t ldy,
           int64_t ncols) {
   __m512i acc[KS][MR][NZ];
-#pragma GCC unroll 8
+#pragma GCC unroll 12
   for (int m = 0; m < MR; ++m)
 #pragma GCC unroll 2
     for (int z = 0; z < NZ; ++z) {
@@ -78,7 +80,7 @@ void tile(const uint8_t* xb, int64_t ldxb, const int8_t* w, int64_t wstride, int
     __m512i wv[NZ];
 #pragma GCC unroll 2
     for (int z = 0; z < NZ; ++z) wv[z] = _mm512_loadu_si512(wq + z * zmm_cols * kg);
-#pragma GCC unroll 8
+#pragma GCC unroll 12
     for (int m = 0; m < MR; ++m) {
       const __m512i xv = broadcast4(xb + m * ldxb + q * kg);
 #pragma GCC unroll 2
@@ -90,7 +92,7 @@ void tile(const uint8_t* xb, int64_t ldxb, const int8_t* w, int64_t wstride, int
 #pragma GCC unroll 4
     for (int s = 0; s < KS; ++s) step(s, q + s);
   for (; q < kq; ++q) step(0, q);
-#pragma GCC unroll 8
+#pragma GCC unroll 12
   for (int m = 0; m < MR; ++m)
 #pragma GCC unroll 2
     for (int z = 0; z < NZ; ++z) {
@@ -98,7 +100,7 @@ void tile(const uint8_t* xb, int64_t ldxb, const int8_t* w, int64_t wstride, int
       for (int s = 1; s < KS; ++s) acc[0][m][z] = _mm512_add_epi32(acc[0][m][z], acc[s][m][z]);
     }
   if (!last) {
-#pragma GCC unroll 8
+#pragma GCC unroll 12
     for (int m = 0; m < MR; ++m)
 #pragma GCC unroll 2
       for (int z = 0; z < NZ; ++z)
@@ -106,7 +108,7 @@ void tile(const uint8_t* xb, int64_t ldxb, const int8_t* w, int64_t wstride, int
     return;
   }
   // Epilogue (float(acc) * x_scale) * w_scale, as gemm_int8_reference computes it.
-#pragma GCC unroll 8
+#pragma GCC unroll 12
   for (int m = 0; m < MR; ++m) {
     const __m512 xsv = _mm512_set1_ps(xs[m]);
 #pragma GCC unroll 2
@@ -126,31 +128,23 @@ using tile_fn = void (*)(const uint8_t*, int64_t, const int8_t*, int64_t, int64_
                          int64_t, int32_t*, int64_t, const int32_t*, bool, bool, const float*,
                          const float*, float*, int64_t, int64_t);
 
-template<int MR>
-tile_fn tile_for_columns(int64_t nz) {
-  constexpr int KS = MR == 1 ? 4 : MR == 2 ? 2 : 1;
-  return nz == 2 ? tile<MR, 2, KS> : tile<MR, 1, KS>;
+// tile<MR, NZ, KS> for MR = 1 .. max_tile_rows, NZ = 1, 2; KS as the rows need.
+template<int MR, int NZ>
+constexpr tile_fn tile_with_latency_cover() {
+  return tile < MR, NZ, MR == 1 ? 4 : MR == 2 ? 2 : 1 > ;
 }
+template<int... R>
+constexpr auto tile_table(std::integer_sequence<int, R...>) {
+  struct table {
+    tile_fn by_rows[2][sizeof...(R)];
+  };
+  return table{
+      {{tile_with_latency_cover<R + 1, 1>()...}, {tile_with_latency_cover<R + 1, 2>()...}}};
+}
+constexpr auto tiles = tile_table(std::make_integer_sequence<int, max_tile_rows>{});
 
 tile_fn pick_tile(int64_t mr, int64_t nz) {
-  switch (mr) {
-  case 1:
-    return tile_for_columns<1>(nz);
-  case 2:
-    return tile_for_columns<2>(nz);
-  case 3:
-    return tile_for_columns<3>(nz);
-  case 4:
-    return tile_for_columns<4>(nz);
-  case 5:
-    return tile_for_columns<5>(nz);
-  case 6:
-    return tile_for_columns<6>(nz);
-  case 7:
-    return tile_for_columns<7>(nz);
-  default:
-    return tile_for_columns<8>(nz);
-  }
+  return tiles.by_rows[nz - 1][mr - 1];
 }
 
 // x ^ 0x80 for `rows` rows of `bytes` bytes (row stride ldx) into xb (row stride `bytes`).
@@ -187,9 +181,9 @@ void gemm_int8_block(const int8_operands& o, int64_t m0, int64_t m1, int64_t g0,
   alignas(64) float ws[chunk_groups * group_cols];
   for (int64_t r0 = m0; r0 < m1; r0 += rows_per_pass) {
     const int64_t r1 = min64(m1, r0 + rows_per_pass), rows = r1 - r0;
-    // One or two rows: a single tile per group streams its weights linearly. More: row tiles
-    // of up to 8 walk each 64-run k block (in L1) in turn.
-    const bool streaming = rows <= 2;
+    // Up to 8 rows: a single tile per group streams its weights linearly. More: row tiles of
+    // up to 8 walk each 64-run k block (in L1) in turn.
+    const bool streaming = rows <= max_tile_rows;
     const int64_t mr_max = streaming ? rows : max_tile_rows;
     const int64_t k_block = streaming ? x_block_bytes / (kg * rows) : tile_k_block_runs;
     const int64_t row_tiles = (rows + mr_max - 1) / mr_max;
