@@ -85,11 +85,18 @@ void gemm_int8_block_avx512_vnni(const quantized_rows& x, const int8_weight& w, 
                                  int64_t ldy, int64_t m0, int64_t m1, int64_t g0, int64_t g1) {
   avx512_vnni::gemm_int8_block(operands(x, w, y, ldy), m0, m1, g0, g1);
 }
+
+void gemm_int8_block_amx(const quantized_rows& x, const int8_weight& w, float* y, int64_t ldy,
+                         int64_t m0, int64_t m1, int64_t g0, int64_t g1) {
+  amx::gemm_int8_block(operands(x, w, y, ldy), m0, m1, g0, g1);
+}
 #endif
 
 block_fn pick_block() {
 #if defined(__x86_64__)
   switch (active_kernel_isa()) {
+  case kernel_isa::amx:
+    return gemm_int8_block_amx;
   case kernel_isa::avx512_vnni:
     return gemm_int8_block_avx512_vnni;
   case kernel_isa::avx_vnni:

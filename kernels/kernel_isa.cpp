@@ -5,6 +5,8 @@
 #include <cstring>
 #if defined(__x86_64__)
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 namespace supernode::kernels {
@@ -40,6 +42,33 @@ bool cpu_has_avx512_vnni() {
          __builtin_cpu_supports("avx512vnni");
 }
 
+// XCR0: which register states the OS saves on a context switch.
+unsigned long long xcr0() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !((ecx >> 27) & 1u)) return 0; // no OSXSAVE
+  unsigned lo = 0, hi = 0;
+  asm volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (static_cast<unsigned long long>(hi) << 32) | lo;
+}
+
+bool request_amx_permission() {
+  // Linux keeps the 8 KB tile data state out of every thread's context until the process asks
+  // for it (Documentation/arch/x86/xstate.rst); until then the first tile instruction faults.
+  // The grant covers every thread of the process, present and future.
+  constexpr long arch_req_xcomp_perm = 0x1023, xfeature_xtiledata = 18;
+  return syscall(SYS_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata) == 0;
+}
+
+bool cpu_has_amx_int8() {
+  // CPUID.(7,0):EDX[24] AMX-TILE, [25] AMX-INT8; XCR0[17] XTILECFG, [18] XTILEDATA.
+  static const bool ok = [] {
+    const leaf7 l = cpuid7(0);
+    const bool cpu = ((l.edx >> 24) & 1u) && ((l.edx >> 25) & 1u);
+    const bool os = ((xcr0() >> 17) & 3u) == 3u;
+    return cpu_has_avx512_vnni() && cpu && os && request_amx_permission();
+  }();
+  return ok;
+}
 #endif
 
 bool supported(kernel_isa isa) {
@@ -53,6 +82,8 @@ bool supported(kernel_isa isa) {
     return cpu_has_avx_vnni();
   case kernel_isa::avx512_vnni:
     return cpu_has_avx512_vnni();
+  case kernel_isa::amx:
+    return cpu_has_amx_int8();
 #else
   default:
     return false;
@@ -68,7 +99,7 @@ kernel_isa best_up_to(kernel_isa isa) {
 }
 
 kernel_isa initial_isa() {
-  kernel_isa isa = kernel_isa::avx512_vnni;
+  kernel_isa isa = kernel_isa::amx;
   if (const char* env = std::getenv("SUPERNODE_KERNELS")) parse_kernel_isa(env, isa);
   return best_up_to(isa);
 }
@@ -84,7 +115,7 @@ bool kernel_isa_supported(kernel_isa isa) {
 }
 
 kernel_isa best_kernel_isa() {
-  return best_up_to(kernel_isa::avx512_vnni);
+  return best_up_to(kernel_isa::amx);
 }
 
 kernel_isa active_kernel_isa() {
@@ -103,6 +134,8 @@ const char* kernel_isa_name(kernel_isa isa) {
     return "avx_vnni";
   case kernel_isa::avx512_vnni:
     return "avx512_vnni";
+  case kernel_isa::amx:
+    return "amx";
   default:
     return "portable";
   }

@@ -1,18 +1,20 @@
 #pragma once
 // Which instruction set the GEMM and quantization kernels run on. Chosen once per process from
-// the CPU (the best of AVX-512 VNNI, AVX-VNNI, AVX2 and FMA, else portable C++);
-// SUPERNODE_KERNELS=portable|avx2|avx_vnni|avx512_vnni forces a path, and tests switch
+// the CPU (the best of AMX, AVX-512 VNNI, AVX-VNNI, AVX2 and FMA, else portable C++);
+// SUPERNODE_KERNELS=portable|avx2|avx_vnni|avx512_vnni|amx forces a path, and tests switch
 // paths in-process with set_kernel_isa to check each against the truth. Every path gives
 // bit-identical results.
 
 namespace supernode::kernels {
 
 // Ordered by preference. Every SIMD path needs AVX2 and FMA; avx512_vnni does not need
-// avx_vnni (AMD Zen 4 has AVX-512 VNNI without the VEX form). The paths above avx2 only
+// avx_vnni (AMD Zen 4 has AVX-512 VNNI without the VEX form), and amx needs avx512_vnni (every
+// AMX CPU has it: the AMX kernel leaves rows short of a tile to it). The paths above avx2 only
 // change the INT8 GEMM; quantization and the FP32 GEMM run their AVX2 code under them.
-enum class kernel_isa { portable, avx2, avx_vnni, avx512_vnni };
+enum class kernel_isa { portable, avx2, avx_vnni, avx512_vnni, amx };
 inline constexpr kernel_isa all_kernel_isas[] = {kernel_isa::portable, kernel_isa::avx2,
-                                                 kernel_isa::avx_vnni, kernel_isa::avx512_vnni};
+                                                 kernel_isa::avx_vnni, kernel_isa::avx512_vnni,
+                                                 kernel_isa::amx};
 
 bool kernel_isa_supported(kernel_isa isa);
 // The most preferred path the CPU supports (the default unless SUPERNODE_KERNELS says otherwise).

@@ -1,7 +1,7 @@
 #pragma once
 // Entry points of the AVX-512 VNNI unit (compiled with -mavx512f -mavx512bw -mavx512vl
-// -mavx512vnni). Only call them after kernel_isa says the CPU has the path. Same rules as
-// avx2_kernels.hpp: plain pointers and sizes only.
+// -mavx512vnni) and the AMX unit (also -mamx-tile -mamx-int8). Only call them after kernel_isa
+// says the CPU has the path. Same rules as avx2_kernels.hpp: plain pointers and sizes only.
 
 #include "kernels/arch/x86/avx2_kernels.hpp"
 
@@ -11,3 +11,12 @@ namespace supernode::kernels::avx512_vnni {
 void gemm_int8_block(const avx2::int8_operands& o, int64_t m0, int64_t m1, int64_t g0, int64_t g1);
 
 } // namespace supernode::kernels::avx512_vnni
+
+namespace supernode::kernels::amx {
+
+// As avx2::gemm_int8_block. Rows in whole tiles of 16 run on AMX, the rest on the AVX-512 VNNI
+// block. The first call on a thread loads the tile configuration; the process must have been
+// granted the tile state (kernel_isa does that when it reports amx as supported).
+void gemm_int8_block(const avx2::int8_operands& o, int64_t m0, int64_t m1, int64_t g0, int64_t g1);
+
+} // namespace supernode::kernels::amx
