@@ -9,8 +9,9 @@ namespace supernode::kernels {
 
 // Ordered by preference. Every SIMD path needs AVX2 and FMA; avx512_vnni does not need
 // avx_vnni (AMD Zen 4 has AVX-512 VNNI without the VEX form), and amx needs avx512_vnni (every
-// AMX CPU has it: the AMX kernel leaves rows short of a tile to it). The paths above avx2 only
-// change the INT8 GEMM; quantization and the FP32 GEMM run their AVX2 code under them.
+// AMX CPU has it: the AMX kernel leaves rows short of a tile to it). The paths above avx2 change
+// the INT8 GEMM; the FP32 GEMM runs its AVX-512 code under avx512_vnni and amx (the same bits as
+// its AVX2 code), and quantization its AVX2 code under every SIMD path.
 enum class kernel_isa { portable, avx2, avx_vnni, avx512_vnni, amx };
 inline constexpr kernel_isa all_kernel_isas[] = {kernel_isa::portable, kernel_isa::avx2,
                                                  kernel_isa::avx_vnni, kernel_isa::avx512_vnni,
@@ -30,6 +31,11 @@ bool parse_kernel_isa(const char* name, kernel_isa& isa);
 // Whether the AVX2 code of quantization and the FP32 GEMM may run under `isa`.
 inline bool kernel_isa_has_avx2(kernel_isa isa) {
   return isa != kernel_isa::portable;
+}
+
+// Whether the AVX-512 code of the FP32 GEMM may run under `isa`.
+inline bool kernel_isa_has_avx512(kernel_isa isa) {
+  return isa == kernel_isa::avx512_vnni || isa == kernel_isa::amx;
 }
 
 } // namespace supernode::kernels

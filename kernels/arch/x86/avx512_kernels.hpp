@@ -1,5 +1,5 @@
 #pragma once
-// Entry points of the AVX-512 VNNI unit (compiled with -mavx512f -mavx512bw -mavx512vl
+// Entry points of the AVX-512 units (compiled with -mavx512f -mavx512bw -mavx512vl
 // -mavx512vnni) and the AMX unit (also -mamx-tile -mamx-int8). Only call them after kernel_isa
 // says the CPU has the path. Same rules as avx2_kernels.hpp: plain pointers and sizes only.
 
@@ -11,6 +11,13 @@ namespace supernode::kernels::avx512_vnni {
 void gemm_int8_block(const avx2::int8_operands& o, int64_t m0, int64_t m1, int64_t g0, int64_t g1);
 
 } // namespace supernode::kernels::avx512_vnni
+
+namespace supernode::kernels::avx512 {
+
+// As avx2::gemm_fp32_block (AVX-512F), on the same packed weights, with the same results.
+void gemm_fp32_block(const avx2::fp32_operands& o, int64_t m0, int64_t m1, int64_t g0, int64_t g1);
+
+} // namespace supernode::kernels::avx512
 
 namespace supernode::kernels::amx {
 
