@@ -182,7 +182,7 @@ void gemm_int8_block(const int8_operands& o, int64_t m0, int64_t m1, int64_t g0,
   for (int64_t r0 = m0; r0 < m1; r0 += rows_per_pass) {
     const int64_t r1 = min64(m1, r0 + rows_per_pass), rows = r1 - r0;
     // Up to 8 rows: a single tile per group streams its weights linearly. More: row tiles of
-    // up to 8 walk each 64-run k block (in L1) in turn.
+    // up to 8 walk each 256-run k block in turn.
     const bool streaming = rows <= max_tile_rows;
     const int64_t mr_max = streaming ? rows : max_tile_rows;
     const int64_t k_block = streaming ? x_block_bytes / (kg * rows) : tile_k_block_runs;
