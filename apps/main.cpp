@@ -25,9 +25,10 @@ commands:
               its run_dir)
   role NAME   --config FILE --id ID [--model DIR]
               one process of a cluster: the role instances that FILE's [process.NAME] lists
-  bench kernels [--threads N] [--quick] [--isa avx2,avx_vnni] [--onednn-isa avx2|avx2_vnni|native]
-                [--shapes a,b] [--m 1,8] [--int8-only]
-                                            INT8/FP32 GEMM against oneDNN and OpenBLAS
+  bench kernels [--threads N] [--quick] [--isa avx512_vnni,avx2] [--shapes a,b] [--m 1,8]
+                [--int8-only]
+                                            INT8/FP32 GEMM against oneDNN (native and capped at
+                                            each path's ISA) and OpenBLAS
   bench model   [--model DIR] [--quick]     decode step and prefill throughput
   bench planes  [--quick]                   shm, zmq and inproc planes against raw baselines
   bench serve   [--url URL] ...             load generator against a running server

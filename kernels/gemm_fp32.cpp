@@ -7,6 +7,7 @@
 #include <stdexcept>
 #if defined(__x86_64__)
 #include "kernels/arch/x86/avx2_kernels.hpp"
+#include "kernels/arch/x86/avx512_kernels.hpp"
 #endif
 
 namespace supernode::kernels {
@@ -48,11 +49,19 @@ void gemm_fp32_block_avx2(const float* x, int64_t ldx, const fp32_weight& w, flo
   const avx2::fp32_operands o{x, ldx, w.packed(), w.n(), w.k(), y, ldy};
   avx2::gemm_fp32_block(o, m0, m1, g0, g1);
 }
+
+void gemm_fp32_block_avx512(const float* x, int64_t ldx, const fp32_weight& w, float* y,
+                            int64_t ldy, int64_t m0, int64_t m1, int64_t g0, int64_t g1) {
+  const avx2::fp32_operands o{x, ldx, w.packed(), w.n(), w.k(), y, ldy};
+  avx512::gemm_fp32_block(o, m0, m1, g0, g1);
+}
 #endif
 
 block_fn pick_block() {
 #if defined(__x86_64__)
-  if (kernel_isa_has_avx2(active_kernel_isa())) return gemm_fp32_block_avx2;
+  const kernel_isa isa = active_kernel_isa();
+  if (kernel_isa_has_avx512(isa)) return gemm_fp32_block_avx512;
+  if (kernel_isa_has_avx2(isa)) return gemm_fp32_block_avx2;
 #endif
   return gemm_fp32_block_portable;
 }

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #if defined(__x86_64__)
 #include "kernels/arch/x86/avx2_kernels.hpp"
+#include "kernels/arch/x86/avx512_kernels.hpp"
 #include "kernels/arch/x86/avxvnni_kernels.hpp"
 #endif
 
@@ -24,7 +25,7 @@ int64_t packed_offset(const int8_weight& w, int64_t row, int64_t col) {
          (row % pc) * kg + col % kg;
 }
 
-// Scalar twin of the AVX2 and AVX-VNNI blocks: same layout, exact int32 sums, same epilogue.
+// Scalar twin of the SIMD blocks: same layout, exact int32 sums, same epilogue.
 void gemm_int8_block_portable(const quantized_rows& x, const int8_weight& w, float* y, int64_t ldy,
                               int64_t m0, int64_t m1, int64_t g0, int64_t g1) {
   const int64_t kq = w.k_padded() / kg;
@@ -57,8 +58,17 @@ static_assert(avx2::int8_panel_cols == pc && avx2::int8_k_group == kg &&
               avx2::int8_group_panels == gpn);
 
 avx2::int8_operands operands(const quantized_rows& x, const int8_weight& w, float* y, int64_t ldy) {
-  return {x.q.data(), x.stride, x.scale.data(), w.packed(), w.scales().data(), w.n(), w.k_padded(),
-          y,          ldy};
+  return {x.q.data(),
+          x.stride,
+          x.scale.data(),
+          w.packed(),
+          w.scales().data(),
+          w.u8_compensation(),
+          w.n(),
+          w.panels(),
+          w.k_padded(),
+          y,
+          ldy};
 }
 
 void gemm_int8_block_avx2(const quantized_rows& x, const int8_weight& w, float* y, int64_t ldy,
@@ -70,11 +80,25 @@ void gemm_int8_block_avx_vnni(const quantized_rows& x, const int8_weight& w, flo
                               int64_t m0, int64_t m1, int64_t g0, int64_t g1) {
   avx_vnni::gemm_int8_block(operands(x, w, y, ldy), m0, m1, g0, g1);
 }
+
+void gemm_int8_block_avx512_vnni(const quantized_rows& x, const int8_weight& w, float* y,
+                                 int64_t ldy, int64_t m0, int64_t m1, int64_t g0, int64_t g1) {
+  avx512_vnni::gemm_int8_block(operands(x, w, y, ldy), m0, m1, g0, g1);
+}
+
+void gemm_int8_block_amx(const quantized_rows& x, const int8_weight& w, float* y, int64_t ldy,
+                         int64_t m0, int64_t m1, int64_t g0, int64_t g1) {
+  amx::gemm_int8_block(operands(x, w, y, ldy), m0, m1, g0, g1);
+}
 #endif
 
 block_fn pick_block() {
 #if defined(__x86_64__)
   switch (active_kernel_isa()) {
+  case kernel_isa::amx:
+    return gemm_int8_block_amx;
+  case kernel_isa::avx512_vnni:
+    return gemm_int8_block_avx512_vnni;
   case kernel_isa::avx_vnni:
     return gemm_int8_block_avx_vnni;
   case kernel_isa::avx2:
@@ -103,9 +127,13 @@ int8_weight int8_weight::quantize(const float* w, int64_t n, int64_t k) {
   r.k_padded_ = (k + kg - 1) / kg * kg;
   r.scale_.resize(static_cast<size_t>(n));
   r.packed_.assign(static_cast<size_t>(r.panels() * pc * r.k_padded_), 0);
+  r.u8_compensation_.assign(static_cast<size_t>(r.panels() * pc), 0);
   std::vector<int8_t> row(static_cast<size_t>(k));
   for (int64_t c = 0; c < n; ++c) {
     r.scale_[c] = quantize_row(w + c * k, k, row.data());
+    int32_t sum = 0;
+    for (int64_t i = 0; i < k; ++i) sum += row[i];
+    r.u8_compensation_[c] = -128 * sum;
     const int64_t panel = c / pc, g = panel / gpn, p = panel % gpn, gp = r.panels_in_group(g);
     int8_t* dst = r.packed_.data() + g * gpn * pc * r.k_padded_ + p * pc * kg + (c % pc) * kg;
     for (int64_t q = 0; q * kg < k; ++q)

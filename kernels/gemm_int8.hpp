@@ -31,16 +31,22 @@ public:
   // Bytes the kernel streams per full pass over the weight (packed values + scales).
   size_t bytes() const { return packed_.size() + scale_.size() * sizeof(float); }
 
-  // Packed layout, owned by the kernel implementation: output channels in panels of 8, four
-  // panels to a group; inside a group, for each run of 4 k, the group's panels side by side,
-  // each 8 channels x 4 bytes (one 32-byte vector). A kernel covering a whole group therefore
+  // Packed layout, owned by the kernel implementations and read by all of them: output
+  // channels in panels of 8, four panels to a group; inside a group, for each run of 4 k, the
+  // group's panels side by side, each 8 channels x 4 bytes (one 32-byte AVX2 vector). Panels
+  // come in pairs (n is padded to 16 channels), so two neighbouring panels are one 64-byte ZMM
+  // vector of 16 channels, and 16 consecutive runs of a pair, at the group's run stride, are
+  // one AMX B tile (16 rows of 16 channels x 4 k). A kernel covering a whole group therefore
   // streams memory linearly. Channels past n and k past k() are zero.
   static constexpr int64_t panel_cols = 8;
   static constexpr int64_t k_group = 4;
   static constexpr int64_t group_panels = 4;
+  static constexpr int64_t panel_align = 2;
   const int8_t* packed() const { return packed_.data(); }
   int64_t k_padded() const { return k_padded_; }
-  int64_t panels() const { return (n_ + panel_cols - 1) / panel_cols; }
+  int64_t panels() const {
+    return (n_ + panel_cols * panel_align - 1) / (panel_cols * panel_align) * panel_align;
+  }
   int64_t groups() const { return (panels() + group_panels - 1) / group_panels; }
   int64_t panels_in_group(int64_t g) const {
     const int64_t rest = panels() - g * group_panels;
@@ -49,11 +55,15 @@ public:
   const int8_t* group_data(int64_t g) const {
     return packed_.data() + g * group_panels * panel_cols * k_padded_;
   }
+  // -128 * sum_k W[c][k] per packed channel c (zero past n), made at load time for the AVX-512
+  // path, which multiplies x + 128 (as u8) by w: starting each sum here makes it exact again.
+  const int32_t* u8_compensation() const { return u8_compensation_.data(); }
 
 private:
   int64_t n_ = 0, k_ = 0, k_padded_ = 0;
   std::vector<int8_t> packed_;
   std::vector<float> scale_;
+  std::vector<int32_t> u8_compensation_;
 };
 
 // y has row stride ldy (>= w.n()). x.cols must equal w.k().

@@ -1,16 +1,25 @@
 #pragma once
 // Which instruction set the GEMM and quantization kernels run on. Chosen once per process from
-// the CPU (AVX-VNNI, else AVX2 and FMA, else portable C++); SUPERNODE_KERNELS=portable|avx2|
-// avx_vnni forces a path, and tests switch paths in-process with set_kernel_isa to check each
-// against the truth. Every path gives bit-identical results.
+// the CPU (the best of AMX, AVX-512 VNNI, AVX-VNNI, AVX2 and FMA, else portable C++);
+// SUPERNODE_KERNELS=portable|avx2|avx_vnni|avx512_vnni|amx forces a path, and tests switch
+// paths in-process with set_kernel_isa to check each against the truth. Every path gives
+// bit-identical results.
 
 namespace supernode::kernels {
 
-// Ordered: each path's CPU requirements include the previous one's. avx_vnni only changes the
-// INT8 GEMM; quantization and the FP32 GEMM run their AVX2 code under it.
-enum class kernel_isa { portable, avx2, avx_vnni };
+// Ordered by preference. Every SIMD path needs AVX2 and FMA; avx512_vnni does not need
+// avx_vnni (AMD Zen 4 has AVX-512 VNNI without the VEX form), and amx needs avx512_vnni (every
+// AMX CPU has it: the AMX kernel leaves rows short of a tile to it). The paths above avx2 change
+// the INT8 GEMM; the FP32 GEMM runs its AVX-512 code under avx512_vnni and amx (the same bits as
+// its AVX2 code), and quantization its AVX2 code under every SIMD path.
+enum class kernel_isa { portable, avx2, avx_vnni, avx512_vnni, amx };
+inline constexpr kernel_isa all_kernel_isas[] = {kernel_isa::portable, kernel_isa::avx2,
+                                                 kernel_isa::avx_vnni, kernel_isa::avx512_vnni,
+                                                 kernel_isa::amx};
 
 bool kernel_isa_supported(kernel_isa isa);
+// The most preferred path the CPU supports (the default unless SUPERNODE_KERNELS says otherwise).
+kernel_isa best_kernel_isa();
 kernel_isa active_kernel_isa();
 // Forces a path; an unsupported ISA falls back to the best supported one below it. Not meant
 // to race running kernels.
@@ -21,7 +30,12 @@ bool parse_kernel_isa(const char* name, kernel_isa& isa);
 
 // Whether the AVX2 code of quantization and the FP32 GEMM may run under `isa`.
 inline bool kernel_isa_has_avx2(kernel_isa isa) {
-  return isa == kernel_isa::avx2 || isa == kernel_isa::avx_vnni;
+  return isa != kernel_isa::portable;
+}
+
+// Whether the AVX-512 code of the FP32 GEMM may run under `isa`.
+inline bool kernel_isa_has_avx512(kernel_isa isa) {
+  return isa == kernel_isa::avx512_vnni || isa == kernel_isa::amx;
 }
 
 } // namespace supernode::kernels

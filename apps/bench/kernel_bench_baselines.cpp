@@ -35,6 +35,8 @@ void onednn_int8_matmul::init(int threads, const std::string& max_isa) {
   if (auto set = reinterpret_cast<set_fn>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"))) set(threads);
   if (max_isa == "avx2") dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx2);
   if (max_isa == "avx2_vnni") dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx2_vnni);
+  if (max_isa == "avx512_core_vnni") dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx512_core_vnni);
+  if (max_isa == "avx512_core_amx") dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx512_core_amx);
 }
 
 std::string onednn_int8_matmul::effective_isa() {

@@ -14,9 +14,9 @@ namespace supernode::apps::kernel_bench {
 class onednn_int8_matmul {
 public:
   static bool available();
-  // Call once, before any primitive exists: thread count, and the ISA cap: "avx2" (the
-  // deployment target has no AVX-512), "avx2_vnni" (like for like with our AVX-VNNI path) or
-  // "native" (whatever the CPU has, AMX included).
+  // Call once per process, before any primitive exists: thread count, and the ISA cap: "avx2",
+  // "avx2_vnni", "avx512_core_vnni", "avx512_core_amx" (like for like with our paths of those
+  // ISAs) or "native" (whatever the CPU has, AMX included).
   static void init(int threads, const std::string& max_isa);
   static std::string effective_isa();
 

@@ -66,10 +66,7 @@ int run_model_bench(cli_args& args) {
   out["read_bandwidth_gbs"] = {{"one_thread", bw_one}, {"all_threads", bw_all}};
   // The ceiling of the INT8 path the kernels actually run on this CPU.
   const auto isa = kernels::active_kernel_isa();
-  const double int8_peak =
-      (isa == kernels::kernel_isa::avx_vnni ? kernel_bench::int8_vnni_sign_trick_peak_gops()
-                                            : kernel_bench::int8_sign_trick_peak_gops()) *
-      threads;
+  const double int8_peak = kernel_bench::exact_int8_peak_gops(isa) * threads;
   out["kernel_isa"] = kernels::kernel_isa_name(isa);
   out["int8_peak_gops_all_threads"] = int8_peak;
 

@@ -1,5 +1,6 @@
-// FP32 GEMM: close to a double-precision reference, and bit-for-bit batch-invariant on both
-// kernel paths (each output is one fixed-order sum over k, whatever M).
+// FP32 GEMM: close to a double-precision reference, and bit-for-bit batch-invariant on every
+// kernel path (each output is one fixed-order sum over k, whatever M); the AVX-512 code gives
+// the AVX2 code's bits (the same FMA chain per output).
 
 #include "kernels/gemm_fp32.hpp"
 #include "tests/kernels/isa_test_util.hpp"
@@ -146,6 +147,30 @@ TEST(fp32_weight, at_reads_back_the_weights) {
     for (int64_t r = 0; r < n; ++r)
       for (int64_t c = 0; c < k; ++c) ASSERT_EQ(w.at(r, c), wf[r * k + c]) << r << "," << c;
   }
+}
+
+TEST(gemm_fp32, avx512_gives_the_avx2_bits) {
+  if (!kernel_isa_supported(kernel_isa::avx512_vnni))
+    GTEST_SKIP() << "avx512_vnni (the FP32 GEMM's AVX-512 code) not supported on this CPU";
+  // Every tile height (1-6 rows, and more rows than one tile), every panel count of a group
+  // (1-4, partial channels), short and long K.
+  const std::tuple<int64_t, int64_t, int64_t> shapes[] = {
+      {1, 1000, 77}, {2, 300, 40}, {5, 64, 16}, {6, 333, 49}, {21, 300, 130}, {70, 520, 33}};
+  const auto saved = active_kernel_isa();
+  uint32_t seed = 11;
+  for (auto [m, k, n] : shapes) {
+    auto x = random_floats(m * k, seed++);
+    auto wf = random_floats(n * k, seed++, 0.05f);
+    auto w = fp32_weight::pack(wf.data(), n, k);
+    std::vector<float> want(m * n), got(m * n);
+    set_kernel_isa(kernel_isa::avx2);
+    gemm_fp32(x.data(), m, k, w, want.data(), n);
+    set_kernel_isa(kernel_isa::avx512_vnni);
+    gemm_fp32(x.data(), m, k, w, got.data(), n);
+    expect_bitwise_equal(got.data(), want.data(), got.size(),
+                         "avx2 vs avx512 at m=" + std::to_string(m) + " n=" + std::to_string(n));
+  }
+  set_kernel_isa(saved);
 }
 
 } // namespace

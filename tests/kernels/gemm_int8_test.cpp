@@ -1,5 +1,6 @@
 // INT8 GEMM: bit-identical to the scalar reference on every kernel path (portable, AVX2,
-// AVX-VNNI), at any shape, with saturation-prone extremes, and batch-invariant.
+// AVX-VNNI, AVX-512 VNNI, AMX), at any shape, with saturation-prone extremes, and
+// batch-invariant.
 
 #include "kernels/gemm_int8.hpp"
 #include "tests/kernels/isa_test_util.hpp"
@@ -70,25 +71,28 @@ TEST_P(gemm_int8_test, matches_reference_bitwise_on_edge_shapes) {
 
 TEST_P(gemm_int8_test, extreme_values_do_not_saturate) {
   // +-127 against +-127 in every sign combination, and -1 (0xff) bytes, at a K that makes the
-  // int32 sums large: the u8*s8 pair sums stay exact only with the sign trick. n = 37 gives a
-  // full panel group and a partial one; each row count reaches a different tile shape (1 and
-  // 2 rows: all four panels per tile, one pass; 6: 4x2 tiles over k blocks with |w| made once).
-  const int64_t k = 16384, m = 6, n = 37;
-  const int8_t row_patterns[6][4] = {{127, 127, 127, 127},   {-127, -127, -127, -127},
+  // int32 sums large: the u8*s8 pair sums stay exact only with the sign trick (AVX2, AVX-VNNI)
+  // or the x + 128 bias and its compensation (AVX-512, where +127 becomes the u8 255). n = 37
+  // gives a full panel group and a partial one; each row count reaches a different tile shape
+  // (1 and 2 rows: one pass; 6: 4x2 tiles over k blocks with |w| made once on AVX2, 6-row
+  // tiles on AVX-512; 11: an 8-row and a 3-row tile on AVX-512; 16: one AMX tile).
+  const int64_t k = 16384, m = 16, n = 37;
+  const int8_t row_patterns[8][4] = {{127, 127, 127, 127},   {-127, -127, -127, -127},
                                      {127, -127, 127, -127}, {-1, -1, -1, -1},
-                                     {-127, -1, 127, 1},     {0, -127, -1, 127}};
+                                     {-127, -1, 127, 1},     {0, -127, -1, 127},
+                                     {127, 0, 0, 127},       {-127, 127, -127, 127}};
   const int8_t col_patterns[4][4] = {
       {127, 127, 127, 127}, {-127, -127, -127, -127}, {-127, 127, -1, -127}, {-1, -1, 127, -1}};
   std::vector<int8_t> xv(m * k);
   std::vector<float> wf(n * k);
   for (int64_t r = 0; r < m; ++r)
-    for (int64_t c = 0; c < k; ++c) xv[r * k + c] = row_patterns[r][c % 4];
+    for (int64_t c = 0; c < k; ++c) xv[r * k + c] = row_patterns[r % 8][c % 4];
   for (int64_t r = 0; r < n; ++r)
     for (int64_t c = 0; c < k; ++c) wf[r * k + c] = col_patterns[r % 4][(c + r / 4) % 4];
   auto w = int8_weight::quantize(wf.data(), n, k);
   for (int64_t c = 0; c < n; ++c)
     ASSERT_EQ(w.scale(c), 1.0f); // every weight row holds a 127, so the values stay as given
-  for (int64_t rows : {int64_t{1}, int64_t{2}, m}) {
+  for (int64_t rows : {int64_t{1}, int64_t{2}, int64_t{6}, int64_t{11}, m}) {
     auto x = rows_from_values(xv, rows, k);
     std::vector<float> got(rows * n), want(rows * n);
     gemm_int8(x, w, got.data(), n);
@@ -222,8 +226,8 @@ TEST(gemm_int8, every_path_gives_the_same_bits) {
     std::vector<float> want(m * n);
     set_kernel_isa(kernel_isa::portable);
     gemm_int8(p.x, p.w, want.data(), n);
-    for (kernel_isa isa : {kernel_isa::avx2, kernel_isa::avx_vnni}) {
-      if (!kernel_isa_supported(isa)) continue;
+    for (kernel_isa isa : all_kernel_isas) {
+      if (isa == kernel_isa::portable || !kernel_isa_supported(isa)) continue;
       set_kernel_isa(isa);
       std::vector<float> got(m * n);
       gemm_int8(p.x, p.w, got.data(), n);
@@ -236,7 +240,7 @@ TEST(gemm_int8, every_path_gives_the_same_bits) {
 }
 
 TEST(kernel_isa, names_round_trip_and_unsupported_paths_fall_back) {
-  for (kernel_isa isa : {kernel_isa::portable, kernel_isa::avx2, kernel_isa::avx_vnni}) {
+  for (kernel_isa isa : all_kernel_isas) {
     kernel_isa parsed = kernel_isa::portable;
     ASSERT_TRUE(parse_kernel_isa(kernel_isa_name(isa), parsed));
     EXPECT_EQ(parsed, isa);
@@ -244,16 +248,25 @@ TEST(kernel_isa, names_round_trip_and_unsupported_paths_fall_back) {
   kernel_isa untouched = kernel_isa::avx2;
   EXPECT_FALSE(parse_kernel_isa("avx512", untouched));
   EXPECT_EQ(untouched, kernel_isa::avx2);
-  // AVX-VNNI CPUs all have AVX2; a request the CPU cannot serve lands on the best path below.
-  if (kernel_isa_supported(kernel_isa::avx_vnni)) {
-    EXPECT_TRUE(kernel_isa_supported(kernel_isa::avx2));
-  }
+  // Every SIMD path needs AVX2, and AMX the AVX-512 VNNI path (its rows short of a tile run
+  // there); a request the CPU cannot serve lands on the best supported path below it.
+  for (kernel_isa isa : all_kernel_isas)
+    if (isa != kernel_isa::portable && kernel_isa_supported(isa)) {
+      EXPECT_TRUE(kernel_isa_supported(kernel_isa::avx2)) << kernel_isa_name(isa);
+    }
   const auto saved = active_kernel_isa();
-  set_kernel_isa(kernel_isa::avx_vnni);
-  const kernel_isa want = kernel_isa_supported(kernel_isa::avx_vnni) ? kernel_isa::avx_vnni
-                          : kernel_isa_supported(kernel_isa::avx2)   ? kernel_isa::avx2
-                                                                     : kernel_isa::portable;
-  EXPECT_EQ(active_kernel_isa(), want);
+  for (kernel_isa isa : all_kernel_isas) {
+    set_kernel_isa(isa);
+    kernel_isa want = isa;
+    while (!kernel_isa_supported(want)) want = static_cast<kernel_isa>(static_cast<int>(want) - 1);
+    EXPECT_EQ(active_kernel_isa(), want) << "asked for " << kernel_isa_name(isa);
+  }
+  EXPECT_EQ(best_kernel_isa(), [] {
+    kernel_isa best = kernel_isa::portable;
+    for (kernel_isa isa : all_kernel_isas)
+      if (kernel_isa_supported(isa)) best = isa;
+    return best;
+  }());
   set_kernel_isa(saved);
 }
 

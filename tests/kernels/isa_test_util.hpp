@@ -1,7 +1,7 @@
 #pragma once
-// Runs a test body once per kernel path (portable, and AVX2 and AVX-VNNI where the CPU has
-// them; skipped otherwise), restoring the process-wide choice afterwards; plus the random inputs
-// the GEMM tests share.
+// Runs a test body once per kernel path (portable, and each SIMD path where the CPU has it;
+// skipped with the reason otherwise), restoring the process-wide choice afterwards; plus the random
+// inputs the GEMM tests share.
 
 #include "kernels/kernel_isa.hpp"
 
@@ -43,8 +43,5 @@ inline std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1
 } // namespace supernode::kernels::testing
 
 #define SUPERNODE_INSTANTIATE_ISA_TESTS(suite)                                                     \
-  INSTANTIATE_TEST_SUITE_P(isa, suite,                                                             \
-                           ::testing::Values(::supernode::kernels::kernel_isa::portable,           \
-                                             ::supernode::kernels::kernel_isa::avx2,               \
-                                             ::supernode::kernels::kernel_isa::avx_vnni),          \
+  INSTANTIATE_TEST_SUITE_P(isa, suite, ::testing::ValuesIn(::supernode::kernels::all_kernel_isas), \
                            ::supernode::kernels::testing::isa_param_name)

@@ -20,9 +20,10 @@ struct int8_operands {
   const int8_t* x; // quantized rows, stride ldx, padded with zeros to k_padded
   int64_t ldx;
   const float* x_scale;
-  const int8_t* packed; // int8_weight::packed()
-  const float* w_scale; // n entries
-  int64_t n, k_padded;
+  const int8_t* packed;           // int8_weight::packed()
+  const float* w_scale;           // n entries
+  const int32_t* u8_compensation; // int8_weight::u8_compensation(), panels * 8 entries
+  int64_t n, panels, k_padded;
   float* y;
   int64_t ldy;
 };

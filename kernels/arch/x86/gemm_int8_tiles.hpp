@@ -162,7 +162,7 @@ inline int64_t next_panels(int64_t left, int64_t np_max) {
 constexpr int64_t rows_per_pass = 64;
 template<class Dot>
 void gemm_int8_block(const int8_operands& o, int64_t m0, int64_t m1, int64_t g0, int64_t g1) {
-  const int64_t kq = o.k_padded / kg, panels = (o.n + pc - 1) / pc;
+  const int64_t kq = o.k_padded / kg, panels = o.panels;
   alignas(32) float ws[group_cols];
   alignas(32) int32_t part[rows_per_pass * group_cols];
   alignas(32) int8_t wabs[k_block_runs * group_cols * kg];

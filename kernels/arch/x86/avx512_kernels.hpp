@@ -1,0 +1,29 @@
+#pragma once
+// Entry points of the AVX-512 units (compiled with -mavx512f -mavx512bw -mavx512vl
+// -mavx512vnni) and the AMX unit (also -mamx-tile -mamx-int8). Only call them after kernel_isa
+// says the CPU has the path. Same rules as avx2_kernels.hpp: plain pointers and sizes only.
+
+#include "kernels/arch/x86/avx2_kernels.hpp"
+
+namespace supernode::kernels::avx512_vnni {
+
+// As avx2::gemm_int8_block, on the same packed weights, with the same results bit for bit.
+void gemm_int8_block(const avx2::int8_operands& o, int64_t m0, int64_t m1, int64_t g0, int64_t g1);
+
+} // namespace supernode::kernels::avx512_vnni
+
+namespace supernode::kernels::avx512 {
+
+// As avx2::gemm_fp32_block (AVX-512F), on the same packed weights, with the same results.
+void gemm_fp32_block(const avx2::fp32_operands& o, int64_t m0, int64_t m1, int64_t g0, int64_t g1);
+
+} // namespace supernode::kernels::avx512
+
+namespace supernode::kernels::amx {
+
+// As avx2::gemm_int8_block. Rows in whole tiles of 16 run on AMX, the rest on the AVX-512 VNNI
+// block. The first call on a thread loads the tile configuration; the process must have been
+// granted the tile state (kernel_isa does that when it reports amx as supported).
+void gemm_int8_block(const avx2::int8_operands& o, int64_t m0, int64_t m1, int64_t g0, int64_t g1);
+
+} // namespace supernode::kernels::amx

@@ -1,0 +1,230 @@
+// AVX-512 VNNI INT8 GEMM blocks on ZMM. vpdpbusd multiplies u8 by s8, and AVX-512 has no vpsignb
+// to move signs with, so this path feeds x + 128 (x ^ 0x80, in [1, 255]) as the u8 operand and
+// the packed weights unchanged as s8. Each four-product sum is at most 4 * 255 * 127 and is added
+// to int32 without saturation; starting every sum at -128 * sum_k w (int8_weight::u8_compensation,
+// made at load time) leaves exactly sum_k x * w. Partial sums stay within (128 + 255) * 127 * K,
+// inside int32 up to K = 44,000, and beyond that the wrapping int32 adds still end on the exact
+// sum whenever it fits int32 (as the reference's own sum must). Integer sums do not depend on
+// their order, so the k blocking and the split of a sum over several accumulators change nothing:
+// results are bit-identical to the portable, AVX2 and AVX-VNNI paths.
+
+#include "kernels/arch/x86/avx512_kernels.hpp"
+
+#include <cstring>
+#include <immintrin.h>
+#include <utility>
+
+namespace supernode::kernels::avx512_vnni {
+
+namespace {
+using avx2::int8_operands;
+constexpr int64_t pc = avx2::int8_panel_cols, kg = avx2::int8_k_group,
+                  gpn = avx2::int8_group_panels;
+constexpr int64_t group_cols = gpn * pc;
+constexpr int64_t zmm_cols = 2 * pc; // one ZMM of weights: a panel pair, 16 channels x 4 k
+
+inline int64_t min64(int64_t a, int64_t b) {
+  return a < b ? a : b;
+}
+
+// Rows per pass, and panel groups per chunk: their partial sums stay on the stack between k
+// blocks while the biased x block of those rows is reused by every group of the chunk.
+constexpr int64_t rows_per_pass = 16, chunk_groups = 16;
+constexpr int max_tile_rows = 8; // 8 x 2 ZMM accumulators, 2 weight vectors, 1 broadcast
+// Bytes of biased x per k block. With several row tiles the block is 256 runs of 4 k (the group's
+// 32 KB of weights for it stays in L1/L2 while both row tiles pass over it); with one row tile
+// (one pass, bandwidth-bound at small M) the block is as long as this buffer allows.
+constexpr int64_t x_block_bytes = 16384, tile_k_block_runs = 256;
+// Software prefetch distance of a single streaming pass (2 KB in the AVX2 kernel; ZMM steps
+// consume the stream twice as fast).
+constexpr int64_t prefetch_distance = 4096;
+
+// GCC 12 warns that _mm512_cvtepi32_ps's _mm512_undefined_ps pass-through "may be used
+// uninitialized"; it is never read (no mask), so the warning is silenced here and only here.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+inline __m512 to_float(__m512i v) {
+  return _mm512_cvtepi32_ps(v);
+}
+#pragma GCC diagnostic pop
+
+inline __m512i broadcast4(const uint8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return _mm512_set1_epi32(v);
+}
+
+// MR rows x NZ ZMM columns (16 channels each) over kq runs of 4 k, with KS interleaved sets of
+// accumulators (one or two rows have too few independent sums to hide vpdpbusd's latency).
+// `xb` holds biased x for this k block, `part` the partial sums between blocks (row stride
+// ldpart), `comp` the compensation that starts each sum in the first block.
+template<int MR, int NZ, int KS>
+void tile(const uint8_t* xb, int64_t ldxb, const int8_t* w, int64_t wstride, int64_t kq,
+          const int8_t* pf, int64_t pf_step, int32_t* part, int64_t ldpart, const int32_t* comp,
+          bool first, bool last, const float* xs, const float* ws, float* y, int64_t ldy,
+          int64_t ncols) {
+  __m512i acc[KS][MR][NZ];
+#pragma GCC unroll 12
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 2
+    for (int z = 0; z < NZ; ++z) {
+      acc[0][m][z] =
+          _mm512_loadu_si512(first ? comp + z * zmm_cols : part + m * ldpart + z * zmm_cols);
+#pragma GCC unroll 4
+      for (int s = 1; s < KS; ++s) acc[s][m][z] = _mm512_setzero_si512();
+    }
+  auto step = [&](int s, int64_t q) {
+    const int8_t* wq = w + q * wstride;
+    _mm_prefetch(reinterpret_cast<const char*>(pf + q * pf_step), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(pf + q * pf_step + 64), _MM_HINT_T0);
+    __m512i wv[NZ];
+#pragma GCC unroll 2
+    for (int z = 0; z < NZ; ++z) wv[z] = _mm512_loadu_si512(wq + z * zmm_cols * kg);
+#pragma GCC unroll 12
+    for (int m = 0; m < MR; ++m) {
+      const __m512i xv = broadcast4(xb + m * ldxb + q * kg);
+#pragma GCC unroll 2
+      for (int z = 0; z < NZ; ++z) acc[s][m][z] = _mm512_dpbusd_epi32(acc[s][m][z], xv, wv[z]);
+    }
+  };
+  int64_t q = 0;
+  for (; q + KS <= kq; q += KS)
+#pragma GCC unroll 4
+    for (int s = 0; s < KS; ++s) step(s, q + s);
+  for (; q < kq; ++q) step(0, q);
+#pragma GCC unroll 12
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 2
+    for (int z = 0; z < NZ; ++z) {
+#pragma GCC unroll 4
+      for (int s = 1; s < KS; ++s) acc[0][m][z] = _mm512_add_epi32(acc[0][m][z], acc[s][m][z]);
+    }
+  if (!last) {
+#pragma GCC unroll 12
+    for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 2
+      for (int z = 0; z < NZ; ++z)
+        _mm512_storeu_si512(part + m * ldpart + z * zmm_cols, acc[0][m][z]);
+    return;
+  }
+  // Epilogue (float(acc) * x_scale) * w_scale, as gemm_int8_reference computes it.
+#pragma GCC unroll 12
+  for (int m = 0; m < MR; ++m) {
+    const __m512 xsv = _mm512_set1_ps(xs[m]);
+#pragma GCC unroll 2
+    for (int z = 0; z < NZ; ++z) {
+      const __m512 f = _mm512_mul_ps(_mm512_mul_ps(to_float(acc[0][m][z]), xsv),
+                                     _mm512_loadu_ps(ws + z * zmm_cols));
+      const int64_t left = ncols - z * zmm_cols;
+      if (left > 0)
+        _mm512_mask_storeu_ps(y + m * ldy + z * zmm_cols,
+                              left >= zmm_cols ? __mmask16(0xffff) : __mmask16((1u << left) - 1),
+                              f);
+    }
+  }
+}
+
+using tile_fn = void (*)(const uint8_t*, int64_t, const int8_t*, int64_t, int64_t, const int8_t*,
+                         int64_t, int32_t*, int64_t, const int32_t*, bool, bool, const float*,
+                         const float*, float*, int64_t, int64_t);
+
+// tile<MR, NZ, KS> for MR = 1 .. max_tile_rows, NZ = 1, 2; KS as the rows need.
+template<int MR, int NZ>
+constexpr tile_fn tile_with_latency_cover() {
+  return tile < MR, NZ, MR == 1 ? 4 : MR == 2 ? 2 : 1 > ;
+}
+template<int... R>
+constexpr auto tile_table(std::integer_sequence<int, R...>) {
+  struct table {
+    tile_fn by_rows[2][sizeof...(R)];
+  };
+  return table{
+      {{tile_with_latency_cover<R + 1, 1>()...}, {tile_with_latency_cover<R + 1, 2>()...}}};
+}
+constexpr auto tiles = tile_table(std::make_integer_sequence<int, max_tile_rows>{});
+
+tile_fn pick_tile(int64_t mr, int64_t nz) {
+  return tiles.by_rows[nz - 1][mr - 1];
+}
+
+// x ^ 0x80 for `rows` rows of `bytes` bytes (row stride ldx) into xb (row stride `bytes`).
+void bias_rows(const int8_t* x, int64_t ldx, int64_t rows, int64_t bytes, uint8_t* xb) {
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < bytes; i += 64) {
+      const int64_t left = bytes - i;
+      const __mmask64 mask = left >= 64 ? ~__mmask64{0} : (__mmask64{1} << left) - 1;
+      _mm512_mask_storeu_epi8(
+          xb + r * bytes + i, mask,
+          _mm512_xor_si512(_mm512_maskz_loadu_epi8(mask, x + r * ldx + i), flip));
+    }
+}
+
+struct group_view {
+  const int8_t* base; // the group's run 0
+  int64_t wstride;    // bytes per run of 4 k
+  int64_t zmms;       // ZMM columns (panel pairs): 1 or 2
+  int64_t col0, ncols;
+};
+
+group_view view(const int8_operands& o, int64_t g) {
+  const int64_t gp = min64(gpn, o.panels - g * gpn), col0 = g * group_cols;
+  return {o.packed + g * gpn * pc * o.k_padded, gp * pc * kg, gp / 2, col0,
+          min64(gp * pc, o.n - col0)};
+}
+} // namespace
+
+void gemm_int8_block(const int8_operands& o, int64_t m0, int64_t m1, int64_t g0, int64_t g1) {
+  const int64_t kq = o.k_padded / kg;
+  alignas(64) uint8_t xb[x_block_bytes];
+  alignas(64) int32_t part[rows_per_pass * chunk_groups * group_cols];
+  alignas(64) float ws[chunk_groups * group_cols];
+  for (int64_t r0 = m0; r0 < m1; r0 += rows_per_pass) {
+    const int64_t r1 = min64(m1, r0 + rows_per_pass), rows = r1 - r0;
+    // Up to 8 rows: a single tile per group streams its weights linearly. More: row tiles of
+    // up to 8 walk each 256-run k block in turn.
+    const bool streaming = rows <= max_tile_rows;
+    const int64_t mr_max = streaming ? rows : max_tile_rows;
+    const int64_t k_block = streaming ? x_block_bytes / (kg * rows) : tile_k_block_runs;
+    const int64_t row_tiles = (rows + mr_max - 1) / mr_max;
+    for (int64_t gc0 = g0; gc0 < g1; gc0 += chunk_groups) {
+      const int64_t gc1 = min64(g1, gc0 + chunk_groups), ldpart = (gc1 - gc0) * group_cols;
+      for (int64_t g = gc0; g < gc1; ++g) {
+        const group_view gv = view(o, g);
+        for (int64_t c = 0; c < group_cols; ++c)
+          ws[(g - gc0) * group_cols + c] = c < gv.ncols ? o.w_scale[gv.col0 + c] : 0.0f;
+      }
+      for (int64_t kb = 0; kb < kq || kb == 0; kb += k_block) {
+        const int64_t kn = min64(k_block, kq - kb), ldxb = kn * kg;
+        const bool first = kb == 0, last = kb + kn >= kq;
+        bias_rows(o.x + r0 * o.ldx + kb * kg, o.ldx, rows, ldxb, xb);
+        for (int64_t g = gc0; g < gc1; ++g) {
+          const group_view gv = view(o, g);
+          const int8_t* block = gv.base + kb * gv.wstride;
+          // The weights needed after this block: the next group's block, else the first
+          // group's next block. One pass stays a fixed distance ahead instead; several passes
+          // prefetch a share each while this block is reused from L1.
+          const group_view next = view(o, g + 1 < gc1 ? g + 1 : gc0);
+          const int8_t* next_block =
+              g + 1 < gc1 ? next.base + kb * next.wstride : next.base + (kb + kn) * next.wstride;
+          const int64_t slice = (kn * gv.wstride + row_tiles - 1) / row_tiles;
+          int64_t pass = 0;
+          for (int64_t m = r0; m < r1; ++pass) {
+            const int64_t mr = min64(mr_max, r1 - m);
+            const int8_t* pf =
+                row_tiles == 1 ? block + prefetch_distance : next_block + pass * slice;
+            const int64_t pf_step = row_tiles == 1 ? gv.wstride : slice / (kn > 0 ? kn : 1);
+            pick_tile(mr, gv.zmms)(xb + (m - r0) * ldxb, ldxb, block, gv.wstride, kn, pf, pf_step,
+                                   part + (m - r0) * ldpart + (g - gc0) * group_cols, ldpart,
+                                   o.u8_compensation + gv.col0, first, last, o.x_scale + m,
+                                   ws + (g - gc0) * group_cols, o.y + m * o.ldy + gv.col0, o.ldy,
+                                   gv.ncols);
+            m += mr;
+          }
+        }
+      }
+    }
+  }
+}
+
+} // namespace supernode::kernels::avx512_vnni
