@@ -26,7 +26,7 @@ commands:
   role NAME   --config FILE --id ID [--model DIR]
               one process of a cluster: the role instances that FILE's [process.NAME] lists
   bench kernels [--threads N] [--quick] [--isa avx512_vnni,avx2] [--shapes a,b] [--m 1,8]
-                [--int8-only]
+                [--int8-only] [--onednn-isa native|avx2|avx2_vnni|avx512_core_vnni]
                                             INT8/FP32 GEMM against oneDNN (native and capped at
                                             each path's ISA) and OpenBLAS
   bench model   [--model DIR] [--quick]     decode step and prefill throughput

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -37,10 +38,11 @@ struct options {
   int threads = 1;
   bool quick = false;
   bool int8_only = false;
-  std::vector<k::kernel_isa> isas; // INT8 paths to time; empty: every supported SIMD path
-  std::vector<std::string> shapes; // empty: the default set
-  std::vector<int64_t> ms;         // empty: the default set
-  std::string onednn_worker;       // non-empty: run as the oneDNN worker with this cap
+  std::vector<k::kernel_isa> isas;   // INT8 paths to time; empty: every supported SIMD path
+  std::vector<std::string> shapes;   // empty: the default set
+  std::vector<int64_t> ms;           // empty: the default set
+  std::string onednn_worker;         // non-empty: run as the oneDNN worker with this cap
+  std::string onednn_isa = "native"; // the headline baseline's cap (--onednn-isa)
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -77,12 +79,20 @@ options parse(int argc, char** argv) {
       o.shapes = split(argv[++i]);
     } else if (a == "--m" && i + 1 < argc) {
       for (auto& v : split(argv[++i])) o.ms.push_back(std::max<int64_t>(1, std::atoll(v.c_str())));
+    } else if (a == "--onednn-isa" && i + 1 < argc) {
+      o.onednn_isa = argv[++i];
+      static const std::set<std::string> caps = {"native", "avx2", "avx2_vnni", "avx512_core_vnni",
+                                                 "avx512_core_amx"};
+      if (!caps.count(o.onednn_isa))
+        throw std::invalid_argument("--onednn-isa takes native, avx2, avx2_vnni, "
+                                    "avx512_core_vnni or avx512_core_amx, not '" +
+                                    o.onednn_isa + "'");
     } else if (a == "--onednn-worker" && i + 1 < argc) {
       o.onednn_worker = argv[++i];
     } else {
       throw std::invalid_argument("unknown option '" + a +
                                   "' (expected --threads N, --quick, --isa avx512_vnni,avx2, "
-                                  "--int8-only, --shapes a,b, --m 1,8)");
+                                  "--int8-only, --shapes a,b, --m 1,8, --onednn-isa native)");
     }
   }
   return o;
@@ -99,7 +109,7 @@ struct onednn_baselines {
 
   onednn_baselines(const options& opt) {
     if (!kb::onednn_int8_matmul::available()) return;
-    native = std::make_unique<kb::onednn_worker>("native", opt.threads, opt.quick);
+    native = std::make_unique<kb::onednn_worker>(opt.onednn_isa, opt.threads, opt.quick);
     for (auto isa : opt.isas)
       if (const auto cap = kb::onednn_cap_for(isa); !cap.empty())
         capped[isa] = std::make_unique<kb::onednn_worker>(cap, opt.threads, opt.quick);

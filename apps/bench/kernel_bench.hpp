@@ -4,8 +4,10 @@
 
 namespace supernode::apps {
 // argv holds the arguments after `supernode bench kernels`: [--threads N] [--quick]
-// [--onednn-isa avx2|avx2_vnni|native] [--isa avx2,avx_vnni] [--int8-only]
+// [--onednn-isa native|avx2|avx2_vnni|avx512_core_vnni] [--isa avx512_vnni,avx2] [--int8-only]
 // [--shapes q_a,lm_head,...] [--m 1,8,...]. --isa lists the INT8 paths to time side by side
-// (default: every SIMD path the CPU has); the first is the headline "ours_int8".
+// (default: every SIMD path the CPU has); the first is the headline "ours_int8". --onednn-isa
+// caps the headline oneDNN baseline (default native); each path is also timed against oneDNN
+// capped at that path's ISA.
 int run_kernel_bench(int argc, char** argv);
 } // namespace supernode::apps

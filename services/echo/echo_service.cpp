@@ -12,8 +12,14 @@ void echo_service::on(const transport::peer_id& from, const transport::ping& p,
   out.send("control", from, transport::make_envelope(transport::pong{p.seq, p.sent_ns, p.payload}));
 }
 
-void echo_service::on(const transport::peer_id& from, const transport::bulk_chunk& c,
+void echo_service::on(const transport::peer_id& from,
+                      std::shared_ptr<const transport::bulk_chunk> chunk,
                       transport::endpoint& out) {
+  assembler_.post([this, from, chunk = std::move(chunk), &out] { assemble(from, *chunk, out); });
+}
+
+void echo_service::assemble(const transport::peer_id& from, const transport::bulk_chunk& c,
+                            transport::endpoint& out) {
   using namespace transport;
   auto& t = transfers_[{from, c.transfer_id}];
   // The sender's total is bounded by what one transfer may be; a chunk outside it is dropped

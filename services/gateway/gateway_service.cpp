@@ -13,21 +13,6 @@ namespace supernode::services {
 using namespace gateway;
 using protocol::request_key;
 
-struct gateway_service::live_request {
-  uint64_t id = 0;
-  api_kind kind = api_kind::completion;
-  completion_request api;
-  std::shared_ptr<http_exchange> ex;
-  std::vector<int32_t> prompt;
-  std::vector<int32_t> tokens;
-  std::unique_ptr<text_stream> text;
-  std::string decode, prefill; // known once the scheduler placed it
-  bool done = false;
-  bool placed() const { return !decode.empty(); }
-  clock::time_point arrived, first_token, last_token;
-  completion_result meta;
-};
-
 namespace {
 constexpr const char* json_type = "application/json";
 
@@ -36,17 +21,18 @@ int64_t unix_seconds() {
              std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
-
-std::string endpoint_label(api_kind kind) {
-  return kind == api_kind::chat ? "/v1/chat/completions" : "/v1/completions";
-}
 } // namespace
 
 gateway_service::gateway_service(const serving_config& config)
     : config_(config), model_config_(model::model_config::load(config.model_path / "config.json")),
       tokenizer_(model::tokenizer::load(config.model_path)),
       context_limit_(std::min(config.max_context, model_config_.max_position_embeddings)),
-      model_id_(config.model_id()), created_(unix_seconds()) {
+      model_id_(config.model_id()), created_(unix_seconds()),
+      tracker_(
+          metrics_, config.max_pending,
+          {[this](const protocol::admit_request& m) { return send_admit(m); },
+           [this](const tracked_request& r, const std::string& why) { cancel_upstream(r, why); },
+           [this](int32_t token) { return token_text(token); }}) {
   protocol::register_serving_messages();
 }
 
@@ -69,11 +55,7 @@ void gateway_service::start(transport::endpoint& out) {
 
 void gateway_service::stop() {
   if (http_) http_->stop();
-  std::lock_guard lock(mutex_);
-  std::vector<std::shared_ptr<live_request>> open;
-  for (auto& [id, r] : live_) open.push_back(r);
-  for (auto& r : open)
-    if (!r->done) fail(*r, {protocol::serving_errc::shutting_down, "gateway shutting down"});
+  tracker_.stop({protocol::serving_errc::shutting_down, "gateway shutting down"});
 }
 
 uint16_t gateway_service::http_port() const {
@@ -85,8 +67,7 @@ std::string gateway_service::public_address() const {
 }
 
 size_t gateway_service::live_requests() const {
-  std::lock_guard lock(mutex_);
-  return live_.size();
+  return tracker_.in_flight();
 }
 
 std::string gateway_service::scheduler() const {
@@ -149,101 +130,99 @@ std::vector<int32_t> gateway_service::prompt_tokens(const completion_request& ap
   return api.prompt_ids;
 }
 
-void gateway_service::handle_completion(std::shared_ptr<http_exchange> ex, const http_request& req,
-                                        api_kind kind) {
-  const auto label = endpoint_label(kind);
-  auto refuse = [&](const api_error& e) {
-    count_request(label, std::to_string(e.status));
-    ex->respond(e.status, json_type, error_body(e));
-  };
-  auto r = std::make_shared<live_request>();
-  try {
-    r->api = parse_completion_request(req.body, kind);
-    using protocol::serving_errc;
-    if (r->api.model != model_id_)
-      throw to_api_error(
-          {serving_errc::model_not_found,
-           "The model '" + r->api.model + "' does not exist (serving '" + model_id_ + "')"},
-          "model");
-    r->prompt = prompt_tokens(r->api);
-    const auto prompt = static_cast<int64_t>(r->prompt.size());
-    if (prompt == 0) throw api_error(400, "the prompt is empty", "invalid_request_error", "prompt");
-    if (prompt >= context_limit_)
-      throw to_api_error({serving_errc::context_length_exceeded,
-                          "This model's maximum context length is " +
-                              std::to_string(context_limit_) + " tokens; the prompt has " +
-                              std::to_string(prompt) + " tokens"},
-                         kind == api_kind::chat ? "messages" : "prompt");
-    int64_t max_tokens = r->api.max_tokens.value_or(
-        kind == api_kind::chat ? context_limit_ - prompt : config_.default_max_tokens);
-    if (prompt + max_tokens > context_limit_)
-      throw to_api_error({serving_errc::context_length_exceeded,
-                          "This model's maximum context length is " +
-                              std::to_string(context_limit_) + " tokens. However, you requested " +
-                              std::to_string(prompt + max_tokens) + " tokens (" +
-                              std::to_string(prompt) + " in the prompt, " +
-                              std::to_string(max_tokens) + " in the completion)"},
-                         "max_tokens");
-    r->api.max_tokens = static_cast<int32_t>(max_tokens);
-  } catch (const api_error& e) {
-    return refuse(e);
-  }
-
-  protocol::admit_request admit;
-  admit.spec.prompt = r->prompt;
-  admit.spec.max_tokens = *r->api.max_tokens;
-  admit.spec.temperature = r->api.temperature;
-  admit.spec.top_p = r->api.top_p;
-  admit.spec.top_k = r->api.top_k;
-  admit.spec.seed = r->api.seed ? *r->api.seed : std::random_device{}();
-  admit.spec.stop_at_eos = !r->api.ignore_eos;
+std::shared_ptr<tracked_request> gateway_service::parse_request(const http_request& req,
+                                                                api_kind kind) const {
+  auto r = std::make_shared<tracked_request>();
   r->kind = kind;
-  r->ex = ex;
+  r->api = parse_completion_request(req.body, kind);
+  using protocol::serving_errc;
+  if (r->api.model != model_id_)
+    throw to_api_error(
+        {serving_errc::model_not_found,
+         "The model '" + r->api.model + "' does not exist (serving '" + model_id_ + "')"},
+        "model");
+  r->prompt = prompt_tokens(r->api);
+  const auto prompt = static_cast<int64_t>(r->prompt.size());
+  if (prompt == 0) throw api_error(400, "the prompt is empty", "invalid_request_error", "prompt");
+  if (prompt >= context_limit_)
+    throw to_api_error({serving_errc::context_length_exceeded,
+                        "This model's maximum context length is " + std::to_string(context_limit_) +
+                            " tokens; the prompt has " + std::to_string(prompt) + " tokens"},
+                       kind == api_kind::chat ? "messages" : "prompt");
+  int64_t max_tokens = r->api.max_tokens.value_or(
+      kind == api_kind::chat ? context_limit_ - prompt : config_.default_max_tokens);
+  if (prompt + max_tokens > context_limit_)
+    throw to_api_error({serving_errc::context_length_exceeded,
+                        "This model's maximum context length is " + std::to_string(context_limit_) +
+                            " tokens. However, you requested " +
+                            std::to_string(prompt + max_tokens) + " tokens (" +
+                            std::to_string(prompt) + " in the prompt, " +
+                            std::to_string(max_tokens) + " in the completion)"},
+                       "max_tokens");
+  r->api.max_tokens = static_cast<int32_t>(max_tokens);
   r->text = std::make_unique<text_stream>(r->api.stop);
-  r->arrived = clock::now();
+  r->arrived = tracked_request::clock::now();
   r->meta.created = unix_seconds();
   r->meta.model = model_id_;
   r->meta.prompt_tokens = static_cast<int64_t>(r->prompt.size());
-
-  const auto target = scheduler();
-  {
-    std::lock_guard lock(mutex_);
-    if (static_cast<int64_t>(live_.size()) >= config_.max_pending)
-      return refuse(
-          to_api_error({protocol::serving_errc::too_many_requests,
-                        "too many requests in flight (" + std::to_string(live_.size()) + ")"}));
-    if (target.empty())
-      return refuse(to_api_error({protocol::serving_errc::no_scheduler, "no scheduler is alive"}));
-    r->id = next_id_++;
-    r->meta.id = (kind == api_kind::chat ? "chatcmpl-" : "cmpl-") + out_->self() + "-" +
-                 std::to_string(r->id);
-    admit.key = request_key{out_->self(), r->id};
-    live_[r->id] = r;
-  }
-  if (r->api.stream && kind == api_kind::chat)
-    ex->send_event(stream_chunk(kind, r->meta, "", nullptr, true));
-  // The disconnect handler may run at once (client already gone): set it after registering.
-  std::weak_ptr<live_request> weak = r;
-  ex->set_disconnect_handler([this, weak] {
-    auto r = weak.lock();
-    if (!r) return;
-    std::lock_guard lock(mutex_);
-    if (r->done) return;
-    r->done = true;
-    live_.erase(r->id);
-    cancel_upstream(*r, "client disconnected");
-    count_request(endpoint_label(r->kind), "disconnected");
-  });
-  const auto status = out_->send("control", target, transport::make_envelope(std::move(admit)));
-  if (status != transport::send_status::ok) {
-    std::lock_guard lock(mutex_);
-    if (!r->done)
-      fail(*r, {protocol::errc_of(status),
-                std::string("cannot reach the scheduler: ") + transport::to_string(status)});
-  }
+  return r;
 }
 
-void gateway_service::cancel_upstream(const live_request& r, const std::string& why) {
+namespace {
+protocol::admit_request admission_of(const tracked_request& r) {
+  protocol::admit_request admit;
+  admit.spec.prompt = r.prompt;
+  admit.spec.max_tokens = *r.api.max_tokens;
+  admit.spec.temperature = r.api.temperature;
+  admit.spec.top_p = r.api.top_p;
+  admit.spec.top_k = r.api.top_k;
+  admit.spec.seed = r.api.seed ? *r.api.seed : std::random_device{}();
+  admit.spec.stop_at_eos = !r.api.ignore_eos;
+  return admit;
+}
+} // namespace
+
+void gateway_service::handle_completion(std::shared_ptr<http_exchange> ex, const http_request& req,
+                                        api_kind kind) {
+  auto refuse = [&](const api_error& e) {
+    tracker_.count_request(endpoint_label(kind), std::to_string(e.status));
+    ex->respond(e.status, json_type, error_body(e));
+  };
+  std::shared_ptr<tracked_request> r;
+  try {
+    r = parse_request(req, kind);
+  } catch (const api_error& e) {
+    return refuse(e);
+  }
+  if (!tracker_.reserve())
+    return refuse(to_api_error(
+        {protocol::serving_errc::too_many_requests,
+         "too many requests in flight (" + std::to_string(tracker_.in_flight()) + ")"}));
+  if (scheduler().empty()) {
+    tracker_.unreserve();
+    return refuse(to_api_error({protocol::serving_errc::no_scheduler, "no scheduler is alive"}));
+  }
+  auto admit = admission_of(*r);
+  r->ex = ex;
+  r->id = tracker_.next_id();
+  r->meta.id =
+      (kind == api_kind::chat ? "chatcmpl-" : "cmpl-") + out_->self() + "-" + std::to_string(r->id);
+  admit.key = request_key{out_->self(), r->id};
+  if (r->api.stream && kind == api_kind::chat)
+    ex->send_event(stream_chunk(kind, r->meta, "", nullptr, true));
+  const uint64_t id = r->id;
+  tracker_.admit(std::move(r), std::move(admit));
+  // After the admission is posted, so a client already gone is handled after it.
+  ex->set_disconnect_handler([this, id] { tracker_.client_gone(id); });
+}
+
+transport::send_status gateway_service::send_admit(const protocol::admit_request& message) {
+  const auto target = scheduler();
+  if (target.empty()) return transport::send_status::peer_down;
+  return out_->send("control", target, transport::make_envelope(message));
+}
+
+void gateway_service::cancel_upstream(const tracked_request& r, const std::string& why) {
   if (!out_) return;
   const request_key key{out_->self(), r.id};
   auto msg = transport::make_envelope(
@@ -256,169 +235,44 @@ void gateway_service::cancel_upstream(const live_request& r, const std::string& 
     out_->send("control", s, msg);
 }
 
-void gateway_service::on(const transport::peer_id&, const protocol::token_batch& b,
+void gateway_service::on(const transport::peer_id&, std::shared_ptr<const protocol::token_batch> b,
                          transport::endpoint&) {
-  std::lock_guard lock(mutex_);
-  for (auto& u : b.updates) {
-    auto it = live_.find(u.key.id);
-    if (it == live_.end()) continue; // finished or cancelled here already
-    auto r = it->second;             // finish() drops the map's reference
-    apply_update(*r, u);
-  }
+  tracker_.tokens(std::move(b));
 }
 
 void gateway_service::on(const transport::peer_id&, const protocol::request_placed& p,
                          transport::endpoint&) {
-  std::lock_guard lock(mutex_);
-  if (auto it = live_.find(p.key.id); it != live_.end()) {
-    it->second->decode = p.decode;
-    it->second->prefill = p.prefill;
-  }
+  tracker_.placed(p);
 }
 
 void gateway_service::on(const transport::peer_id&, const protocol::admit_rejected& rej,
                          transport::endpoint&) {
-  std::lock_guard lock(mutex_);
-  if (auto it = live_.find(rej.key.id); it != live_.end()) {
-    auto r = it->second; // fail() drops the map's reference
-    fail(*r, rej.why);
-  }
+  tracker_.rejected(rej);
 }
 
-void gateway_service::on(const transport::peer_id&, const protocol::cluster_stats& s,
-                         transport::endpoint&) {
-  std::lock_guard lock(mutex_);
-  stats_ = s;
-}
-
-void gateway_service::apply_update(live_request& r, const protocol::token_update& u) {
-  const bool stream = r.api.stream;
-  const auto now = clock::now();
-  for (size_t i = 0; i < u.tokens.size() && !r.done; ++i) {
-    const int32_t token = u.tokens[i];
-    if (r.tokens.empty()) {
-      r.first_token = now;
-      const double ttft = std::chrono::duration<double>(now - r.arrived).count();
-      metrics_.observe("supernode_ttft_seconds", "Time to first token", latency_buckets_seconds,
-                       ttft);
-    } else {
-      const double itl = std::chrono::duration<double>(now - r.last_token).count();
-      metrics_.observe("supernode_itl_seconds", "Time between tokens of a request",
-                       latency_buckets_seconds, itl);
-    }
-    r.last_token = now;
-    r.tokens.push_back(token);
-    std::string piece = r.text->feed(token_text(token));
-    const bool last = i + 1 == u.tokens.size();
-    std::string finish_reason;
-    if (r.text->stopped())
-      finish_reason = "stop";
-    else if (last && (u.finish == protocol::finish_reason::stop ||
-                      u.finish == protocol::finish_reason::length))
-      finish_reason = protocol::to_string(u.finish);
-    if (!finish_reason.empty() && !r.text->stopped()) piece += r.text->finish();
-    r.meta.text += piece;
-    if (stream) {
-      r.meta.completion_tokens = static_cast<int64_t>(r.tokens.size());
-      if (r.api.return_token_ids) r.meta.token_ids = std::vector<int32_t>{token};
-      r.ex->send_event(
-          stream_chunk(r.kind, r.meta, piece, finish_reason.empty() ? nullptr : &finish_reason));
-    }
-    if (!finish_reason.empty()) {
-      if (r.text->stopped()) cancel_upstream(r, "stop string matched");
-      finish(r, finish_reason);
-    }
-  }
-  if (!r.done && u.finish != protocol::finish_reason::none) {
-    if (u.finish == protocol::finish_reason::error ||
-        u.finish == protocol::finish_reason::cancelled)
-      fail(r, u.failure.ok() ? protocol::error{protocol::serving_errc::internal,
-                                               "request ended without a reason"}
-                             : u.failure);
-    else
-      finish(r, protocol::to_string(u.finish));
-  }
-}
-
-void gateway_service::count_request(const std::string& endpoint, const std::string& status) {
-  metrics_.add_counter("supernode_requests_total", "Requests by endpoint and outcome", 1,
-                       {{"endpoint", endpoint}, {"status", status}});
+void gateway_service::on(const transport::peer_id&,
+                         std::shared_ptr<const protocol::cluster_stats> s, transport::endpoint&) {
+  std::lock_guard lock(stats_mutex_);
+  stats_ = std::move(s);
 }
 
 std::string gateway_service::token_text(int32_t token) const {
   return tokenizer_.decode(std::span(&token, 1), /*skip_special=*/true, /*skip_unknown=*/true);
 }
 
-void gateway_service::fail(live_request& r, const protocol::error& why) {
-  r.done = true;
-  r.meta.finish_reason = "error";
-  r.meta.completion_tokens = static_cast<int64_t>(r.tokens.size());
-  const api_error e = to_api_error(why);
-  if (r.api.stream && r.ex->finished() == false) {
-    r.ex->send_event(error_body(e));
-    r.ex->end_stream();
-  } else {
-    r.ex->respond(e.status, json_type, error_body(e));
-  }
-  count_request(endpoint_label(r.kind), std::to_string(e.status));
-  live_.erase(r.id);
-}
-
-void gateway_service::finish(live_request& r, const std::string& finish_reason) {
-  r.done = true;
-  const auto label = endpoint_label(r.kind);
-  r.meta.finish_reason = finish_reason;
-  r.meta.completion_tokens = static_cast<int64_t>(r.tokens.size());
-  {
-    const auto now = clock::now();
-    metrics_.observe("supernode_e2e_seconds", "Request latency, arrival to last token",
-                     latency_buckets_seconds,
-                     std::chrono::duration<double>(now - r.arrived).count());
-    if (r.tokens.size() > 1)
-      metrics_.observe("supernode_tpot_seconds", "Time per output token after the first",
-                       latency_buckets_seconds,
-                       std::chrono::duration<double>(r.last_token - r.first_token).count() /
-                           static_cast<double>(r.tokens.size() - 1));
-    metrics_.add_counter("supernode_generated_tokens_total", "Tokens generated",
-                         static_cast<double>(r.tokens.size()));
-    metrics_.add_counter("supernode_prompt_tokens_total", "Prompt tokens admitted",
-                         static_cast<double>(r.prompt.size()));
-    if (r.api.stream) {
-      r.meta.token_ids.reset();
-      if (r.api.include_usage) r.ex->send_event(usage_chunk(r.kind, r.meta));
-      r.ex->send_event(std::string(stream_done));
-      r.ex->end_stream();
-    } else {
-      if (r.api.return_token_ids) r.meta.token_ids = r.tokens;
-      r.ex->respond(200, json_type, completion_response(r.kind, r.meta));
-    }
-  }
-  count_request(label, "200");
-  live_.erase(r.id);
-}
-
 void gateway_service::on_member_event(const transport::membership_event& event,
-                                      transport::endpoint& out) {
-  (void)out;
+                                      transport::endpoint&) {
   if (event.what == transport::membership_event::kind::joined) return;
-  std::lock_guard lock(mutex_);
-  std::vector<std::shared_ptr<live_request>> lost;
-  const bool no_scheduler = out_ && scheduler().empty();
-  for (auto& [id, r] : live_)
-    if (r->placed() ? r->decode == event.peer || r->prefill == event.peer : no_scheduler)
-      lost.push_back(r);
-  for (auto& r : lost)
-    fail(*r,
-         {protocol::serving_errc::instance_down, event.peer + " went down (" + event.reason + ")"});
+  tracker_.peer_down(event.peer, event.reason, out_ && scheduler().empty());
 }
 
 std::string gateway_service::render_metrics() {
   gateway::cluster_snapshot snap;
   {
-    std::lock_guard lock(mutex_);
-    snap.stats = stats_;
-    snap.gateway_requests_in_flight = live_.size();
+    std::lock_guard lock(stats_mutex_);
+    if (stats_) snap.stats = *stats_;
   }
+  snap.gateway_requests_in_flight = tracker_.in_flight();
   if (out_) {
     snap.gateway = out_->self();
     snap.gateway_planes = plane_traffic_of(*out_);

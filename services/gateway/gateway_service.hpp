@@ -11,6 +11,7 @@
 #include "services/gateway/http_server.hpp"
 #include "services/gateway/metrics.hpp"
 #include "services/gateway/openai_api.hpp"
+#include "services/gateway/request_tracker.hpp"
 #include "services/gateway/stop_matcher.hpp"
 #include "services/protocol/serving_messages.hpp"
 #include "services/role_logic.hpp"
@@ -32,12 +33,14 @@ public:
 
   void start(transport::endpoint& out) override; // binds the HTTP port (throws naming it)
   void stop() override;
-  void on(const transport::peer_id& from, const protocol::token_batch& m, transport::endpoint& out);
+  // Actor thread: each hands the event to the request tracker and returns.
+  void on(const transport::peer_id& from, std::shared_ptr<const protocol::token_batch> m,
+          transport::endpoint& out);
   void on(const transport::peer_id& from, const protocol::request_placed& m,
           transport::endpoint& out);
   void on(const transport::peer_id& from, const protocol::admit_rejected& m,
           transport::endpoint& out);
-  void on(const transport::peer_id& from, const protocol::cluster_stats& m,
+  void on(const transport::peer_id& from, std::shared_ptr<const protocol::cluster_stats> m,
           transport::endpoint& out);
   void on_member_event(const transport::membership_event& event, transport::endpoint& out) override;
 
@@ -46,23 +49,19 @@ public:
   size_t live_requests() const;
 
 private:
-  using clock = std::chrono::steady_clock;
-  struct live_request;
-
+  // HTTP threads: parse, validate, tokenize, then hand the request to the tracker.
   void handle(std::shared_ptr<gateway::http_exchange> ex, gateway::http_request req);
   void handle_completion(std::shared_ptr<gateway::http_exchange> ex,
                          const gateway::http_request& req, gateway::api_kind kind);
+  // The request as the tracker follows it; throws api_error naming what is wrong.
+  std::shared_ptr<gateway::tracked_request> parse_request(const gateway::http_request& req,
+                                                          gateway::api_kind kind) const;
   std::vector<int32_t> prompt_tokens(const gateway::completion_request& api) const;
   std::string render_metrics();
-
-  // Called with mutex_ held: turns one update into stream events or the final response.
-  void apply_update(live_request& r, const protocol::token_update& u);
-  // Ends a request: answers the client (unless gone) and records the outcome.
-  void finish(live_request& r, const std::string& finish_reason);
-  void fail(live_request& r, const protocol::error& why);
-  void cancel_upstream(const live_request& r, const std::string& why);
+  // Tracker thread: reaching the cluster.
+  transport::send_status send_admit(const protocol::admit_request& message);
+  void cancel_upstream(const gateway::tracked_request& r, const std::string& why);
   std::string token_text(int32_t token) const;
-  void count_request(const std::string& endpoint, const std::string& status);
   std::string scheduler() const;
 
   serving_config config_;
@@ -71,14 +70,13 @@ private:
   int64_t context_limit_;
   std::string model_id_;
   int64_t created_;
-  std::unique_ptr<gateway::http_server> http_;
   transport::endpoint* out_ = nullptr;
   gateway::metrics_registry metrics_;
-
-  mutable std::mutex mutex_;
-  std::map<uint64_t, std::shared_ptr<live_request>> live_;
-  uint64_t next_id_ = 1;
-  protocol::cluster_stats stats_;
+  // The scheduler's latest cluster statistics: written by the actor thread, read by /metrics.
+  mutable std::mutex stats_mutex_;
+  std::shared_ptr<const protocol::cluster_stats> stats_;
+  gateway::request_tracker tracker_;
+  std::unique_ptr<gateway::http_server> http_; // last: its threads stop before the rest goes
 };
 
 } // namespace supernode::services

@@ -8,4 +8,5 @@ target_sources(supernode_services PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/stop_matcher.cpp
   ${CMAKE_CURRENT_LIST_DIR}/metrics.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cluster_metrics.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/request_tracker.cpp
 )

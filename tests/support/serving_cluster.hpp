@@ -8,6 +8,7 @@
 #include "transport/toml_edit.hpp"
 
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -75,6 +76,8 @@ public:
       server_->signal(SIGTERM);
       server_->wait(std::chrono::seconds(30));
     }
+    // SUPERNODE_KEEP_TEST_RUN_DIR=1 keeps the logs and pid files of a run for a post-mortem.
+    if (const char* keep = std::getenv("SUPERNODE_KEEP_TEST_RUN_DIR"); keep && *keep == '1') return;
     std::error_code ec;
     std::filesystem::remove_all(run_dir_, ec);
   }

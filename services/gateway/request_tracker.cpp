@@ -1,0 +1,205 @@
+#include "services/gateway/request_tracker.hpp"
+
+#include "services/gateway/error_mapping.hpp"
+
+namespace supernode::services::gateway {
+
+namespace {
+constexpr const char* json_type = "application/json";
+}
+
+std::string endpoint_label(api_kind kind) {
+  return kind == api_kind::chat ? "/v1/chat/completions" : "/v1/completions";
+}
+
+request_tracker::request_tracker(metrics_registry& metrics, int64_t max_in_flight, upstream up)
+    : metrics_(metrics), max_in_flight_(max_in_flight), up_(std::move(up)) {}
+
+request_tracker::~request_tracker() {
+  stop({protocol::serving_errc::shutting_down, "gateway shutting down"});
+}
+
+bool request_tracker::reserve() {
+  if (in_flight_.fetch_add(1) < max_in_flight_) return true;
+  --in_flight_;
+  return false;
+}
+
+void request_tracker::unreserve() {
+  --in_flight_;
+}
+
+void request_tracker::count_request(const std::string& endpoint, const std::string& status) {
+  metrics_.add_counter("supernode_requests_total", "Requests by endpoint and outcome", 1,
+                       {{"endpoint", endpoint}, {"status", status}});
+}
+
+void request_tracker::admit(std::shared_ptr<tracked_request> r, protocol::admit_request message) {
+  thread_.post([this, r = std::move(r), message = std::move(message)] {
+    live_[r->id] = r;
+    const auto status = up_.admit(message);
+    if (status != transport::send_status::ok && !r->done)
+      fail(*r, {protocol::errc_of(status),
+                std::string("cannot reach the scheduler: ") + transport::to_string(status)});
+  });
+}
+
+void request_tracker::client_gone(uint64_t id) {
+  thread_.post([this, id] {
+    auto it = live_.find(id);
+    if (it == live_.end()) return; // it ended first
+    auto r = it->second;
+    r->done = true;
+    up_.cancel(*r, "client disconnected");
+    count_request(endpoint_label(r->kind), "disconnected");
+    forget(*r);
+  });
+}
+
+void request_tracker::tokens(std::shared_ptr<const protocol::token_batch> batch) {
+  thread_.post([this, batch = std::move(batch)] {
+    for (auto& u : batch->updates) {
+      auto it = live_.find(u.key.id);
+      if (it == live_.end()) continue; // finished or cancelled here already
+      auto r = it->second;             // finish() drops the map's reference
+      apply_update(*r, u);
+    }
+  });
+}
+
+void request_tracker::placed(protocol::request_placed p) {
+  thread_.post([this, p = std::move(p)] {
+    if (auto it = live_.find(p.key.id); it != live_.end()) {
+      it->second->decode = p.decode;
+      it->second->prefill = p.prefill;
+    }
+  });
+}
+
+void request_tracker::rejected(protocol::admit_rejected rej) {
+  thread_.post([this, rej = std::move(rej)] {
+    if (auto it = live_.find(rej.key.id); it != live_.end()) {
+      auto r = it->second; // fail() drops the map's reference
+      fail(*r, rej.why);
+    }
+  });
+}
+
+void request_tracker::peer_down(std::string peer, std::string reason, bool no_scheduler) {
+  thread_.post([this, peer = std::move(peer), reason = std::move(reason), no_scheduler] {
+    std::vector<std::shared_ptr<tracked_request>> lost;
+    for (auto& [id, r] : live_)
+      if (r->placed() ? r->decode == peer || r->prefill == peer : no_scheduler) lost.push_back(r);
+    for (auto& r : lost)
+      fail(*r, {protocol::serving_errc::instance_down, peer + " went down (" + reason + ")"});
+  });
+}
+
+void request_tracker::stop(const protocol::error& why) {
+  thread_.post([this, why] {
+    std::vector<std::shared_ptr<tracked_request>> open;
+    for (auto& [id, r] : live_) open.push_back(r);
+    for (auto& r : open)
+      if (!r->done) fail(*r, why);
+  });
+  thread_.stop();
+}
+
+void request_tracker::apply_update(tracked_request& r, const protocol::token_update& u) {
+  const bool stream = r.api.stream;
+  const auto now = clock::now();
+  for (size_t i = 0; i < u.tokens.size() && !r.done; ++i) {
+    const int32_t token = u.tokens[i];
+    if (r.tokens.empty()) {
+      r.first_token = now;
+      const double ttft = std::chrono::duration<double>(now - r.arrived).count();
+      metrics_.observe("supernode_ttft_seconds", "Time to first token", latency_buckets_seconds,
+                       ttft);
+    } else {
+      const double itl = std::chrono::duration<double>(now - r.last_token).count();
+      metrics_.observe("supernode_itl_seconds", "Time between tokens of a request",
+                       latency_buckets_seconds, itl);
+    }
+    r.last_token = now;
+    r.tokens.push_back(token);
+    std::string piece = r.text->feed(up_.token_text(token));
+    const bool last = i + 1 == u.tokens.size();
+    std::string finish_reason;
+    if (r.text->stopped())
+      finish_reason = "stop";
+    else if (last && (u.finish == protocol::finish_reason::stop ||
+                      u.finish == protocol::finish_reason::length))
+      finish_reason = protocol::to_string(u.finish);
+    if (!finish_reason.empty() && !r.text->stopped()) piece += r.text->finish();
+    r.meta.text += piece;
+    if (stream) {
+      r.meta.completion_tokens = static_cast<int64_t>(r.tokens.size());
+      if (r.api.return_token_ids) r.meta.token_ids = std::vector<int32_t>{token};
+      r.ex->send_event(
+          stream_chunk(r.kind, r.meta, piece, finish_reason.empty() ? nullptr : &finish_reason));
+    }
+    if (!finish_reason.empty()) {
+      if (r.text->stopped()) up_.cancel(r, "stop string matched");
+      finish(r, finish_reason);
+    }
+  }
+  if (!r.done && u.finish != protocol::finish_reason::none) {
+    if (u.finish == protocol::finish_reason::error ||
+        u.finish == protocol::finish_reason::cancelled)
+      fail(r, u.failure.ok() ? protocol::error{protocol::serving_errc::internal,
+                                               "request ended without a reason"}
+                             : u.failure);
+    else
+      finish(r, protocol::to_string(u.finish));
+  }
+}
+
+void request_tracker::fail(tracked_request& r, const protocol::error& why) {
+  r.done = true;
+  r.meta.finish_reason = "error";
+  r.meta.completion_tokens = static_cast<int64_t>(r.tokens.size());
+  const api_error e = to_api_error(why);
+  if (r.api.stream && r.ex->finished() == false) {
+    r.ex->send_event(error_body(e));
+    r.ex->end_stream();
+  } else {
+    r.ex->respond(e.status, json_type, error_body(e));
+  }
+  count_request(endpoint_label(r.kind), std::to_string(e.status));
+  forget(r);
+}
+
+void request_tracker::finish(tracked_request& r, const std::string& finish_reason) {
+  r.done = true;
+  r.meta.finish_reason = finish_reason;
+  r.meta.completion_tokens = static_cast<int64_t>(r.tokens.size());
+  const auto now = clock::now();
+  metrics_.observe("supernode_e2e_seconds", "Request latency, arrival to last token",
+                   latency_buckets_seconds, std::chrono::duration<double>(now - r.arrived).count());
+  if (r.tokens.size() > 1)
+    metrics_.observe("supernode_tpot_seconds", "Time per output token after the first",
+                     latency_buckets_seconds,
+                     std::chrono::duration<double>(r.last_token - r.first_token).count() /
+                         static_cast<double>(r.tokens.size() - 1));
+  metrics_.add_counter("supernode_generated_tokens_total", "Tokens generated",
+                       static_cast<double>(r.tokens.size()));
+  metrics_.add_counter("supernode_prompt_tokens_total", "Prompt tokens admitted",
+                       static_cast<double>(r.prompt.size()));
+  if (r.api.stream) {
+    r.meta.token_ids.reset();
+    if (r.api.include_usage) r.ex->send_event(usage_chunk(r.kind, r.meta));
+    r.ex->send_event(std::string(stream_done));
+    r.ex->end_stream();
+  } else {
+    if (r.api.return_token_ids) r.meta.token_ids = r.tokens;
+    r.ex->respond(200, json_type, completion_response(r.kind, r.meta));
+  }
+  count_request(endpoint_label(r.kind), "200");
+  forget(r);
+}
+
+void request_tracker::forget(tracked_request& r) {
+  if (live_.erase(r.id)) --in_flight_;
+}
+
+} // namespace supernode::services::gateway
