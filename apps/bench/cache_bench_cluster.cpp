@@ -45,13 +45,15 @@ cache_bench_cluster::cache_bench_cluster(const fs::path& run_dir, const std::str
 
 cache_bench_cluster::~cache_bench_cluster() {
   if (!started_) return;
+  // First, so that a signal's `cluster down`, when one is running, is the only one: this waits
+  // for it (and the bench ends there).
+  down_on_signal_.reset();
   try {
     down();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "[bench cache] cluster down --config %s failed: %s\n", config_.c_str(),
                  e.what());
   }
-  down_on_signal_.reset();
   std::error_code ec;
   if (ok_) {
     fs::remove_all(run_dir_, ec);

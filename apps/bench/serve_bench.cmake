@@ -11,3 +11,9 @@ target_sources(supernode PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/cache_bench_sweep.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cache_bench_plot.cpp
 )
+target_sources(supernode PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/model_cache_files.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/model_cache_pool.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/model_cache_loaders.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/model_cache_report.cpp
+)
