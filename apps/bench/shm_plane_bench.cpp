@@ -1,5 +1,6 @@
 #include "apps/bench/shm_plane_bench.hpp"
 
+#include "services/cluster/process_launcher.hpp"
 #include "transport/control_messages.hpp"
 #include "transport/shm_plane.hpp"
 #include "transport/shm_region.hpp"
@@ -12,7 +13,6 @@
 #include <ctime>
 #include <map>
 #include <mutex>
-#include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
 #include <vector>
@@ -54,8 +54,7 @@ enum bw_flag : size_t { written = 0, seen = 1 };
 
 // ---- the child: echoes on the bare rings, serves the plane, acknowledges region rounds -----
 
-[[noreturn]] void run_child(const std::string& cluster, const schedule& s, shm_region& control,
-                            shm_region& bw) {
+int run_child(const std::string& cluster, const schedule& s, shm_region& control, shm_region& bw) {
   alarm(300); // a parent that dies mid-bench must not leave us running
   int rc = 0;
   try {
@@ -101,7 +100,7 @@ enum bw_flag : size_t { written = 0, seen = 1 };
     std::fprintf(stderr, "shm bench child: %s\n", e.what());
     rc = 1;
   }
-  _exit(rc);
+  return rc;
 }
 
 // ---- the parent's measurements ----------------------------------------------------------
@@ -208,13 +207,11 @@ nlohmann::json run_shm_plane_bench(bool quick) {
   std::memset(bw.data(), 0, bw.size());
   auto req = shm_ring::create(cluster, "bench.req", 1 << 16, ring_role::producer);
   auto rsp = shm_ring::create(cluster, "bench.rsp", 1 << 16, ring_role::consumer);
-  const pid_t child = fork();
-  if (child < 0) throw std::runtime_error("shm bench: fork failed");
-  if (child == 0) run_child(cluster, s, control, bw);
+  auto child = services::cluster::child_process::fork_running(
+      [&] { return run_child(cluster, s, control, bw); });
 
   nlohmann::json out;
   out["processes"] = 2;
-  int status = 0;
   try {
     if (!control.wait(child_ready, 1, 20s))
       throw std::runtime_error("shm bench: child did not start");
@@ -312,12 +309,10 @@ nlohmann::json run_shm_plane_bench(bool quick) {
                       {"region_bandwidth_met", worst_region_ratio >= 0.7}};
   } catch (...) {
     control.publish(quit, 1);
-    kill(child, SIGKILL);
-    waitpid(child, &status, 0);
+    child.kill();
     throw;
   }
-  waitpid(child, &status, 0);
-  out["child_exit_status"] = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  out["child_exit_status"] = child.wait().code();
   return out;
 }
 

@@ -1,5 +1,6 @@
 #include "apps/bench/zmq_plane_bench.hpp"
 
+#include "services/cluster/process_launcher.hpp"
 #include "transport/control_messages.hpp"
 #include "transport/zmq_plane.hpp"
 
@@ -12,10 +13,7 @@
 #include <map>
 #include <mutex>
 #include <set>
-#include <signal.h>
 #include <stdexcept>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
 #include <zmq.hpp>
@@ -59,26 +57,21 @@ endpoints make_endpoints() {
 
 const auto wait_limit = std::chrono::seconds(60);
 
-pid_t spawn(const std::function<int()>& body) {
-  const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error("fork failed");
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    // Receivers reuse their heap instead of faulting in fresh pages for every large message
-    // (glibc maps anything over 32 MiB anew), as a server of KV transfers would be set up.
-    // Both children get it, so ours and raw compare the same way.
+// A child running `body`, killed if we die. Receivers reuse their heap instead of faulting in
+// fresh pages for every large message (glibc maps anything over 32 MiB anew), as a server of KV
+// transfers would be set up. Both children get it, so ours and raw compare the same way.
+services::cluster::child_process spawn(const std::function<int()>& body) {
+  return services::cluster::child_process::fork_running([&] {
     mallopt(M_ARENA_MAX, 1);
     mallopt(M_MMAP_MAX, 0);
     mallopt(M_TRIM_THRESHOLD, 1 << 30);
-    int rc = 1;
     try {
-      rc = body();
+      return body();
     } catch (const std::exception& e) {
       std::fprintf(stderr, "zmq plane bench child: %s\n", e.what());
+      return 1;
     }
-    _exit(rc); // not exit(): the parent's atexit handlers and buffers are not ours to run
-  }
-  return pid;
+  });
 }
 
 // The zmq plane's side of the child: echo pings, acknowledge each completed burst.
@@ -277,29 +270,22 @@ nlohmann::json measure(const endpoints& ep, const schedule& s) {
           {"within_10_percent_of_raw_at_64KiB_and_up", target_met}};
 }
 
-void reap(pid_t pid, bool force) {
-  if (pid <= 0) return;
-  if (force) kill(pid, SIGKILL);
-  int status = 0;
-  waitpid(pid, &status, 0);
-}
-
 } // namespace
 
 nlohmann::json run_zmq_plane_bench(bool quick) {
   const schedule s = make_schedule(quick);
   const endpoints ep = make_endpoints();
   // Children first, then the parent's contexts: zmq contexts must not cross a fork.
-  const pid_t ours = spawn([&] { return ours_child(ep); });
-  const pid_t raw = spawn([&] { return raw_child(ep, s); });
+  auto ours = spawn([&] { return ours_child(ep); });
+  auto raw = spawn([&] { return raw_child(ep, s); });
   nlohmann::json result;
   try {
     result = measure(ep, s);
-    reap(ours, false);
-    reap(raw, false);
+    ours.wait();
+    raw.wait();
   } catch (const std::exception& e) {
-    reap(ours, true);
-    reap(raw, true);
+    ours.kill();
+    raw.kill();
     for (auto* f : {&ep.child_control, &ep.child_bulk, &ep.raw}) ::unlink(f->substr(6).c_str());
     result = {{"error", e.what()}};
   }
