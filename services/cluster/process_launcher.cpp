@@ -99,8 +99,8 @@ child_fds open_child_fds(const launch_spec& spec) {
   const bool needs_null =
       spec.stdin_null || spec.stdout_to == output_to::null || spec.stderr_to == output_to::null;
   owned_fd null(needs_null ? ::open("/dev/null", O_RDWR | O_CLOEXEC) : -1);
-  if (spec.stderr_to == output_to::pipe)
-    throw std::invalid_argument("launch: only stdout can be piped back");
+  if (spec.stderr_to == output_to::pipe && spec.stdout_to != output_to::pipe)
+    throw std::invalid_argument("launch: stderr can only be piped back with stdout");
   auto target = [&](output_to to, owned_fd& slot) {
     if (to == output_to::file) slot = owned_fd(::dup(fds.log.get()));
     if (to == output_to::null) slot = owned_fd(::dup(null.get()));
@@ -111,7 +111,10 @@ child_fds open_child_fds(const launch_spec& spec) {
     }
   };
   target(spec.stdout_to, fds.out);
-  target(spec.stderr_to, fds.err);
+  if (spec.stderr_to == output_to::pipe)
+    fds.err = owned_fd(::dup(fds.out.get())); // one pipe, the lines interleaved as written
+  else
+    target(spec.stderr_to, fds.err);
   if (spec.stdin_null) fds.in = owned_fd(::dup(null.get()));
   return fds;
 }

@@ -19,7 +19,7 @@ namespace supernode::services::cluster {
 // Where a child's stdout or stderr goes.
 enum class output_to {
   inherit, // ours
-  pipe,    // back to us: read_line, wait_for_line, for_each_line (stdout only)
+  pipe,    // back to us: read_line, wait_for_line, for_each_line (stderr: into stdout's pipe)
   file,    // the spec's log_file, truncated (stdout and stderr may share it)
   null,    // /dev/null
 };

@@ -112,6 +112,19 @@ TEST_F(launcher_fixture, a_log_file_takes_stdout_and_stderr) {
   EXPECT_EQ(cl::read_text_file(spec.log_file), "out\nerr\n");
 }
 
+TEST_F(launcher_fixture, stderr_can_share_the_stdout_pipe) {
+  auto spec = shell("echo out; echo err >&2; echo end");
+  spec.stderr_to = cl::output_to::pipe;
+  auto child = cl::child_process::launch(spec);
+  std::vector<std::string> lines;
+  child.for_each_line([&](const std::string& line) { lines.push_back(line); });
+  EXPECT_EQ(lines, (std::vector<std::string>{"out", "err", "end"}));
+
+  auto alone = shell("true", cl::output_to::inherit);
+  alone.stderr_to = cl::output_to::pipe;
+  EXPECT_THROW(cl::child_process::launch(alone), std::invalid_argument);
+}
+
 TEST_F(launcher_fixture, stdin_from_dev_null_ends_at_once) {
   auto spec = shell("cat; echo done");
   spec.stdin_null = true;
