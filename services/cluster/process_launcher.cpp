@@ -50,6 +50,14 @@ private:
   int fd_;
 };
 
+// A copy of `fd` closed on exec, so no other child started meanwhile inherits it (dup() would
+// leave it open in every program executed after).
+owned_fd dup_cloexec(int fd) {
+  const int copy = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (copy < 0) throw std::runtime_error("dup failed: " + errno_text(errno));
+  return owned_fd(copy);
+}
+
 std::pair<owned_fd, owned_fd> make_pipe() {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed: " + errno_text(errno));
@@ -102,8 +110,8 @@ child_fds open_child_fds(const launch_spec& spec) {
   if (spec.stderr_to == output_to::pipe && spec.stdout_to != output_to::pipe)
     throw std::invalid_argument("launch: stderr can only be piped back with stdout");
   auto target = [&](output_to to, owned_fd& slot) {
-    if (to == output_to::file) slot = owned_fd(::dup(fds.log.get()));
-    if (to == output_to::null) slot = owned_fd(::dup(null.get()));
+    if (to == output_to::file) slot = dup_cloexec(fds.log.get());
+    if (to == output_to::null) slot = dup_cloexec(null.get());
     if (to == output_to::pipe) {
       auto [read_end, write_end] = make_pipe();
       fds.pipe_read = std::move(read_end);
@@ -112,10 +120,10 @@ child_fds open_child_fds(const launch_spec& spec) {
   };
   target(spec.stdout_to, fds.out);
   if (spec.stderr_to == output_to::pipe)
-    fds.err = owned_fd(::dup(fds.out.get())); // one pipe, the lines interleaved as written
+    fds.err = dup_cloexec(fds.out.get()); // one pipe, the lines interleaved as written
   else
     target(spec.stderr_to, fds.err);
-  if (spec.stdin_null) fds.in = owned_fd(::dup(null.get()));
+  if (spec.stdin_null) fds.in = dup_cloexec(null.get());
   return fds;
 }
 
@@ -123,9 +131,17 @@ child_fds open_child_fds(const launch_spec& spec) {
 void set_up_child(const child_fds& fds, bool new_session, bool die_with_parent) {
   if (new_session) ::setsid();
   if (die_with_parent) ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (fds.in.get() >= 0) ::dup2(fds.in.get(), STDIN_FILENO);
-  if (fds.out.get() >= 0) ::dup2(fds.out.get(), STDOUT_FILENO);
-  if (fds.err.get() >= 0) ::dup2(fds.err.get(), STDERR_FILENO);
+  // dup2 onto itself would keep close-on-exec (a parent whose own fd 0-2 were closed).
+  const auto place = [](int fd, int target) {
+    if (fd < 0) return;
+    if (fd == target)
+      ::fcntl(fd, F_SETFD, 0);
+    else
+      ::dup2(fd, target);
+  };
+  place(fds.in.get(), STDIN_FILENO);
+  place(fds.out.get(), STDOUT_FILENO);
+  place(fds.err.get(), STDERR_FILENO);
   // A parent may block its stop signals for a watcher thread; a new program expects none.
   sigset_t none;
   sigemptyset(&none);
@@ -133,6 +149,10 @@ void set_up_child(const child_fds& fds, bool new_session, bool die_with_parent) 
 }
 
 [[noreturn]] void exec_child(const exec_arrays& exec, int error_pipe) {
+  // Only 0-2 go on: descriptors we inherited without close-on-exec (a shell's, a test
+  // runner's) would otherwise pass to every child; the error pipe closes on exec itself.
+  if (error_pipe > 3) ::close_range(3, static_cast<unsigned>(error_pipe) - 1, 0);
+  ::close_range(static_cast<unsigned>(error_pipe) + 1, ~0u, 0);
   if (exec.program.find('/') != std::string::npos)
     ::execve(exec.program.c_str(), exec.argv.data(), exec.envp.data());
   else

@@ -2,8 +2,9 @@
 // Starting and stopping child processes: the one launcher behind `supernode cluster`, the
 // benchmarks and the tests that cross process boundaries. A child is started from a program
 // (usually this binary) or forked to run a function; its output is inherited, piped back to us
-// line by line, written to a log file or dropped; waits take a deadline (on a pidfd, not a
-// polling loop) and a child still running when its handle goes is killed.
+// line by line, written to a log file or dropped; a launched program gets stdin, stdout and
+// stderr and no other descriptor; waits take a deadline (on a pidfd, not a polling loop) and a
+// child still running when its handle goes is killed.
 
 #include <chrono>
 #include <filesystem>

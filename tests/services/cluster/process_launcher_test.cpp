@@ -214,3 +214,20 @@ TEST(log_text, lines_are_found_by_their_start) {
   EXPECT_EQ(cl::last_lines("1\n2\n3\n", 2), "2\n3\n");
   EXPECT_EQ(cl::last_lines("1\n2\n", 5), "1\n2\n");
 }
+
+TEST_F(launcher_fixture, a_program_gets_its_three_descriptors_and_no_other) {
+  // Another child's pipe and log are open here while this one starts, and this process may
+  // hold descriptors it inherited (from the shell or test runner that started it).
+  auto other_spec = shell("exec sleep 30");
+  other_spec.stderr_to = cl::output_to::file;
+  other_spec.log_file = dir_ / "other.log";
+  auto other = cl::child_process::launch(other_spec);
+  auto spec = shell("ls /proc/self/fd");
+  spec.stdin_null = true;
+  spec.stderr_to = cl::output_to::null;
+  auto child = cl::child_process::launch(spec);
+  std::vector<std::string> fds;
+  child.for_each_line([&](const std::string& line) { fds.push_back(line); });
+  // 0-2, and the folder ls reads.
+  EXPECT_EQ(fds, (std::vector<std::string>{"0", "1", "2", "3"}));
+}
