@@ -1,11 +1,11 @@
 #include "apps/cluster_runner.hpp"
 
+#include "services/cluster/role_launch.hpp"
+
 #include <chrono>
 #include <csignal>
 #include <cstdio>
-#include <fcntl.h>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <sys/wait.h>
 #include <thread>
@@ -17,6 +17,7 @@ namespace supernode::apps {
 namespace {
 
 namespace fs = std::filesystem;
+namespace cl = services::cluster;
 using clock_type = std::chrono::steady_clock;
 
 struct process_slot {
@@ -39,51 +40,16 @@ std::vector<process_slot> slots_of(const serving_setup& setup) {
   return out;
 }
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // The pid in the slot's pid file, if that process is alive and is one of ours (pids recycle).
 pid_t running_pid(const process_slot& s) {
   std::ifstream in(s.pid_file);
   pid_t pid = 0;
   if (!(in >> pid) || pid <= 0 || ::kill(pid, 0) != 0) return 0;
-  const auto cmdline = read_file("/proc/" + std::to_string(pid) + "/cmdline");
+  const auto cmdline = cl::read_text_file("/proc/" + std::to_string(pid) + "/cmdline");
   if (cmdline.find("role") == std::string::npos) return 0;
-  const auto stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  const auto stat = cl::read_text_file("/proc/" + std::to_string(pid) + "/stat");
   const auto close = stat.rfind(')');
   if (close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'Z') return 0;
-  return pid;
-}
-
-std::string tail(const std::string& text, size_t lines) {
-  size_t pos = text.size();
-  for (size_t n = 0; n <= lines && pos > 0; ++n) pos = text.rfind('\n', pos - 1);
-  return pos == std::string::npos ? text : text.substr(pos + 1);
-}
-
-pid_t spawn(const process_slot& s, const std::vector<std::string>& argv) {
-  const pid_t pid = ::fork();
-  if (pid < 0) throw std::runtime_error("fork failed");
-  if (pid == 0) {
-    ::setsid(); // survives the terminal that ran `cluster up`
-    const int fd = ::open(s.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-      ::dup2(fd, STDOUT_FILENO);
-      ::dup2(fd, STDERR_FILENO);
-    }
-    const int null = ::open("/dev/null", O_RDONLY);
-    if (null >= 0) ::dup2(null, STDIN_FILENO);
-    std::vector<char*> args;
-    for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execv("/proc/self/exe", args.data());
-    std::perror("supernode cluster: exec failed");
-    ::_exit(127);
-  }
   return pid;
 }
 
@@ -104,43 +70,29 @@ int cluster_up(const serving_setup& setup, const fs::path& config_file) {
   // A log of an earlier run holds its "ready" line: gone before anything is spawned, or the wait
   // below could read it before the new process truncates its log.
   for (auto& s : slots) fs::remove(s.log);
-  std::vector<pid_t> pids;
+  std::vector<cl::child_process> children;
+  std::vector<cl::starting_process> starting;
+  children.reserve(slots.size());
   for (auto& s : slots) {
-    const pid_t pid = spawn(s, {"supernode", "role", s.process, "--config", config, "--id",
-                                std::to_string(s.index), "--model", model});
-    pids.push_back(pid);
-    std::ofstream(s.pid_file) << pid << "\n";
+    children.push_back(cl::launch_role({s.process, s.index, config, model, s.log, true}));
+    std::ofstream(s.pid_file) << children.back().pid() << "\n";
   }
-  // Wait for every "ready" line; a process that exits first failed to start.
-  const auto deadline = clock_type::now() + std::chrono::seconds(180);
-  std::vector<bool> ready(slots.size(), false);
-  for (size_t left = slots.size(); left > 0;) {
-    for (size_t i = 0; i < slots.size(); ++i) {
-      if (ready[i]) continue;
-      const auto log = read_file(slots[i].log);
-      int status = 0;
-      const bool exited = ::waitpid(pids[i], &status, WNOHANG) == pids[i];
-      if (log.find("\nready") != std::string::npos || log.rfind("ready", 0) == 0) {
-        ready[i] = true;
-        --left;
-      } else if (exited || clock_type::now() > deadline) {
-        std::fprintf(stderr, "supernode cluster: %s %s; its log (%s) ends with:\n%s\n",
-                     slots[i].name().c_str(),
-                     exited ? "exited during start-up" : "did not start in time",
-                     slots[i].log.c_str(), tail(log, 15).c_str());
-        cluster_down(setup, std::chrono::seconds(5));
-        return 1;
-      }
-    }
-    if (left > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  for (size_t i = 0; i < slots.size(); ++i)
+    starting.push_back({slots[i].name(), &children[i], slots[i].log});
+  // Every process prints "ready"; one that exits first failed to start.
+  const auto failure = cl::wait_until_ready(starting, std::chrono::seconds(180));
+  // The processes outlive this command: `cluster down` finds them by their pid files.
+  for (auto& c : children) c.release();
+  if (failure) {
+    std::fprintf(stderr, "supernode cluster: %s\n", failure->describe().c_str());
+    cluster_down(setup, std::chrono::seconds(5));
+    return 1;
   }
   std::printf("cluster %s up: %zu processes, logs in %s\n", setup.cluster.name.c_str(),
               slots.size(), (setup.cluster.run_dir / "logs").c_str());
-  for (auto& s : slots) {
-    std::istringstream log(read_file(s.log));
-    for (std::string line; std::getline(log, line);)
-      if (line.rfind("listening ", 0) == 0) std::printf("%s\n", line.c_str());
-  }
+  for (auto& s : slots)
+    for (const auto& line : cl::lines_starting(cl::read_text_file(s.log), "listening "))
+      std::printf("%s\n", line.c_str());
   return 0;
 }
 

@@ -38,6 +38,84 @@ std::vector<int32_t> synthetic_prompt(int64_t n, int64_t vocab, int64_t salt) {
   return p;
 }
 
+using weights_ptr = std::shared_ptr<const model::model_weights>;
+
+// Decode: `batch` sequences with a short prompt, then `steps` timed single-token steps; the
+// median step against the machine's read bandwidth `bw_all`.
+nlohmann::json decode_row(const weights_ptr& weights, int64_t batch, int64_t steps, double bw_all) {
+  const auto& c = weights->config;
+  const int64_t prompt_len = 32;
+  model::engine_options eo;
+  eo.block_size = 16;
+  eo.max_context = 4096;
+  eo.kv_blocks = 32 * ((prompt_len + steps + 2 + 15) / 16) + 8;
+  model::reference_engine engine(weights, eo);
+  auto& m = engine.model();
+  std::vector<model::kv_block_table> tables(batch);
+  std::vector<model::sequence_step> st;
+  std::vector<int32_t> tokens;
+  for (int64_t b = 0; b < batch; ++b) {
+    tables[b].reserve(engine.pool(), prompt_len + steps + 1);
+    st.push_back({&tables[b], 0, prompt_len, model::attention_mode::prefill});
+    auto p = synthetic_prompt(prompt_len, c.vocab_size, b);
+    tokens.insert(tokens.end(), p.begin(), p.end());
+  }
+  std::vector<float> hidden, logits;
+  m.forward(tokens, st, engine.pool(), hidden);
+  std::vector<double> times;
+  uint64_t bytes = 0;
+  for (int64_t s = 0; s < steps; ++s) {
+    tokens.assign(batch, 0);
+    st.clear();
+    for (int64_t b = 0; b < batch; ++b) {
+      tokens[b] = static_cast<int32_t>((s * 31 + b * 17 + 5) % (c.vocab_size - 2) + 2);
+      st.push_back({&tables[b], prompt_len + s, 1, model::attention_mode::decode});
+    }
+    m.reset_counters();
+    auto t0 = clock_type::now();
+    m.forward(tokens, st, engine.pool(), hidden);
+    m.logits(hidden.data(), batch, logits);
+    times.push_back(std::chrono::duration<double>(clock_type::now() - t0).count());
+    bytes = m.streamed_weight_bytes();
+  }
+  for (auto& t : tables) t.release(engine.pool());
+  const double step = median(times);
+  return {{"batch", batch},
+          {"step_ms", step * 1e3},
+          {"tokens_per_s", batch / step},
+          {"weight_bytes_per_step", bytes},
+          {"effective_weight_gbs", bytes / step / 1e9},
+          {"fraction_of_read_bandwidth", bytes / step / 1e9 / bw_all}};
+}
+
+// Prefill: one prompt of `n` tokens, timed end to end (matmuls, attention, lm_head of the
+// last), against the INT8 peak of all threads.
+nlohmann::json prefill_row(const weights_ptr& weights, int64_t n, double int8_peak) {
+  const auto& c = weights->config;
+  model::engine_options pe;
+  pe.block_size = 16;
+  pe.max_context = n + 16;
+  model::reference_engine engine(weights, pe);
+  auto& m = engine.model();
+  model::kv_block_table table;
+  table.reserve(engine.pool(), n);
+  std::vector<model::sequence_step> st{{&table, 0, n, model::attention_mode::prefill}};
+  auto prompt = synthetic_prompt(n, c.vocab_size, 7);
+  std::vector<float> hidden, logits;
+  m.reset_counters();
+  auto t0 = clock_type::now();
+  m.forward(prompt, st, engine.pool(), hidden);
+  m.logits(hidden.data() + (n - 1) * c.hidden_size, 1, logits);
+  const double secs = std::chrono::duration<double>(clock_type::now() - t0).count();
+  table.release(engine.pool());
+  const double gops = 2.0 * static_cast<double>(m.matmul_macs()) / secs / 1e9;
+  return {{"prompt_tokens", n},
+          {"seconds", secs},
+          {"tokens_per_s", n / secs},
+          {"matmul_gops", gops},
+          {"fraction_of_int8_peak", gops / int8_peak}};
+}
+
 } // namespace
 
 int run_model_bench(cli_args& args) {
@@ -70,79 +148,11 @@ int run_model_bench(cli_args& args) {
   out["kernel_isa"] = kernels::kernel_isa_name(isa);
   out["int8_peak_gops_all_threads"] = int8_peak;
 
-  // Decode: B sequences with a short prompt, then timed single-token steps.
-  const int64_t prompt_len = 32, steps = quick ? 4 : 12;
-  model::engine_options eo;
-  eo.block_size = 16;
-  eo.max_context = 4096;
-  eo.kv_blocks = 32 * ((prompt_len + steps + 2 + 15) / 16) + 8;
-  for (int64_t batch : {1, 8, 32}) {
-    model::reference_engine engine(weights, eo);
-    auto& m = engine.model();
-    std::vector<model::kv_block_table> tables(batch);
-    std::vector<model::sequence_step> st;
-    std::vector<int32_t> tokens;
-    for (int64_t b = 0; b < batch; ++b) {
-      tables[b].reserve(engine.pool(), prompt_len + steps + 1);
-      st.push_back({&tables[b], 0, prompt_len, model::attention_mode::prefill});
-      auto p = synthetic_prompt(prompt_len, c.vocab_size, b);
-      tokens.insert(tokens.end(), p.begin(), p.end());
-    }
-    std::vector<float> hidden, logits;
-    m.forward(tokens, st, engine.pool(), hidden);
-    std::vector<double> times;
-    uint64_t bytes = 0;
-    for (int64_t s = 0; s < steps; ++s) {
-      tokens.assign(batch, 0);
-      st.clear();
-      for (int64_t b = 0; b < batch; ++b) {
-        tokens[b] = static_cast<int32_t>((s * 31 + b * 17 + 5) % (c.vocab_size - 2) + 2);
-        st.push_back({&tables[b], prompt_len + s, 1, model::attention_mode::decode});
-      }
-      m.reset_counters();
-      auto t0 = clock_type::now();
-      m.forward(tokens, st, engine.pool(), hidden);
-      m.logits(hidden.data(), batch, logits);
-      times.push_back(std::chrono::duration<double>(clock_type::now() - t0).count());
-      bytes = m.streamed_weight_bytes();
-    }
-    for (auto& t : tables) t.release(engine.pool());
-    const double step = median(times);
-    out["decode"].push_back({{"batch", batch},
-                             {"step_ms", step * 1e3},
-                             {"tokens_per_s", batch / step},
-                             {"weight_bytes_per_step", bytes},
-                             {"effective_weight_gbs", bytes / step / 1e9},
-                             {"fraction_of_read_bandwidth", bytes / step / 1e9 / bw_all}});
-  }
-
-  // Prefill: one prompt of N tokens, timed end to end (matmuls, attention, lm_head of the last).
-  std::vector<int64_t> lengths =
-      quick ? std::vector<int64_t>{512} : std::vector<int64_t>{512, 2048};
-  for (int64_t n : lengths) {
-    model::engine_options pe;
-    pe.block_size = 16;
-    pe.max_context = n + 16;
-    model::reference_engine engine(weights, pe);
-    auto& m = engine.model();
-    model::kv_block_table table;
-    table.reserve(engine.pool(), n);
-    std::vector<model::sequence_step> st{{&table, 0, n, model::attention_mode::prefill}};
-    auto prompt = synthetic_prompt(n, c.vocab_size, 7);
-    std::vector<float> hidden, logits;
-    m.reset_counters();
-    auto t0 = clock_type::now();
-    m.forward(prompt, st, engine.pool(), hidden);
-    m.logits(hidden.data() + (n - 1) * c.hidden_size, 1, logits);
-    const double secs = std::chrono::duration<double>(clock_type::now() - t0).count();
-    table.release(engine.pool());
-    const double gops = 2.0 * static_cast<double>(m.matmul_macs()) / secs / 1e9;
-    out["prefill"].push_back({{"prompt_tokens", n},
-                              {"seconds", secs},
-                              {"tokens_per_s", n / secs},
-                              {"matmul_gops", gops},
-                              {"fraction_of_int8_peak", gops / int8_peak}});
-  }
+  const int64_t steps = quick ? 4 : 12;
+  for (int64_t batch : {1, 8, 32})
+    out["decode"].push_back(decode_row(weights, batch, steps, bw_all));
+  const auto lengths = quick ? std::vector<int64_t>{512} : std::vector<int64_t>{512, 2048};
+  for (int64_t n : lengths) out["prefill"].push_back(prefill_row(weights, n, int8_peak));
   std::printf("%s\n", out.dump(2).c_str());
   return 0;
 }

@@ -1,5 +1,6 @@
 #include "apps/bench/serve_bench.hpp"
 
+#include "apps/bench/bench_report.hpp"
 #include "apps/bench/engine_baseline.hpp"
 #include "apps/cli_args.hpp"
 #include "services/loadgen/http_client.hpp"
@@ -176,12 +177,6 @@ double process_cpu_seconds() {
          static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
 }
 
-void write_file(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary);
-  f << text;
-  if (!f) throw std::runtime_error("cannot write " + path);
-}
-
 // One line rewritten in place on a terminal; a plain line per tick otherwise (--progress into
 // a log file should not become one enormous line).
 void print_progress(const lg::run_progress& p, bool terminal) {
@@ -254,14 +249,12 @@ int run_serve_bench(cli_args& args) {
     out["engine"] = engine;
     out["serving_overhead"] = raw > 0 ? 1.0 - served / raw : 0.0;
   }
-  const std::string text = out.dump(2) + "\n";
-  std::fputs(text.c_str(), stdout);
-  std::fflush(stdout);
-  if (o.out_json) write_file(*o.out_json, text);
+  emit_report(out.dump(2) + "\n", o.out_json);
   if (o.out_svg)
-    write_file(*o.out_svg, lg::render_latency_svg(lg::collect_latencies(result.outcomes),
-                                                  "supernode bench serve: latency distributions",
-                                                  plot_subtitle(o, model, report)));
+    write_text_file(*o.out_svg,
+                    lg::render_latency_svg(lg::collect_latencies(result.outcomes),
+                                           "supernode bench serve: latency distributions",
+                                           plot_subtitle(o, model, report)));
   return report.completed > 0 ? 0 : 1;
 }
 

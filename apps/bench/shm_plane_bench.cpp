@@ -1,5 +1,6 @@
 #include "apps/bench/shm_plane_bench.hpp"
 
+#include "services/cluster/process_launcher.hpp"
 #include "transport/control_messages.hpp"
 #include "transport/shm_plane.hpp"
 #include "transport/shm_region.hpp"
@@ -12,7 +13,6 @@
 #include <ctime>
 #include <map>
 #include <mutex>
-#include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
 #include <vector>
@@ -54,8 +54,7 @@ enum bw_flag : size_t { written = 0, seen = 1 };
 
 // ---- the child: echoes on the bare rings, serves the plane, acknowledges region rounds -----
 
-[[noreturn]] void run_child(const std::string& cluster, const schedule& s, shm_region& control,
-                            shm_region& bw) {
+int run_child(const std::string& cluster, const schedule& s, shm_region& control, shm_region& bw) {
   alarm(300); // a parent that dies mid-bench must not leave us running
   int rc = 0;
   try {
@@ -101,7 +100,7 @@ enum bw_flag : size_t { written = 0, seen = 1 };
     std::fprintf(stderr, "shm bench child: %s\n", e.what());
     rc = 1;
   }
-  _exit(rc);
+  return rc;
 }
 
 // ---- the parent's measurements ----------------------------------------------------------
@@ -187,6 +186,97 @@ double memcpy_bandwidth(std::vector<std::byte>& dst, const std::vector<std::byte
   return static_cast<double>(size * reps) / seconds_since(t0) / 1e9;
 }
 
+// The parent's plane: each pong sends the next ping until the round trips are done; each
+// bulk_ack marks its transfer.
+void answer_pongs_and_acks(shm_plane& plane, client& c) {
+  plane.set_handler([&](const peer_id& from, envelope e) {
+    if (const auto* p = e.get<pong>()) {
+      const auto now = clock_type::now().time_since_epoch().count();
+      std::lock_guard lock(c.m);
+      if (c.warmup_left > 0)
+        --c.warmup_left;
+      else if (c.pings_left > 0) {
+        c.rtt_us.push_back(static_cast<double>(now - static_cast<int64_t>(p->sent_ns)) / 1e3);
+        --c.pings_left;
+      }
+      if (c.pings_left == 0) {
+        c.cv.notify_all();
+        return;
+      }
+      ping next{p->seq + 1, static_cast<uint64_t>(clock_type::now().time_since_epoch().count()),
+                p->payload};
+      plane.send(from, make_envelope(std::move(next)));
+    } else if (const auto* a = e.get<bulk_ack>()) {
+      std::lock_guard lock(c.m);
+      c.acked[a->transfer_id] = true;
+      c.cv.notify_all();
+    }
+  });
+}
+
+double idle_cpu_fraction(std::chrono::milliseconds idle) {
+  const std::clock_t cpu0 = std::clock();
+  const auto idle_t0 = clock_type::now();
+  std::this_thread::sleep_for(idle);
+  return (static_cast<double>(std::clock() - cpu0) / CLOCKS_PER_SEC) / seconds_since(idle_t0);
+}
+
+// Per size: the plane, the bare region and memcpy, in GB/s.
+nlohmann::json bandwidth_rows(const schedule& s, shm_plane& plane, client& c, shm_region& bw,
+                              const std::vector<std::byte>& src, std::vector<std::byte>& dst) {
+  uint64_t round = 0, transfer = 0;
+  nlohmann::json rows = nlohmann::json::array();
+  for (size_t size : s.sizes) {
+    const size_t reps = s.reps(size);
+    const double plane_gbs = plane_bandwidth(plane, c, size, reps, ++transfer);
+    const double region_gbs = region_bandwidth(bw, src, size, reps, round);
+    const double memcpy_gbs = memcpy_bandwidth(dst, src, size, reps);
+    rows.push_back({{"bytes", size},
+                    {"messages", reps},
+                    {"memcpy_gbs", memcpy_gbs},
+                    {"plane_gbs", plane_gbs},
+                    {"region_gbs", region_gbs},
+                    {"plane_vs_memcpy", plane_gbs / memcpy_gbs},
+                    {"region_vs_memcpy", region_gbs / memcpy_gbs}});
+  }
+  return rows;
+}
+
+// Where a 64 MiB plane message spends its time (one process, no ring): the encode (the body is
+// spliced by reference) and the decode of a reassembled frame (the body is referenced), next to
+// one memcpy of the payload, which is what the ring costs per side.
+nlohmann::json plane_cost(const std::vector<std::byte>& src, std::vector<std::byte>& dst) {
+  const size_t max_size = src.size();
+  const auto e = make_envelope(bulk_chunk{0, 0, max_size, std::vector<char>(max_size, 'x')});
+  auto t0 = clock_type::now();
+  auto spliced = e.encode_spliced();
+  const double encode_ms = seconds_since(t0) * 1e3;
+  std::shared_ptr<const byte_buffer> frame = std::make_shared<byte_buffer>(spliced.flatten());
+  frame_error_counters errors;
+  t0 = clock_type::now();
+  auto back = decode_frame(frame->bytes(), frame, errors);
+  const double decode_ms = seconds_since(t0) * 1e3;
+  t0 = clock_type::now();
+  std::memcpy(dst.data(), src.data(), max_size);
+  const double memcpy_ms = seconds_since(t0) * 1e3;
+  return {{"encode", encode_ms},
+          {"decode", decode_ms},
+          {"one_memcpy", memcpy_ms},
+          {"ok", back.has_value()}};
+}
+
+nlohmann::json targets(double rtt, const nlohmann::json& rows) {
+  double worst_region_ratio = 1e9;
+  for (auto& r : rows)
+    if (r["bytes"].get<size_t>() >= (1u << 20))
+      worst_region_ratio = std::min(worst_region_ratio, r["region_vs_memcpy"].get<double>());
+  return {{"plane_rtt_median_us_max", 2.0},
+          {"plane_rtt_met", rtt <= 2.0},
+          {"region_vs_memcpy_min_at_1MiB_and_up", 0.7},
+          {"region_worst_ratio_at_1MiB_and_up", worst_region_ratio},
+          {"region_bandwidth_met", worst_region_ratio >= 0.7}};
+}
+
 } // namespace
 
 nlohmann::json run_shm_plane_bench(bool quick) {
@@ -208,13 +298,11 @@ nlohmann::json run_shm_plane_bench(bool quick) {
   std::memset(bw.data(), 0, bw.size());
   auto req = shm_ring::create(cluster, "bench.req", 1 << 16, ring_role::producer);
   auto rsp = shm_ring::create(cluster, "bench.rsp", 1 << 16, ring_role::consumer);
-  const pid_t child = fork();
-  if (child < 0) throw std::runtime_error("shm bench: fork failed");
-  if (child == 0) run_child(cluster, s, control, bw);
+  auto child = services::cluster::child_process::fork_running(
+      [&] { return run_child(cluster, s, control, bw); });
 
   nlohmann::json out;
   out["processes"] = 2;
-  int status = 0;
   try {
     if (!control.wait(child_ready, 1, 20s))
       throw std::runtime_error("shm bench: child did not start");
@@ -222,102 +310,31 @@ nlohmann::json run_shm_plane_bench(bool quick) {
 
     shm_plane plane(cluster, "bench-client");
     client c;
-    plane.set_handler([&](const peer_id& from, envelope e) {
-      if (const auto* p = e.get<pong>()) {
-        const auto now = clock_type::now().time_since_epoch().count();
-        std::lock_guard lock(c.m);
-        if (c.warmup_left > 0)
-          --c.warmup_left;
-        else if (c.pings_left > 0) {
-          c.rtt_us.push_back(static_cast<double>(now - static_cast<int64_t>(p->sent_ns)) / 1e3);
-          --c.pings_left;
-        }
-        if (c.pings_left == 0) {
-          c.cv.notify_all();
-          return;
-        }
-        ping next{p->seq + 1, static_cast<uint64_t>(clock_type::now().time_since_epoch().count()),
-                  p->payload};
-        plane.send(from, make_envelope(std::move(next)));
-      } else if (const auto* a = e.get<bulk_ack>()) {
-        std::lock_guard lock(c.m);
-        c.acked[a->transfer_id] = true;
-        c.cv.notify_all();
-      }
-    });
+    answer_pongs_and_acks(plane, c);
     plane.start();
     out["rtt_64B"]["plane"] = plane_rtt(s, plane, c);
     out["rtt_64B"]["iterations"] = s.rtt_iterations;
 
     // Idle cost: both planes are up and waiting; their threads should sleep on futexes.
-    const std::clock_t cpu0 = std::clock();
-    const auto idle_t0 = clock_type::now();
-    std::this_thread::sleep_for(quick ? 200ms : 1s);
-    out["idle_cpu_fraction_of_one_core"] =
-        (static_cast<double>(std::clock() - cpu0) / CLOCKS_PER_SEC) / seconds_since(idle_t0);
+    out["idle_cpu_fraction_of_one_core"] = idle_cpu_fraction(quick ? 200ms : 1s);
 
     std::vector<std::byte> src(max_size), dst(2 * max_size);
     for (size_t i = 0; i < src.size(); ++i) src[i] = std::byte(i * 131);
     std::memset(dst.data(), 0, dst.size());
-    uint64_t round = 0, transfer = 0;
-    nlohmann::json rows = nlohmann::json::array();
-    for (size_t size : s.sizes) {
-      const size_t reps = s.reps(size);
-      const double plane_gbs = plane_bandwidth(plane, c, size, reps, ++transfer);
-      const double region_gbs = region_bandwidth(bw, src, size, reps, round);
-      const double memcpy_gbs = memcpy_bandwidth(dst, src, size, reps);
-      rows.push_back({{"bytes", size},
-                      {"messages", reps},
-                      {"memcpy_gbs", memcpy_gbs},
-                      {"plane_gbs", plane_gbs},
-                      {"region_gbs", region_gbs},
-                      {"plane_vs_memcpy", plane_gbs / memcpy_gbs},
-                      {"region_vs_memcpy", region_gbs / memcpy_gbs}});
-    }
+    const auto rows = bandwidth_rows(s, plane, c, bw, src, dst);
     out["bandwidth"] = rows;
-    {
-      // Where a 64 MiB plane message spends its time (one process, no ring): the encode (the
-      // body is spliced by reference) and the decode of a reassembled frame (the body is
-      // referenced), next to one memcpy of the payload, which is what the ring costs per side.
-      const auto e = make_envelope(bulk_chunk{0, 0, max_size, std::vector<char>(max_size, 'x')});
-      auto t0 = clock_type::now();
-      auto spliced = e.encode_spliced();
-      const double encode_ms = seconds_since(t0) * 1e3;
-      std::shared_ptr<const byte_buffer> frame = std::make_shared<byte_buffer>(spliced.flatten());
-      frame_error_counters errors;
-      t0 = clock_type::now();
-      auto back = decode_frame(frame->bytes(), frame, errors);
-      const double decode_ms = seconds_since(t0) * 1e3;
-      t0 = clock_type::now();
-      std::memcpy(dst.data(), src.data(), max_size);
-      const double memcpy_ms = seconds_since(t0) * 1e3;
-      out["plane_cost_64MiB_ms"] = {{"encode", encode_ms},
-                                    {"decode", decode_ms},
-                                    {"one_memcpy", memcpy_ms},
-                                    {"ok", back.has_value()}};
-    }
+    out["plane_cost_64MiB_ms"] = plane_cost(src, dst);
     out["plane_bad_frames"] = plane.counters().bad_frames.total();
     control.publish(quit, 1);
     plane.stop();
 
-    const double rtt = out["rtt_64B"]["plane"]["median_us"];
-    double worst_region_ratio = 1e9;
-    for (auto& r : rows)
-      if (r["bytes"].get<size_t>() >= (1u << 20))
-        worst_region_ratio = std::min(worst_region_ratio, r["region_vs_memcpy"].get<double>());
-    out["targets"] = {{"plane_rtt_median_us_max", 2.0},
-                      {"plane_rtt_met", rtt <= 2.0},
-                      {"region_vs_memcpy_min_at_1MiB_and_up", 0.7},
-                      {"region_worst_ratio_at_1MiB_and_up", worst_region_ratio},
-                      {"region_bandwidth_met", worst_region_ratio >= 0.7}};
+    out["targets"] = targets(out["rtt_64B"]["plane"]["median_us"], rows);
   } catch (...) {
     control.publish(quit, 1);
-    kill(child, SIGKILL);
-    waitpid(child, &status, 0);
+    child.kill();
     throw;
   }
-  waitpid(child, &status, 0);
-  out["child_exit_status"] = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  out["child_exit_status"] = child.wait().code();
   return out;
 }
 

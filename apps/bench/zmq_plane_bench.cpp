@@ -1,5 +1,6 @@
 #include "apps/bench/zmq_plane_bench.hpp"
 
+#include "services/cluster/process_launcher.hpp"
 #include "transport/control_messages.hpp"
 #include "transport/zmq_plane.hpp"
 
@@ -12,10 +13,7 @@
 #include <map>
 #include <mutex>
 #include <set>
-#include <signal.h>
 #include <stdexcept>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
 #include <zmq.hpp>
@@ -59,26 +57,21 @@ endpoints make_endpoints() {
 
 const auto wait_limit = std::chrono::seconds(60);
 
-pid_t spawn(const std::function<int()>& body) {
-  const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error("fork failed");
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    // Receivers reuse their heap instead of faulting in fresh pages for every large message
-    // (glibc maps anything over 32 MiB anew), as a server of KV transfers would be set up.
-    // Both children get it, so ours and raw compare the same way.
+// A child running `body`, killed if we die. Receivers reuse their heap instead of faulting in
+// fresh pages for every large message (glibc maps anything over 32 MiB anew), as a server of KV
+// transfers would be set up. Both children get it, so ours and raw compare the same way.
+services::cluster::child_process spawn(const std::function<int()>& body) {
+  return services::cluster::child_process::fork_running([&] {
     mallopt(M_ARENA_MAX, 1);
     mallopt(M_MMAP_MAX, 0);
     mallopt(M_TRIM_THRESHOLD, 1 << 30);
-    int rc = 1;
     try {
-      rc = body();
+      return body();
     } catch (const std::exception& e) {
       std::fprintf(stderr, "zmq plane bench child: %s\n", e.what());
+      return 1;
     }
-    _exit(rc); // not exit(): the parent's atexit handlers and buffers are not ours to run
-  }
-  return pid;
+  });
 }
 
 // The zmq plane's side of the child: echo pings, acknowledge each completed burst.
@@ -172,6 +165,72 @@ nlohmann::json summary(std::vector<double> us) {
   return {{"median", us[us.size() / 2]}, {"p99", us[us.size() * 99 / 100]}};
 }
 
+void raw_receive(zmq::socket_t& dealer) {
+  zmq::message_t reply;
+  if (!dealer.recv(reply)) throw std::runtime_error("zmq plane bench: raw child timed out");
+}
+
+// 64 B round trips, ours then raw.
+nlohmann::json round_trips(zmq_plane& plane, replies& got, zmq::socket_t& dealer,
+                           const schedule& s) {
+  std::vector<double> ours_us, raw_us;
+  const auto payload = std::vector<char>(64, 'x');
+  for (int i = 1; i <= s.warmup + s.rounds; ++i) {
+    const auto t0 = clock_type::now();
+    if (plane.send("bench-child", make_envelope(ping{uint64_t(i), 0, payload})) != send_status::ok)
+      throw std::runtime_error("zmq plane bench: ping not accepted");
+    got.wait([&] { return got.last_pong == uint64_t(i); }, "a pong");
+    if (i > s.warmup) ours_us.push_back(micros(clock_type::now() - t0));
+  }
+  for (int i = 1; i <= s.warmup + s.rounds; ++i) {
+    const auto t0 = clock_type::now();
+    dealer.send(zmq::message_t(payload.data(), payload.size()), zmq::send_flags::none);
+    raw_receive(dealer);
+    if (i > s.warmup) raw_us.push_back(micros(clock_type::now() - t0));
+  }
+  nlohmann::json latency = {{"ours", summary(ours_us)}, {"raw", summary(raw_us)}};
+  latency["ratio_median"] =
+      latency["ours"]["median"].get<double>() / latency["raw"]["median"].get<double>();
+  return latency;
+}
+
+// Bursts of the k-th size, ours and raw interleaved so that load from elsewhere hits both alike;
+// the best of the reps each.
+nlohmann::json burst_row(zmq_plane& plane, replies& got, zmq::socket_t& dealer, const schedule& s,
+                         size_t k) {
+  const size_t size = s.sizes[k], count = s.counts[k];
+  const double gib = double(size) * double(count) / double(1 << 30);
+  std::vector<char> source(size, 'b');
+  std::vector<double> ours_gibps, raw_gibps;
+  for (int rep = 0; rep < s.reps; ++rep) {
+    const uint64_t id = k * 100 + rep + 1;
+    // One message sent `count` times: its data goes out as its own zero-copy part, so a send
+    // packs only the small head (the raw side copies the payload into each zmq message).
+    auto chunk = make_envelope(bulk_chunk{id, 0, uint64_t(size * count), source});
+    auto t0 = clock_type::now();
+    for (size_t i = 0; i < count; ++i) {
+      send_status status;
+      while ((status = plane.send("bench-child", chunk)) == send_status::queue_full)
+        std::this_thread::sleep_for(std::chrono::microseconds(50)); // pushed back: retry
+      if (status != send_status::ok)
+        throw std::runtime_error(std::string("zmq plane bench: send: ") + to_string(status));
+    }
+    got.wait([&] { return got.acks.count(id) > 0; }, "a bulk_ack");
+    ours_gibps.push_back(gib / std::chrono::duration<double>(clock_type::now() - t0).count());
+
+    t0 = clock_type::now();
+    for (size_t i = 0; i < count; ++i)
+      dealer.send(zmq::message_t(source.data(), size), zmq::send_flags::none);
+    raw_receive(dealer);
+    raw_gibps.push_back(gib / std::chrono::duration<double>(clock_type::now() - t0).count());
+  }
+  const double ours = *std::max_element(ours_gibps.begin(), ours_gibps.end());
+  const double raw = *std::max_element(raw_gibps.begin(), raw_gibps.end());
+  return {{"bytes", size},           {"messages", count},   {"ours_GiB_per_s", ours},
+          {"raw_GiB_per_s", raw},    {"ratio", ours / raw}, {"ours_samples", ours_gibps},
+          {"raw_samples", raw_gibps}};
+}
+
 nlohmann::json measure(const endpoints& ep, const schedule& s) {
   register_control_messages();
   zmq_plane_options options;
@@ -202,71 +261,14 @@ nlohmann::json measure(const endpoints& ep, const schedule& s) {
   dealer.set(zmq::sockopt::linger, 0);
   dealer.set(zmq::sockopt::rcvtimeo, 60000);
   dealer.connect(ep.raw);
-  auto raw_receive = [&] {
-    zmq::message_t reply;
-    if (!dealer.recv(reply)) throw std::runtime_error("zmq plane bench: raw child timed out");
-  };
 
-  // 64 B round trips.
-  std::vector<double> ours_us, raw_us;
-  const auto payload = std::vector<char>(64, 'x');
-  for (int i = 1; i <= s.warmup + s.rounds; ++i) {
-    const auto t0 = clock_type::now();
-    if (plane.send("bench-child", make_envelope(ping{uint64_t(i), 0, payload})) != send_status::ok)
-      throw std::runtime_error("zmq plane bench: ping not accepted");
-    got.wait([&] { return got.last_pong == uint64_t(i); }, "a pong");
-    if (i > s.warmup) ours_us.push_back(micros(clock_type::now() - t0));
-  }
-  for (int i = 1; i <= s.warmup + s.rounds; ++i) {
-    const auto t0 = clock_type::now();
-    dealer.send(zmq::message_t(payload.data(), payload.size()), zmq::send_flags::none);
-    raw_receive();
-    if (i > s.warmup) raw_us.push_back(micros(clock_type::now() - t0));
-  }
-  nlohmann::json latency = {{"ours", summary(ours_us)}, {"raw", summary(raw_us)}};
-  latency["ratio_median"] =
-      latency["ours"]["median"].get<double>() / latency["raw"]["median"].get<double>();
-
-  // Bursts of one size, ours and raw interleaved so that load from elsewhere hits both alike.
+  const auto latency = round_trips(plane, got, dealer, s);
   nlohmann::json bandwidth = nlohmann::json::array();
   bool target_met = true;
   for (size_t k = 0; k < s.sizes.size(); ++k) {
-    const size_t size = s.sizes[k], count = s.counts[k];
-    const double gib = double(size) * double(count) / double(1 << 30);
-    std::vector<char> source(size, 'b');
-    std::vector<double> ours_gibps, raw_gibps;
-    for (int rep = 0; rep < s.reps; ++rep) {
-      const uint64_t id = k * 100 + rep + 1;
-      // One message sent `count` times: its data goes out as its own zero-copy part, so a send
-      // packs only the small head (the raw side copies the payload into each zmq message).
-      auto chunk = make_envelope(bulk_chunk{id, 0, uint64_t(size * count), source});
-      auto t0 = clock_type::now();
-      for (size_t i = 0; i < count; ++i) {
-        send_status status;
-        while ((status = plane.send("bench-child", chunk)) == send_status::queue_full)
-          std::this_thread::sleep_for(std::chrono::microseconds(50)); // pushed back: retry
-        if (status != send_status::ok)
-          throw std::runtime_error(std::string("zmq plane bench: send: ") + to_string(status));
-      }
-      got.wait([&] { return got.acks.count(id) > 0; }, "a bulk_ack");
-      ours_gibps.push_back(gib / std::chrono::duration<double>(clock_type::now() - t0).count());
-
-      t0 = clock_type::now();
-      for (size_t i = 0; i < count; ++i)
-        dealer.send(zmq::message_t(source.data(), size), zmq::send_flags::none);
-      raw_receive();
-      raw_gibps.push_back(gib / std::chrono::duration<double>(clock_type::now() - t0).count());
-    }
-    const double ours = *std::max_element(ours_gibps.begin(), ours_gibps.end());
-    const double raw = *std::max_element(raw_gibps.begin(), raw_gibps.end());
-    if (size >= (size_t{64} << 10) && ours < 0.9 * raw) target_met = false;
-    bandwidth.push_back({{"bytes", size},
-                         {"messages", count},
-                         {"ours_GiB_per_s", ours},
-                         {"raw_GiB_per_s", raw},
-                         {"ratio", ours / raw},
-                         {"ours_samples", ours_gibps},
-                         {"raw_samples", raw_gibps}});
+    bandwidth.push_back(burst_row(plane, got, dealer, s, k));
+    if (s.sizes[k] >= (size_t{64} << 10) && bandwidth.back()["ratio"].get<double>() < 0.9)
+      target_met = false;
   }
   plane.send("bench-child", make_envelope(member_leave{"bench-parent", "bench done"}));
   plane.stop();
@@ -277,29 +279,22 @@ nlohmann::json measure(const endpoints& ep, const schedule& s) {
           {"within_10_percent_of_raw_at_64KiB_and_up", target_met}};
 }
 
-void reap(pid_t pid, bool force) {
-  if (pid <= 0) return;
-  if (force) kill(pid, SIGKILL);
-  int status = 0;
-  waitpid(pid, &status, 0);
-}
-
 } // namespace
 
 nlohmann::json run_zmq_plane_bench(bool quick) {
   const schedule s = make_schedule(quick);
   const endpoints ep = make_endpoints();
   // Children first, then the parent's contexts: zmq contexts must not cross a fork.
-  const pid_t ours = spawn([&] { return ours_child(ep); });
-  const pid_t raw = spawn([&] { return raw_child(ep, s); });
+  auto ours = spawn([&] { return ours_child(ep); });
+  auto raw = spawn([&] { return raw_child(ep, s); });
   nlohmann::json result;
   try {
     result = measure(ep, s);
-    reap(ours, false);
-    reap(raw, false);
+    ours.wait();
+    raw.wait();
   } catch (const std::exception& e) {
-    reap(ours, true);
-    reap(raw, true);
+    ours.kill();
+    raw.kill();
     for (auto* f : {&ep.child_control, &ep.child_bulk, &ep.raw}) ::unlink(f->substr(6).c_str());
     result = {{"error", e.what()}};
   }

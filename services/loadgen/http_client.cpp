@@ -136,37 +136,6 @@ net::awaitable<void> stream_completion_or_throw(const completion_call& call,
   stream.socket().shutdown(net::ip::tcp::socket::shutdown_both, ec);
 }
 
-net::awaitable<served_model> fetch_served_model_async(const http_url& url,
-                                                      std::chrono::steady_clock::duration timeout) {
-  auto ex = co_await net::this_coro::executor;
-  net::ip::tcp::resolver resolver(ex);
-  const auto endpoints = co_await resolver.async_resolve(url.host, url.port, net::use_awaitable);
-  beast::tcp_stream stream(ex);
-  stream.expires_after(timeout);
-  co_await stream.async_connect(endpoints, net::use_awaitable);
-  http::request<http::empty_body> req{http::verb::get, url.target("/v1/models"), 11};
-  req.set(http::field::host, url.host_header());
-  req.set(http::field::user_agent, "supernode-bench-serve");
-  co_await http::async_write(stream, req, net::use_awaitable);
-  beast::flat_buffer buffer;
-  http::response<http::string_body> res;
-  co_await http::async_read(stream, buffer, res, net::use_awaitable);
-  if (res.result_int() != 200)
-    throw std::runtime_error("GET /v1/models: HTTP " + std::to_string(res.result_int()) + ": " +
-                             error_message_of(res.body()));
-  const auto j = nlohmann::json::parse(res.body(), nullptr, false);
-  if (!j.is_object() || !j.contains("data") || !j["data"].is_array() || j["data"].empty() ||
-      !j["data"][0].is_object() || !j["data"][0].contains("id") || !j["data"][0]["id"].is_string())
-    throw std::runtime_error("GET /v1/models: no model listed in '" + res.body().substr(0, 200) +
-                             "'");
-  served_model m;
-  m.id = j["data"][0]["id"].get<std::string>();
-  if (auto len = j["data"][0].find("max_model_len");
-      len != j["data"][0].end() && len->is_number_integer())
-    m.max_model_len = len->get<int64_t>();
-  co_return m;
-}
-
 } // namespace
 
 std::string completion_request_body(const std::string& model, const planned_request& request) {
@@ -195,28 +164,68 @@ net::awaitable<void> stream_completion(const completion_call& call, const planne
   if (out.end_s < out.send_s) out.end_s = seconds_since(call.origin);
 }
 
-served_model fetch_served_model(const http_url& url, double timeout_s) {
-  net::io_context ioc{1};
-  served_model result;
-  std::exception_ptr failure;
-  net::co_spawn(
-      ioc,
-      fetch_served_model_async(url, std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                        std::chrono::duration<double>(timeout_s))),
-      [&](std::exception_ptr e, served_model m) {
-        failure = e;
-        result = std::move(m);
-      });
-  ioc.run();
-  if (failure) {
-    try {
-      std::rethrow_exception(failure);
-    } catch (const boost::system::system_error& e) {
-      throw std::runtime_error("GET " + url.host_header() + url.target("/v1/models") + ": " +
-                               e.code().message());
+http_response http_request(const http_url& url, const std::string& method,
+                           const std::string& target, const std::string& body,
+                           std::chrono::steady_clock::duration timeout,
+                           const std::string& content_type) {
+  http_response out;
+  try {
+    net::io_context io;
+    net::ip::tcp::resolver resolver(io);
+    beast::tcp_stream stream(io);
+    stream.expires_after(timeout);
+    stream.connect(resolver.resolve(url.host, url.port));
+    http::request<http::string_body> req{http::string_to_verb(method), url.target(target), 11};
+    req.set(http::field::host, url.host_header());
+    req.set(http::field::user_agent, "supernode");
+    if (!body.empty() || req.method() == http::verb::post) {
+      req.set(http::field::content_type, content_type);
+      req.body() = body;
+      req.prepare_payload();
     }
+    http::write(stream, req);
+    beast::flat_buffer buffer;
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(size_t{256} << 20);
+    http::read(stream, buffer, parser);
+    const auto& res = parser.get();
+    out.status = res.result_int();
+    out.content_type = std::string(res[http::field::content_type]);
+    out.body = res.body();
+    beast::error_code ec;
+    stream.socket().shutdown(net::ip::tcp::socket::shutdown_both, ec);
+  } catch (const boost::system::system_error& e) {
+    out.error = describe(e.code(), timeout);
+  } catch (const std::exception& e) {
+    out.error = e.what();
   }
-  return result;
+  return out;
+}
+
+std::string http_get_ok(const http_url& url, const std::string& target, double timeout_s) {
+  const auto timeout = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(timeout_s));
+  const auto r = http_request(url, "GET", target, "", timeout);
+  const std::string what = "GET http://" + url.host_header() + url.target(target);
+  if (!r.error.empty()) throw std::runtime_error(what + ": " + r.error);
+  if (r.status != 200)
+    throw std::runtime_error(what + ": HTTP " + std::to_string(r.status) + ": " +
+                             error_message_of(r.body));
+  return r.body;
+}
+
+served_model fetch_served_model(const http_url& url, double timeout_s) {
+  const auto body = http_get_ok(url, "/v1/models", timeout_s);
+  const auto j = nlohmann::json::parse(body, nullptr, false);
+  if (!j.is_object() || !j.contains("data") || !j["data"].is_array() || j["data"].empty() ||
+      !j["data"][0].is_object() || !j["data"][0].contains("id") || !j["data"][0]["id"].is_string())
+    throw std::runtime_error("GET /v1/models: no model listed in '" + body.substr(0, 200) + "'");
+  served_model m;
+  m.id = j["data"][0]["id"].get<std::string>();
+  if (auto len = j["data"][0].find("max_model_len");
+      len != j["data"][0].end() && len->is_number_integer())
+    m.max_model_len = len->get<int64_t>();
+  return m;
 }
 
 } // namespace supernode::services::loadgen

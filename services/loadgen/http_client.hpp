@@ -1,6 +1,7 @@
 #pragma once
-// The two calls the benchmark makes to an OpenAI-compatible server, over Boost.Beast with C++20
-// coroutines so one io thread can drive every request in flight.
+// HTTP over Boost.Beast: the streamed completions the serving benchmark sends (C++20 coroutines,
+// so one io thread drives every request in flight), and one blocking request at a time for
+// everything else (a model list, /metrics, the tests' calls).
 
 #include "services/loadgen/http_url.hpp"
 #include "services/loadgen/request_outcome.hpp"
@@ -40,6 +41,24 @@ std::string completion_request_body(const std::string& model, const planned_requ
 boost::asio::awaitable<void> stream_completion(const completion_call& call,
                                                const planned_request& request,
                                                request_outcome& out);
+
+struct http_response {
+  unsigned status = 0;
+  std::string content_type;
+  std::string body;
+  std::string error; // a transport failure (connect, send, read, the timeout), if any
+};
+
+// One request on a fresh connection, blocking; `timeout` bounds connect, send and the whole
+// response (an event stream is read until the server ends it). A body is sent with
+// `content_type`. Never throws: a transport failure is in `error`, with status 0.
+http_response http_request(const http_url& url, const std::string& method,
+                           const std::string& target, const std::string& body = "",
+                           std::chrono::steady_clock::duration timeout = std::chrono::seconds(120),
+                           const std::string& content_type = "application/json");
+
+// The body of a GET that answered 200; throws std::runtime_error naming the URL otherwise.
+std::string http_get_ok(const http_url& url, const std::string& target, double timeout_s);
 
 struct served_model {
   std::string id;

@@ -8,4 +8,5 @@ target_sources(supernode_services PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/load_runner.cpp
   ${CMAKE_CURRENT_LIST_DIR}/report.cpp
   ${CMAKE_CURRENT_LIST_DIR}/latency_plot.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/prometheus_text.cpp
 )

@@ -2,13 +2,11 @@
 
 #include "../model/tiny_model.hpp"
 #include "model/engine.hpp"
+#include "services/cluster/process_launcher.hpp"
 
-#include <array>
-#include <cstdio>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <sys/wait.h>
 
 using namespace supernode;
 
@@ -19,25 +17,30 @@ struct run_result {
   std::string out; // stdout and stderr together
 };
 
-run_result run(const std::string& args) {
-  const std::string cmd = std::string(SUPERNODE_BINARY_DIR) + "/apps/supernode " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
+// `supernode ARGS...`, its stdout and stderr read together.
+run_result run(const std::vector<std::string>& args) {
+  services::cluster::launch_spec spec;
+  spec.argv = {std::string(SUPERNODE_BINARY_DIR) + "/apps/supernode"};
+  spec.argv.insert(spec.argv.end(), args.begin(), args.end());
+  spec.stdout_to = services::cluster::output_to::pipe;
+  spec.stderr_to = services::cluster::output_to::pipe;
+  auto child = services::cluster::child_process::launch(spec);
   std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  int status = ::pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  child.for_each_line([&](const std::string& line) { out += line + "\n"; });
+  return {child.wait().code(), out};
 }
 
-std::string model_arg() {
-  return "--model " + supernode::testing::tiny_model_dir().string();
+// `args` with --model and the tiny model after the command (the first argument).
+std::vector<std::string> with_model(std::vector<std::string> args) {
+  args.insert(args.begin() + 1, {"--model", supernode::testing::tiny_model_dir().string()});
+  return args;
 }
 
 } // namespace
 
 TEST(cli, generate_json_equals_the_reference_engine) {
-  auto r = run("generate " + model_arg() + " --prompt-ids 0,1000,2000,3000 --max-tokens 5 --json");
+  auto r = run(
+      with_model({"generate", "--prompt-ids", "0,1000,2000,3000", "--max-tokens", "5", "--json"}));
   ASSERT_EQ(r.exit_code, 0) << r.out;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["prompt_tokens"].get<std::vector<int32_t>>(),
@@ -54,8 +57,8 @@ TEST(cli, generate_json_equals_the_reference_engine) {
 }
 
 TEST(cli, text_prompts_and_fp32_precision) {
-  auto r = run("generate " + model_arg() +
-               " --prompt 'Hello, 世界' --max-tokens 3 --precision fp32 --json");
+  auto r = run(with_model({"generate", "--prompt", "Hello, 世界", "--max-tokens", "3",
+                           "--precision", "fp32", "--json"}));
   ASSERT_EQ(r.exit_code, 0) << r.out;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["precision"], "fp32");
@@ -64,7 +67,8 @@ TEST(cli, text_prompts_and_fp32_precision) {
 }
 
 TEST(cli, tokenize_and_detokenize_round_trip) {
-  auto r = run("tokenize " + model_arg() + " --text 'Supernode serves DeepSeek' --no-bos --json");
+  auto r =
+      run(with_model({"tokenize", "--text", "Supernode serves DeepSeek", "--no-bos", "--json"}));
   ASSERT_EQ(r.exit_code, 0) << r.out;
   auto ids = nlohmann::json::parse(r.out)["ids"].get<std::vector<int32_t>>();
   std::string list;
@@ -72,32 +76,33 @@ TEST(cli, tokenize_and_detokenize_round_trip) {
     if (!list.empty()) list += ',';
     list += std::to_string(id);
   }
-  r = run("detokenize " + model_arg() + " --ids " + list);
+  r = run(with_model({"detokenize", "--ids", list}));
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(r.out, "Supernode serves DeepSeek\n");
 }
 
 TEST(cli, bad_arguments_exit_2_with_a_reason) {
-  auto r = run("generate " + model_arg() + " --prompt-ids 1,2 --max-tokens lots");
+  auto r = run(with_model({"generate", "--prompt-ids", "1,2", "--max-tokens", "lots"}));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.out.find("--max-tokens expects an integer"), std::string::npos) << r.out;
-  r = run("generate " + model_arg() + " --prompt-ids 1,x");
+  r = run(with_model({"generate", "--prompt-ids", "1,x"}));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.out.find("bad item 'x'"), std::string::npos) << r.out;
-  r = run("generate " + model_arg() + " --prompt-ids 1 --temprature 0.5");
+  r = run(with_model({"generate", "--prompt-ids", "1", "--temprature", "0.5"}));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.out.find("unknown argument '--temprature'"), std::string::npos) << r.out;
-  r = run("generate " + model_arg() + " --prompt-ids 1 --top-p 1.5");
+  r = run(with_model({"generate", "--prompt-ids", "1", "--top-p", "1.5"}));
   EXPECT_EQ(r.exit_code, 2);
-  r = run("frobnicate");
+  r = run({"frobnicate"});
   EXPECT_EQ(r.exit_code, 2);
 }
 
 TEST(cli, runtime_errors_exit_1_and_name_the_cause) {
-  auto r = run("generate --model /nonexistent/model --prompt-ids 1 --max-tokens 1");
+  auto r =
+      run({"generate", "--model", "/nonexistent/model", "--prompt-ids", "1", "--max-tokens", "1"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.out.find("/nonexistent/model"), std::string::npos) << r.out;
-  r = run("generate " + model_arg() + " --prompt-ids 1,999999 --max-tokens 1");
+  r = run(with_model({"generate", "--prompt-ids", "1,999999", "--max-tokens", "1"}));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.out.find("999999"), std::string::npos) << r.out;
 }

@@ -212,8 +212,8 @@ TEST_F(serving_api, a_full_gateway_answers_429_and_a_client_leaving_mid_stream_f
   for (;;) {
     const auto text = get("/metrics").body;
     if (metric(text, "supernode_gateway_requests_in_flight") == 0.0 &&
-        metric(text, "supernode_kv_blocks_used", "instance=\"decode-0\"") == 0.0 &&
-        metric(text, "supernode_instance_running", "instance=\"decode-0\"") == 0.0)
+        metric(text, "supernode_kv_blocks_used", {{"instance", "decode-0"}}) == 0.0 &&
+        metric(text, "supernode_instance_running", {{"instance", "decode-0"}}) == 0.0)
       break;
     ASSERT_LT(std::chrono::steady_clock::now(), deadline) << text;
   }

@@ -6,23 +6,12 @@
 #include "serving_fixture.hpp"
 
 #include <csignal>
+#include <fstream>
 #include <gtest/gtest.h>
 
 using namespace supernode::testing;
 
 namespace {
-
-// The sum of every series of `name` (one per instance); 0 when there is none.
-double metric_sum(const std::string& text, const std::string& name) {
-  double sum = 0;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind(name, 0) != 0 || line.size() <= name.size()) continue;
-    if (line[name.size()] != ' ' && line[name.size()] != '{') continue;
-    sum += std::stod(line.substr(line.rfind(' ') + 1));
-  }
-  return sum;
-}
 
 constexpr int64_t prompt_tokens = 96;
 constexpr int64_t cache_block = 16;

@@ -65,8 +65,9 @@ TEST(serving_ep, four_rank_processes_with_microbatching_give_the_reference_token
   EXPECT_NE(read_logs(cluster.run_dir()).find("two microbatches"), std::string::npos);
   // The stage breakdown reaches /metrics (load reports every heartbeat, then cluster stats).
   const auto [text, reported] = poll_metrics(cluster.port(), [](const std::string& t) {
-    const auto experts = metric(t, "supernode_ep_stage_seconds",
-                                "instance=\"decode-0\",moe_layer=\"0\",stage=\"experts\"");
+    const auto experts =
+        metric(t, "supernode_ep_stage_seconds",
+               {{"instance", "decode-0"}, {"moe_layer", "0"}, {"stage", "experts"}});
     return experts && *experts > 0 && metric(t, "supernode_ep_forwards") > 0.0;
   });
   EXPECT_TRUE(reported) << text.substr(0, 4000);
@@ -109,9 +110,9 @@ TEST(serving_ep, a_rank_process_killed_mid_step_fails_the_groups_requests_withou
     const auto text = http_call(cluster.port(), "GET", "/metrics").body;
     double running = 0;
     for (int r = 0; r < 4; ++r)
-      running += metric(text, "supernode_instance_running",
-                        "instance=\"decode-" + std::to_string(r) + "\"")
-                     .value_or(0.0);
+      running +=
+          metric(text, "supernode_instance_running", {{"instance", "decode-" + std::to_string(r)}})
+              .value_or(0.0);
     stepping = running > 0.0;
     // Polling pace only (the gateway bounds its connections); nothing waits on this timing.
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -54,7 +54,7 @@ TEST(serving_fault, a_killed_prefill_instance_fails_its_requests_and_frees_their
   }
 
   const auto [text, freed] = poll_metrics(cluster.port(), [](const std::string& text) {
-    return metric(text, "supernode_kv_blocks_used", "instance=\"decode-0\"") == 0.0 &&
+    return metric(text, "supernode_kv_blocks_used", {{"instance", "decode-0"}}) == 0.0 &&
            metric(text, "supernode_gateway_requests_in_flight") == 0.0;
   });
   EXPECT_TRUE(freed) << text;

@@ -6,12 +6,12 @@
 #include "../support/http_client.hpp"
 #include "../support/serving_cluster.hpp"
 #include "model/engine.hpp"
+#include "services/loadgen/prometheus_text.hpp"
 
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <regex>
 #include <thread>
 #include <utility>
 
@@ -60,18 +60,15 @@ inline std::optional<std::vector<int32_t>> answered_tokens(const http_reply& r) 
 }
 
 // The value of one series of /metrics, e.g. metric(text, "supernode_kv_blocks_used",
-// "instance=\"decode-0\""); nothing when absent.
+// {{"instance", "decode-0"}}); nothing when absent.
 inline std::optional<double> metric(const std::string& text, const std::string& name,
-                                    const std::string& label = "") {
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind(name, 0) != 0 || line.size() <= name.size()) continue;
-    const char next = line[name.size()];
-    if (next != ' ' && next != '{') continue;
-    if (!label.empty() && line.find(label) == std::string::npos) continue;
-    return std::stod(line.substr(line.rfind(' ') + 1));
-  }
-  return std::nullopt;
+                                    const services::loadgen::metric_labels& labels = {}) {
+  return services::loadgen::metrics_snapshot(text).value(name, labels);
+}
+
+// The sum of every series of `name` (one per instance); 0 when there is none.
+inline double metric_sum(const std::string& text, const std::string& name) {
+  return services::loadgen::metrics_snapshot(text).sum(name);
 }
 
 // Polls /metrics until `done(text)` holds or `timeout` passes; returns the last text and whether

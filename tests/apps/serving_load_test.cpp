@@ -40,8 +40,8 @@ TEST(serving_load, two_hundred_concurrent_requests_on_pdc_2p2d_all_complete_and_
 
   // The decode instances report released blocks every heartbeat; wait for the reports.
   const auto [text, settled] = poll_metrics(cluster.port(), [](const std::string& t) {
-    return metric(t, "supernode_kv_blocks_used", "instance=\"decode-0\"") == 0.0 &&
-           metric(t, "supernode_kv_blocks_used", "instance=\"decode-1\"") == 0.0 &&
+    return metric(t, "supernode_kv_blocks_used", {{"instance", "decode-0"}}) == 0.0 &&
+           metric(t, "supernode_kv_blocks_used", {{"instance", "decode-1"}}) == 0.0 &&
            metric(t, "supernode_scheduler_queued") == 0.0;
   });
   ASSERT_TRUE(settled) << text;

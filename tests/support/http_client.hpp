@@ -1,8 +1,10 @@
 #pragma once
-// A blocking HTTP/1.1 client for tests (Boost.Beast): one request per connection, a deadline on
-// every operation, the whole response read (an SSE stream ends when the server ends it).
+// HTTP for tests: services/loadgen's blocking request to a server on this host (one request per
+// connection, a deadline on the whole of it, an SSE stream read until the server ends it), and
+// its SSE parser for streamed answers.
 
-#include "services/beast.hpp"
+#include "services/loadgen/http_client.hpp"
+#include "services/loadgen/sse_parser.hpp"
 
 #include <chrono>
 #include <string>
@@ -10,62 +12,24 @@
 
 namespace supernode::testing {
 
-struct http_reply {
-  unsigned status = 0;
-  std::string content_type;
-  std::string body;
-  std::string error; // transport failure, if any
-};
+using http_reply = services::loadgen::http_response;
 
 inline http_reply http_call(uint16_t port, const std::string& method, const std::string& target,
                             const std::string& body = "",
                             std::chrono::seconds timeout = std::chrono::seconds(120)) {
-  namespace beast = boost::beast;
-  namespace http = beast::http;
-  namespace net = boost::asio;
-  http_reply out;
-  try {
-    net::io_context io;
-    beast::tcp_stream stream(io);
-    stream.expires_after(timeout);
-    stream.connect(net::ip::tcp::endpoint(net::ip::make_address("127.0.0.1"), port));
-    http::request<http::string_body> req{method == "GET" ? http::verb::get : http::verb::post,
-                                         target, 11};
-    req.set(http::field::host, "127.0.0.1");
-    if (method != "GET") {
-      req.set(http::field::content_type, "application/json");
-      req.body() = body;
-      req.prepare_payload();
-    }
-    http::write(stream, req);
-    beast::flat_buffer buffer;
-    http::response_parser<http::string_body> parser;
-    parser.body_limit(size_t{256} << 20);
-    http::read(stream, buffer, parser);
-    auto& res = parser.get();
-    out.status = res.result_int();
-    out.content_type = std::string(res[http::field::content_type]);
-    out.body = res.body();
-    beast::error_code ec;
-    stream.socket().shutdown(net::ip::tcp::socket::shutdown_both, ec);
-  } catch (const std::exception& e) {
-    out.error = e.what();
-  }
-  return out;
+  services::loadgen::http_url url;
+  url.host = "127.0.0.1";
+  url.port = std::to_string(port);
+  return services::loadgen::http_request(url, method, target, body, timeout);
 }
 
-// The data fields of a Server-Sent Events body, in order.
+// The data fields of a Server-Sent Events body's events, in order.
 inline std::vector<std::string> sse_data(const std::string& body) {
-  std::vector<std::string> events;
-  size_t pos = 0;
-  while (pos < body.size()) {
-    size_t end = body.find("\n\n", pos);
-    if (end == std::string::npos) end = body.size();
-    const std::string event = body.substr(pos, end - pos);
-    if (event.rfind("data: ", 0) == 0) events.push_back(event.substr(6));
-    pos = end + 2;
-  }
-  return events;
+  std::vector<services::loadgen::sse_event> events;
+  services::loadgen::sse_parser().feed(body, events);
+  std::vector<std::string> data;
+  for (auto& e : events) data.push_back(std::move(e.data));
+  return data;
 }
 
 } // namespace supernode::testing

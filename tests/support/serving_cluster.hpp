@@ -5,20 +5,15 @@
 // port, so tests never collide with each other or with a server the user runs.
 
 #include "child_process.hpp"
-#include "transport/toml_edit.hpp"
+#include "services/cluster/cluster_file.hpp"
 
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <map>
-#include <sstream>
-#include <stdexcept>
 #include <string>
 
 namespace supernode::testing {
-
-using transport::set_toml_key;
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 inline constexpr bool sanitized_build = true;
@@ -32,24 +27,21 @@ public:
   serving_cluster(const std::string& config, const std::filesystem::path& model,
                   const std::vector<std::array<std::string, 3>>& edits = {}) {
     static std::atomic<int> counter{0};
-    std::ifstream in(std::filesystem::path(SUPERNODE_SOURCE_DIR) / "configs" / config);
-    if (!in) throw std::runtime_error("no config " + config);
-    std::stringstream ss;
-    ss << in.rdbuf();
+    auto file = services::cluster::cluster_file::read(std::filesystem::path(SUPERNODE_SOURCE_DIR) /
+                                                      "configs" / config);
     name_ = "t" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
     run_dir_ = std::filesystem::temp_directory_path() / ("supernode-test-" + name_);
     std::filesystem::create_directories(run_dir_);
-    std::string text = set_toml_key(ss.str(), "cluster", "name", "\"" + name_ + "\"");
-    text = set_toml_key(text, "cluster", "run_dir", "\"" + run_dir_.string() + "\"");
-    text = set_toml_key(text, "gateway", "port", "0");
+    file.own_cluster(name_, run_dir_).set("gateway", "port", "0");
     // Tests run side by side on two cores and start many processes at once: a process can miss
     // half a second of heartbeats without being dead (five seconds under ASan, which runs every
     // process 2-3x slower: two EP clusters side by side starved a rank's heartbeats past 2 s).
     // Deaths the tests cause are seen sooner anyway (closed sockets, shm owners gone).
-    text = set_toml_key(text, "cluster", "missed_heartbeats", sanitized_build ? "50" : "20");
-    for (auto& [table, key, value] : edits) text = set_toml_key(text, table, key, value);
+    file.set("cluster", "missed_heartbeats", sanitized_build ? "50" : "20");
+    for (auto& [table, key, value] : edits) file.set(table, key, value);
     config_ = run_dir_ / config;
-    std::ofstream(config_) << text;
+    file.write(config_);
+    const std::string& text = file.text();
     model_ = model.string();
 
     multi_process_ = text.find("[process.all]") == std::string::npos;
@@ -58,7 +50,7 @@ public:
           {binary(), "cluster", "up", "--config", config_.string(), "--model", model_});
       auto line = up.wait_for_line("listening gateway-0 ", std::chrono::seconds(120));
       auto status = up.wait(std::chrono::seconds(60));
-      up_ok_ = line && status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0;
+      up_ok_ = line && status && status->success();
       if (line) port_ = port_of(*line);
     } else {
       server_ = std::make_unique<child_process>(std::vector<std::string>{

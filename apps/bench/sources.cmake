@@ -1,0 +1,22 @@
+# The benchmarks that drive real processes and servers, and the infrastructure they share
+# (reports, stop-signal cleanup); the launcher, HTTP client and metrics reader they use are
+# services' (services/cluster, services/loadgen).
+target_sources(supernode PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/bench_report.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/stop_signals.cpp
+  # `supernode bench serve`, the client side of the serving benchmark (logic in services/loadgen).
+  ${CMAKE_CURRENT_LIST_DIR}/serve_bench.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/engine_baseline.cpp
+  # `supernode bench cache`
+  ${CMAKE_CURRENT_LIST_DIR}/cache_bench.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/cache_bench_cluster.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/cache_bench_sweep.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/cache_bench_plot.cpp
+  # `supernode bench model-cache`
+  ${CMAKE_CURRENT_LIST_DIR}/model_cache_bench.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/model_cache_files.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/model_cache_pool.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/model_cache_loaders.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/model_cache_report.cpp
+)
+target_link_libraries(supernode PRIVATE supernode_services)
