@@ -5,8 +5,7 @@
 #include "services/ems/model_cache.hpp"
 #include "services/ems/object_store.hpp"
 #include "services/ems/pool_session.hpp"
-#include "services/serving/serving_config.hpp"
-#include "transport/cluster_config.hpp"
+#include "services/serving/cluster_file.hpp"
 #include "transport/shm_segment.hpp"
 
 #include <algorithm>
@@ -353,8 +352,9 @@ cluster_files write_cluster(const fs::path& work, int loaders, uint64_t dram_byt
       << "\nread_path = \"ub\"\ntimeout_ms = 60000\n";
   out.close();
   if (!out) throw std::runtime_error("bench model-cache: cannot write " + c.config_file.string());
-  c.cluster = transport::cluster_config::load(c.config_file);
-  c.ems = services::serving_config::load(c.config_file).ems;
+  auto file = services::cluster_file::load(c.config_file);
+  c.cluster = std::move(file.cluster);
+  c.ems = std::move(file.serving.ems);
   return c;
 }
 
