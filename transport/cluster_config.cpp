@@ -1,5 +1,7 @@
 #include "transport/cluster_config.hpp"
 
+#include "transport/config_schema.hpp"
+
 #include <algorithm>
 #include <set>
 #include <stdexcept>

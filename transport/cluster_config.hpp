@@ -17,7 +17,7 @@
 // Process "decode" #1 hosts instances "decode-1" and "expert_shard-1". With per_process = 4 it
 // would host decode-4..7 and expert_shard-4..7 (ranks as threads of one process).
 
-#include "transport/config_schema.hpp"
+#include "transport/config_document.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -28,6 +28,8 @@
 #include <vector>
 
 namespace supernode::transport {
+
+struct config_table_doc; // config_schema.hpp
 
 struct plane_config {
   std::string name;

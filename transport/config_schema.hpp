@@ -63,31 +63,19 @@ public:
     config_key k{std::move(name), config_type::floating, std::move(meaning)};
     k.low = low;
     k.high = high;
-    return add(
-        std::move(k), [field](Config& c, config_value v) { c.*field = std::get<double>(v); },
-        [field](const Config& c) -> config_value { return c.*field; });
+    return bind<double>(std::move(k), field);
   }
   config_table& boolean(std::string name, bool Config::*field, std::string meaning) {
-    return add(
-        config_key{std::move(name), config_type::boolean, std::move(meaning)},
-        [field](Config& c, config_value v) { c.*field = std::get<bool>(v); },
-        [field](const Config& c) -> config_value { return c.*field; });
+    return bind<bool>({std::move(name), config_type::boolean, std::move(meaning)}, field);
   }
   template<class M> // std::string or std::filesystem::path
   config_table& string(std::string name, M Config::*field, std::string meaning) {
-    return add(
-        config_key{std::move(name), config_type::string, std::move(meaning)},
-        [field](Config& c, config_value v) { c.*field = std::get<std::string>(v); },
-        [field](const Config& c) -> config_value { return std::string(c.*field); });
+    return bind<std::string>({std::move(name), config_type::string, std::move(meaning)}, field);
   }
   config_table& strings(std::string name, std::vector<std::string> Config::*field,
                         std::string meaning) {
-    return add(
-        config_key{std::move(name), config_type::string_list, std::move(meaning)},
-        [field](Config& c, config_value v) {
-          c.*field = std::get<std::vector<std::string>>(std::move(v));
-        },
-        [field](const Config& c) -> config_value { return c.*field; });
+    return bind<std::vector<std::string>>(
+        {std::move(name), config_type::string_list, std::move(meaning)}, field);
   }
   config_table& integers(std::string name, std::vector<int> Config::*field, int64_t min,
                          int64_t max, std::string meaning) {
@@ -165,6 +153,15 @@ private:
       return static_cast<int64_t>(v.count());
     else
       return static_cast<int64_t>(v);
+  }
+  // A member that holds the value as the file writes it: V, the config_value alternative of the
+  // key's type, converts to and from M.
+  template<class V, class M>
+  config_table& bind(config_key key, M Config::*field) {
+    return add(
+        std::move(key),
+        [field](Config& c, config_value v) { c.*field = std::get<V>(std::move(v)); },
+        [field](const Config& c) -> config_value { return V(c.*field); });
   }
   config_table& add(config_key key, setter set, getter get) {
     keys_.push_back(std::move(key));

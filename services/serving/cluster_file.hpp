@@ -8,6 +8,7 @@
 
 #include "services/serving/serving_config.hpp"
 #include "transport/cluster_config.hpp"
+#include "transport/config_schema.hpp"
 
 #include <filesystem>
 #include <string>

@@ -18,12 +18,16 @@
 
 #include "model/linear.hpp"
 #include "services/ems/ems_config.hpp"
-#include "transport/config_schema.hpp"
 
 #include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
+
+namespace supernode::transport {
+class config_document;   // config_document.hpp
+struct config_table_doc; // config_schema.hpp
+} // namespace supernode::transport
 
 namespace supernode::services {
 

@@ -1,4 +1,5 @@
 #include "transport/cluster_config.hpp"
+#include "transport/config_schema.hpp"
 
 #include <gtest/gtest.h>
 
