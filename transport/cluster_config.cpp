@@ -147,8 +147,15 @@ cluster_config cluster_config::from(const config_document& file) {
   if (c.planes.empty()) c.planes["inproc"] = plane_config{"inproc", "inproc"};
 
   flows_table().read(file, c);
+  std::vector<std::string> plane_names;
+  for (auto& [name, plane] : c.planes) plane_names.push_back(name);
   for (auto& [flow, plane] : c.flows)
-    if (!c.planes.count(plane)) file.fail({"flows"}, flow, "names unknown plane '" + plane + "'");
+    if (!c.planes.count(plane)) {
+      const auto near = nearest_name(plane, plane_names);
+      file.fail({"flows"}, flow,
+                "names unknown plane '" + plane + "'" +
+                    (near.empty() ? "" : " (did you mean '" + near + "'?)"));
+    }
 
   for (auto& name : file.subtables({"process"})) {
     process_config p;

@@ -76,7 +76,7 @@ TEST(cluster_config, malformed_shapes_name_the_table_and_key) {
   EXPECT_EQ(error_of("[planes.x]\nkind = \"zmq\"\ntransport = \"tcp\"\n"),
             "shape.toml:1: [planes.x] base_port must be in [1, 65000] for zmq over tcp");
   EXPECT_EQ(error_of("[planes.x]\nkind = \"zmq\"\n[flows]\ncontrol = \"y\"\n"),
-            "shape.toml:4: [flows] control names unknown plane 'y'");
+            "shape.toml:4: [flows] control names unknown plane 'y' (did you mean 'x'?)");
   EXPECT_EQ(error_of("[process.a]\ncount = 2\n"),
             "shape.toml:1: [process.a] roles is required (an array of strings)");
   EXPECT_EQ(error_of("[process.a]\nroles = []\n"),
@@ -103,6 +103,8 @@ TEST(cluster_config, misspelled_keys_and_flows_suggest_the_nearest) {
             "shape.toml:4: [flows] unknown key 'dispach' (did you mean 'dispatch'?)");
   EXPECT_EQ(error_of("[cluster]\nheartbeat = 50\n"),
             "shape.toml:2: [cluster] unknown key 'heartbeat' (did you mean 'heartbeat_ms'?)");
+  EXPECT_EQ(error_of("[planes.rdma]\nkind = \"zmq\"\n[flows]\nbulk = \"rmda\"\n"),
+            "shape.toml:4: [flows] bulk names unknown plane 'rmda' (did you mean 'rdma'?)");
   EXPECT_EQ(error_of("[planes.ub]\nkind = \"shm\"\nring_byte = 4096\n"),
             "shape.toml:3: [planes.ub] unknown key 'ring_byte' (did you mean 'ring_bytes'?)");
 }
