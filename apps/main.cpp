@@ -25,6 +25,8 @@ commands:
               its run_dir)
   role NAME   --config FILE --id ID [--model DIR]
               one process of a cluster: the role instances that FILE's [process.NAME] lists
+  config keys                 every table and key of a config file (docs/configuration.md)
+  config check --config FILE  read FILE as every process would, starting nothing
   bench kernels [--threads N] [--quick] [--isa avx512_vnni,avx2] [--shapes a,b] [--m 1,8]
                 [--int8-only] [--onednn-isa native|avx2|avx2_vnni|avx512_core_vnni]
                                             INT8/FP32 GEMM against oneDNN (native and capped at
@@ -61,6 +63,7 @@ int main(int argc, char** argv) {
     if (command == "role") return cmd_role(args);
     if (command == "serve") return cmd_serve(args);
     if (command == "cluster") return cmd_cluster(args);
+    if (command == "config") return cmd_config(args);
     std::fprintf(stderr, "supernode: unknown command '%s'\n\n%s", command.c_str(), usage);
     return 2;
   } catch (const usage_error& e) {

@@ -9,8 +9,8 @@ namespace supernode::apps {
 serving_setup parse_serving_setup(const std::string& text, const std::string& source,
                                   const std::optional<std::string>& model_override,
                                   bool model_required) {
-  serving_setup s{source, transport::cluster_config::parse(text, source),
-                  services::serving_config::parse(text, source)};
+  auto file = services::cluster_file::parse(text, source);
+  serving_setup s{source, std::move(file.cluster), std::move(file.serving)};
   if (model_override) {
     s.serving.model_path = *model_override;
   } else if (model_required && s.serving.model_path.lexically_normal() == "models/demo") {

@@ -1,10 +1,9 @@
 #pragma once
 // A serving config as the CLI uses it: topology and serving settings read from one TOML file
-// (or the embedded default), with the model folder resolved — --model wins, the demo model is
-// made on first use, any other folder must exist.
+// (or the embedded default) by services::cluster_file, with the model folder resolved — --model
+// wins, the demo model is made on first use, any other folder must exist.
 
-#include "services/serving/serving_config.hpp"
-#include "transport/cluster_config.hpp"
+#include "services/serving/cluster_file.hpp"
 
 #include <filesystem>
 #include <optional>

@@ -1,126 +1,118 @@
 #include "transport/cluster_config.hpp"
 
-#include <fstream>
+#include "transport/config_schema.hpp"
+
+#include <algorithm>
 #include <set>
-#include <sstream>
 #include <stdexcept>
-#include <toml++/toml.h>
 
 namespace supernode::transport {
 
 namespace {
 
-[[noreturn]] void fail(const std::string& source, const std::string& what) {
-  throw std::runtime_error(source + ": " + what);
+const config_table<cluster_config>& cluster_table() {
+  static const auto table =
+      config_table<cluster_config>("cluster", "The cluster as a whole: its name, its run folder "
+                                              "and how peers tell that one of them died.")
+          .string("name", &cluster_config::name,
+                  "names the cluster's shm segments and endpoints, so clusters side by side "
+                  "do not meet")
+          .rule("no '/', '.' or spaces")
+          .string("run_dir", &cluster_config::run_dir,
+                  "logs, pid files and ipc sockets of the cluster's processes")
+          .documented_default("`$TMPDIR/supernode` (`/tmp/supernode`)")
+          .integer("heartbeat_ms", &cluster_config::heartbeat_interval, 1, 60000,
+                   "milliseconds between two heartbeats of an endpoint to its peers")
+          .integer("missed_heartbeats", &cluster_config::missed_heartbeats, 1, 10000,
+                   "heartbeats a peer may miss before it counts as dead");
+  return table;
 }
 
-template<class T>
-T get_or(const toml::table& t, const char* key, T fallback, const std::string& source,
-         const std::string& where) {
-  const toml::node* n = t.get(key);
-  if (!n) return fallback;
-  if (auto v = n->value<T>()) return *v;
-  fail(source, where + "." + key + " has the wrong type");
+const config_table<plane_config>& plane_table() {
+  static const auto table =
+      config_table<plane_config>(
+          "planes.<name>",
+          "A plane (transport) the cluster's flows can use. Without any [planes.*] table "
+          "every flow goes over one plane named `inproc` of kind inproc.")
+          .string("kind", &plane_config::kind,
+                  "inproc: one process; shm: shared-memory rings between processes of one host "
+                  "(the UB stand-in); zmq: ZeroMQ sockets (RDMA and VPC stand-ins)")
+          .choices({"inproc", "shm", "zmq"})
+          .required()
+          .string("transport", &plane_config::transport,
+                  "zmq: ipc sockets in run_dir (one host) or tcp (across hosts)")
+          .choices({"ipc", "tcp"})
+          .string("host", &plane_config::host, "zmq over tcp: the address endpoints bind to")
+          .integer("base_port", &plane_config::base_port, 0, 65000,
+                   "zmq over tcp: instance i uses base_port + 3i (control), +1 (bulk), +2 (ep)")
+          .rule("at least 1 for zmq over tcp")
+          .integer(
+              "queue_limit", &plane_config::queue_limit, 1, int64_t{1} << 24,
+              "inproc and zmq: messages queued towards one peer before sends report queue_full")
+          .integer("ring_bytes", &plane_config::ring_bytes, 4096, int64_t{1} << 30,
+                   "shm: bytes of each ring between an ordered pair of peers (rounded up to a "
+                   "power of two); a frame up to half of it goes in one piece");
+  return table;
 }
 
-} // namespace
-
-cluster_config cluster_config::parse(std::string_view text, const std::string& source) {
-  toml::table root;
-  try {
-    root = toml::parse(text, source);
-  } catch (const toml::parse_error& e) {
-    std::ostringstream os;
-    os << e.description() << " at line " << e.source().begin.line;
-    fail(source, os.str());
-  }
-  cluster_config c;
-  c.run_dir = std::filesystem::temp_directory_path() / "supernode";
-  if (auto* cl = root["cluster"].as_table()) {
-    c.name = get_or<std::string>(*cl, "name", c.name, source, "cluster");
-    c.run_dir = get_or<std::string>(*cl, "run_dir", c.run_dir.string(), source, "cluster");
-    c.heartbeat_interval = std::chrono::milliseconds(
-        get_or<int64_t>(*cl, "heartbeat_ms", c.heartbeat_interval.count(), source, "cluster"));
-    c.missed_heartbeats = static_cast<int>(
-        get_or<int64_t>(*cl, "missed_heartbeats", c.missed_heartbeats, source, "cluster"));
-    if (c.heartbeat_interval.count() <= 0 || c.missed_heartbeats <= 0)
-      fail(source, "cluster.heartbeat_ms and cluster.missed_heartbeats must be positive");
-  }
-  if (c.name.empty() || c.name.find_first_of("/. ") != std::string::npos)
-    fail(source, "cluster.name must be non-empty without '/', '.' or spaces");
-
-  if (auto* planes = root["planes"].as_table()) {
-    for (auto& [key, node] : *planes) {
-      const std::string where = "planes." + std::string(key.str());
-      auto* t = node.as_table();
-      if (!t) fail(source, where + " must be a table");
-      plane_config p;
-      p.name = std::string(key.str());
-      p.kind = get_or<std::string>(*t, "kind", "", source, where);
-      if (p.kind != "inproc" && p.kind != "shm" && p.kind != "zmq")
-        fail(source, where + ".kind must be inproc, shm or zmq, got '" + p.kind + "'");
-      p.transport = get_or<std::string>(*t, "transport", p.transport, source, where);
-      if (p.transport != "ipc" && p.transport != "tcp")
-        fail(source, where + ".transport must be ipc or tcp");
-      p.host = get_or<std::string>(*t, "host", p.host, source, where);
-      p.base_port = static_cast<int>(get_or<int64_t>(*t, "base_port", 0, source, where));
-      if (p.kind == "zmq" && p.transport == "tcp" && (p.base_port <= 0 || p.base_port > 65000))
-        fail(source, where + ".base_port must be in [1, 65000] for tcp");
-      p.queue_limit = static_cast<size_t>(
-          get_or<int64_t>(*t, "queue_limit", static_cast<int64_t>(p.queue_limit), source, where));
-      p.ring_bytes = static_cast<size_t>(
-          get_or<int64_t>(*t, "ring_bytes", static_cast<int64_t>(p.ring_bytes), source, where));
-      c.planes[p.name] = p;
+// The flows the code sends on, each assigned to a plane by name.
+const config_table<cluster_config>& flows_table() {
+  static const auto table = [] {
+    config_table<cluster_config> t(
+        "flows", "Which plane carries which flow; each value names a [planes.<name>] table.");
+    const std::pair<const char*, const char*> flows[] = {
+        {"default", "any flow the table does not list"},
+        {"control", "control messages and heartbeats between role instances"},
+        {"bulk", "the KV cache from prefill to decode, once per request"},
+        {"dispatch", "MoE dispatch and combine between the ranks of an expert-parallel group"},
+        {"ems", "requests to the EMS memory pool and its replies"}};
+    for (auto [flow, meaning] : flows) {
+      const std::string name = flow;
+      t.custom(
+           config_key{name, config_type::string, meaning},
+           [name](cluster_config& c, config_value v) {
+             c.flows[name] = std::get<std::string>(std::move(v));
+           },
+           [name](const cluster_config& c) -> config_value {
+             auto it = c.flows.find(name);
+             return it == c.flows.end() ? std::string() : it->second;
+           })
+          .documented_default(name == "default" ? "the only plane, when there is one"
+                                                : "the default flow's plane");
     }
-  }
-  if (c.planes.empty()) c.planes["inproc"] = plane_config{"inproc", "inproc"};
+    return t;
+  }();
+  return table;
+}
 
-  if (auto* flows = root["flows"].as_table())
-    for (auto& [key, node] : *flows) {
-      auto v = node.value<std::string>();
-      if (!v) fail(source, "flows." + std::string(key.str()) + " must name a plane");
-      if (!c.planes.count(*v))
-        fail(source, "flows." + std::string(key.str()) + " names unknown plane '" + *v + "'");
-      c.flows[std::string(key.str())] = *v;
-    }
+const config_table<process_config>& process_table() {
+  static const auto table =
+      config_table<process_config>(
+          "process.<name>",
+          "A kind of process and the role instances each of its processes hosts. Process "
+          "`decode` #1 with roles = [\"decode\", \"expert_shard\"] hosts decode-1 and "
+          "expert_shard-1.")
+          .strings("roles", &process_config::roles,
+                   "the roles each process hosts an instance of (gateway, scheduler, prefill, "
+                   "decode, expert_shard, mp_controller, mp_server, echo)")
+          .required()
+          .rule("non-empty, no empty names")
+          .integer("count", &process_config::count, 1, 4096, "processes of this kind")
+          .integer("threads", &process_config::threads, 0, 1024,
+                   "compute threads of each process; 0: all cores")
+          .integer("per_process", &process_config::per_process, 1, 256,
+                   "instances of each role in one process (ranks as threads)")
+          .integers("cpus", &process_config::cpus, 0, 4095,
+                    "CPUs each process is pinned to; empty: not pinned");
+  return table;
+}
 
+std::vector<instance_config> expand_instances(const config_document& file,
+                                              const std::vector<process_config>& processes) {
+  std::vector<instance_config> instances;
   std::set<std::string> names;
-  if (auto* procs = root["process"].as_table()) {
-    for (auto& [key, node] : *procs) {
-      const std::string where = "process." + std::string(key.str());
-      auto* t = node.as_table();
-      if (!t) fail(source, where + " must be a table");
-      process_config p;
-      p.name = std::string(key.str());
-      p.count = static_cast<int>(get_or<int64_t>(*t, "count", 1, source, where));
-      if (p.count < 1 || p.count > 4096) fail(source, where + ".count must be in [1, 4096]");
-      auto* roles = t->get_as<toml::array>("roles");
-      if (!roles || roles->empty())
-        fail(source, where + ".roles must be a non-empty array of role names");
-      for (auto& r : *roles) {
-        auto v = r.value<std::string>();
-        if (!v || v->empty()) fail(source, where + ".roles must hold strings");
-        p.roles.push_back(*v);
-      }
-      p.threads = static_cast<int>(get_or<int64_t>(*t, "threads", 0, source, where));
-      p.per_process = static_cast<int>(get_or<int64_t>(*t, "per_process", 1, source, where));
-      if (p.per_process < 1 || p.per_process > 256)
-        fail(source, where + ".per_process must be in [1, 256]");
-      if (p.threads < 0 || p.threads > 1024) fail(source, where + ".threads must be in [0, 1024]");
-      if (auto* cpus = t->get("cpus")) {
-        auto* list = cpus->as_array();
-        if (!list) fail(source, where + ".cpus must be an array of CPU numbers");
-        for (auto& cpu : *list) {
-          auto v = cpu.value<int64_t>();
-          if (!v || *v < 0 || *v > 4095) fail(source, where + ".cpus must hold CPU numbers");
-          p.cpus.push_back(static_cast<int>(*v));
-        }
-      }
-      c.processes.push_back(p);
-    }
-  }
   int ordinal = 0;
-  for (auto& p : c.processes)
+  for (auto& p : processes)
     for (int i = 0; i < p.count; ++i)
       for (auto& r : p.roles)
         for (int j = 0; j < p.per_process; ++j) {
@@ -128,22 +120,67 @@ cluster_config cluster_config::parse(std::string_view text, const std::string& s
           instance_config inst{
               r + "-" + std::to_string(role_index), r, p.name, i, ordinal++, role_index};
           if (!names.insert(inst.name).second)
-            fail(source, "instance '" + inst.name + "' is hosted by two processes");
-          c.instances_.push_back(inst);
+            file.fail({"process", p.name}, "",
+                      "instance '" + inst.name + "' is hosted by two processes");
+          instances.push_back(inst);
         }
+  return instances;
+}
+
+} // namespace
+
+cluster_config cluster_config::from(const config_document& file) {
+  cluster_config c;
+  cluster_table().read(file, c);
+  if (c.run_dir.empty()) c.run_dir = std::filesystem::temp_directory_path() / "supernode";
+  if (c.name.empty() || c.name.find_first_of("/. ") != std::string::npos)
+    file.fail({"cluster"}, "name", "must be non-empty without '/', '.' or spaces");
+
+  for (auto& name : file.subtables({"planes"})) {
+    plane_config p;
+    p.name = name;
+    plane_table().read(file, {"planes", name}, p);
+    if (p.kind == "zmq" && p.transport == "tcp" && p.base_port <= 0)
+      file.fail({"planes", name}, "base_port", "must be in [1, 65000] for zmq over tcp");
+    c.planes[name] = p;
+  }
+  if (c.planes.empty()) c.planes["inproc"] = plane_config{"inproc", "inproc"};
+
+  flows_table().read(file, c);
+  std::vector<std::string> plane_names;
+  for (auto& [name, plane] : c.planes) plane_names.push_back(name);
+  for (auto& [flow, plane] : c.flows)
+    if (!c.planes.count(plane)) {
+      const auto near = nearest_name(plane, plane_names);
+      file.fail({"flows"}, flow,
+                "names unknown plane '" + plane + "'" +
+                    (near.empty() ? "" : " (did you mean '" + near + "'?)"));
+    }
+
+  for (auto& name : file.subtables({"process"})) {
+    process_config p;
+    p.name = name;
+    process_table().read(file, {"process", name}, p);
+    if (p.roles.empty() ||
+        std::any_of(p.roles.begin(), p.roles.end(), [](auto& r) { return r.empty(); }))
+      file.fail({"process", name}, "roles", "must be a non-empty array of role names");
+    c.processes.push_back(p);
+  }
+  c.instances_ = expand_instances(file, c.processes);
   return c;
 }
 
-std::string read_config_file(const std::filesystem::path& file) {
-  std::ifstream in(file);
-  if (!in) throw std::runtime_error("cannot open config " + file.string());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+cluster_config cluster_config::parse(std::string_view text, const std::string& source) {
+  return from(config_document(text, source));
+}
+
+std::vector<config_table_doc> cluster_config::tables() {
+  return {cluster_table().document(), plane_table().document(), flows_table().document(),
+          process_table().document()};
 }
 
 cluster_config cluster_config::load(const std::filesystem::path& file) {
-  return parse(read_config_file(file), file.string());
+  return from(config_document::load(file));
 }
 
 std::vector<instance_config> cluster_config::instances_of(const std::string& process,

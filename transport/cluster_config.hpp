@@ -5,6 +5,8 @@
 // each other without a discovery service. Instances added at run time announce themselves with
 // member_join instead.
 //
+// Every key, with its type, default and range: docs/configuration.md.
+//
 //   [cluster]   name = "demo"   run_dir = "/tmp/supernode-demo"
 //               heartbeat_ms = 100   missed_heartbeats = 5
 //   [planes.vpc]  kind = "zmq"  transport = "ipc"            # or "tcp" with host, base_port
@@ -14,6 +16,8 @@
 //
 // Process "decode" #1 hosts instances "decode-1" and "expert_shard-1". With per_process = 4 it
 // would host decode-4..7 and expert_shard-4..7 (ranks as threads of one process).
+
+#include "transport/config_document.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -25,8 +29,7 @@
 
 namespace supernode::transport {
 
-// The text of a config file; throws std::runtime_error naming the file when it cannot be read.
-std::string read_config_file(const std::filesystem::path& file);
+struct config_table_doc; // config_schema.hpp
 
 struct plane_config {
   std::string name;
@@ -76,9 +79,17 @@ struct cluster_config {
   std::string address(const instance_config& instance, const plane_config& plane,
                       const std::string& channel) const;
 
-  // Throws std::runtime_error naming the source and the key for any malformed entry.
+  // Reads the topology tables ([cluster], [planes.<name>], [flows], [process.<name>]) of a
+  // parsed file. Strict (config_document.hpp): throws std::runtime_error naming the file, line,
+  // table and key of an unknown key, a wrong type or a value out of range. Other top-level tables
+  // are left to their readers: services::cluster_file reads a whole file and rejects tables no
+  // reader knows.
+  static cluster_config from(const config_document& file);
+  // from() on text or a file that holds a topology only (tests, tools).
   static cluster_config parse(std::string_view toml_text, const std::string& source);
   static cluster_config load(const std::filesystem::path& file);
+  // The topology tables and their keys, as docs/configuration.md lists them.
+  static std::vector<config_table_doc> tables();
 
 private:
   std::vector<instance_config> instances_;

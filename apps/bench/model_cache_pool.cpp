@@ -2,6 +2,7 @@
 
 #include "services/cluster/cluster_file.hpp"
 #include "services/cluster/role_launch.hpp"
+#include "services/serving/cluster_file.hpp"
 #include "transport/heartbeat_clock.hpp"
 #include "transport/shm_segment.hpp"
 
@@ -73,7 +74,7 @@ cluster_files write_cluster(const fs::path& work, int loaders, uint64_t dram_byt
       .set("ems", "ssd_bytes", std::to_string(ssd_bytes))
       .write(c.config_file);
   c.cluster = transport::cluster_config::load(c.config_file);
-  c.ems = services::serving_config::load(c.config_file).ems;
+  c.ems = services::cluster_file::load(c.config_file).serving.ems;
   return c;
 }
 

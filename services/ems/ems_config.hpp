@@ -1,6 +1,7 @@
 #pragma once
 // The [ems] table: how MP servers size their tiers, how clients reach the pool, and the two
-// caches built on it. Read by serving_config, so every process of a cluster agrees.
+// caches built on it. Read by serving_config, so every process of a cluster agrees. Every key,
+// with its type, default and range: ems_config_table(), docs/configuration.md.
 //
 //   [ems]  dram_bytes = 268435456   dram_high_watermark = 0.9   ssd_bytes = 4294967296
 //          data_dir = ""            # default <run_dir>/ems/<instance>
@@ -18,6 +19,11 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+namespace supernode::transport {
+template<class Config>
+class config_table;
+} // namespace supernode::transport
 
 namespace supernode::services::ems {
 
@@ -48,5 +54,9 @@ struct ems_config {
   std::string model_namespace = "models";
   uint64_t model_block_bytes = 4ull << 20;
 };
+
+// The keys of [ems]. [ems.quotas] and the rules that involve other tables (block_tokens a
+// multiple of [kv] block_size) are serving_config's.
+const transport::config_table<ems_config>& ems_config_table();
 
 } // namespace supernode::services::ems

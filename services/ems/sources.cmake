@@ -6,5 +6,5 @@ target_sources(supernode_services PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/mp_server.cpp ${CMAKE_CURRENT_LIST_DIR}/mp_controller.cpp
   ${CMAKE_CURRENT_LIST_DIR}/ems_client.cpp ${CMAKE_CURRENT_LIST_DIR}/context_cache.cpp
   ${CMAKE_CURRENT_LIST_DIR}/context_cache_client.cpp ${CMAKE_CURRENT_LIST_DIR}/model_fetch.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/pool_session.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/pool_session.cpp ${CMAKE_CURRENT_LIST_DIR}/ems_config.cpp
 )

@@ -2,39 +2,93 @@
 
 #include "services/ems/model_blocks.hpp"
 #include "services/ems/object_store.hpp"
-#include "transport/cluster_config.hpp"
-
-#include <sstream>
-#include <stdexcept>
-#include <toml++/toml.h>
+#include "transport/config_schema.hpp"
 
 namespace supernode::services {
 
 namespace {
 
-struct table_reader {
-  const toml::table* table;
-  std::string source, where;
+using transport::config_key, transport::config_table, transport::config_type,
+    transport::config_value;
+using table = config_table<serving_config>;
 
-  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
-    throw std::runtime_error(source + ": " + where + "." + key + " " + what);
-  }
-  template<class T>
-  T get(const char* key, T fallback) const {
-    if (!table) return fallback;
-    const toml::node* n = table->get(key);
-    if (!n) return fallback;
-    if (auto v = n->value<T>()) return *v;
-    fail(key, "has the wrong type");
-  }
-  int64_t get_int(const char* key, int64_t fallback, int64_t min, int64_t max) const {
-    const int64_t v = get<int64_t>(key, fallback);
-    if (v < min || v > max)
-      fail(key, "must be in [" + std::to_string(min) + ", " + std::to_string(max) + "], got " +
-                    std::to_string(v));
-    return v;
-  }
-};
+const std::vector<table>& serving_tables() {
+  static const std::vector<table> tables = [] {
+    using enum model::precision;
+    std::vector<table> t;
+    t.push_back(
+        table("model", "The model every prefill and decode instance serves.")
+            .string("path", &serving_config::model_path,
+                    "the model folder (config.json, safetensors); `--model` overrides; "
+                    "models/demo is made from the tiny preset on first use")
+            .enumerated("precision", &serving_config::precision,
+                        {{model::precision_name(int8), int8}, {model::precision_name(fp32), fp32}},
+                        "int8: INT8 weights and activations; fp32: the float reference")
+            .integer("max_context", &serving_config::max_context, 2, int64_t{1} << 20,
+                     "tokens of prompt and completion per request, capped by the model's "
+                     "max_position_embeddings"));
+    t.push_back(
+        table("kv", "The paged latent KV cache, shared by prefill and decode.")
+            .integer("block_size", &serving_config::block_size, 1, 4096, "tokens per KV block"));
+    t.push_back(table("gateway", "The OpenAI-compatible HTTP front end.")
+                    .string("host", &serving_config::http_host, "the address it listens on")
+                    .integer("port", &serving_config::http_port, 0, 65535,
+                             "the port it listens on; 0: any free port (printed at start)")
+                    .integer("max_body_bytes", &serving_config::max_body_bytes, 1024,
+                             int64_t{1} << 30, "largest request body; beyond: 413")
+                    .integer("max_pending", &serving_config::max_pending, 1, int64_t{1} << 20,
+                             "requests in flight at a gateway; beyond: 429")
+                    .integer("default_max_tokens", &serving_config::default_max_tokens, 1,
+                             int64_t{1} << 20,
+                             "completion tokens of a request without max_tokens"));
+    t.push_back(table("scheduler", "Admission and placement of requests.")
+                    .integer("max_queued", &serving_config::max_queued, 1, int64_t{1} << 20,
+                             "requests admitted but not yet placed; beyond: 429"));
+    t.push_back(
+        table("prefill", "Each prefill instance.")
+            .integer("token_budget", &serving_config::prefill_token_budget, 1, int64_t{1} << 20,
+                     "prompt tokens packed into one prefill step")
+            .integer("kv_blocks", &serving_config::prefill_kv_blocks, 0, int64_t{1} << 24,
+                     "KV blocks of its pool; 0: one budget of prompts plus one longest prompt"));
+    t.push_back(table("decode", "Each decode instance.")
+                    .integer("max_batch", &serving_config::decode_max_batch, 1, 4096,
+                             "sequences decoded together in one step")
+                    .integer("kv_blocks", &serving_config::decode_kv_blocks, 1, int64_t{1} << 24,
+                             "KV blocks of its pool (times [kv] block_size tokens)"));
+    t.push_back(
+        table("ep", "Expert parallelism: consecutive decode (prefill) instances form one "
+                    "instance of this many ranks; expert_shard instances join the decode groups "
+                    "(the attention/MoE split).")
+            .integer("decode_ranks", &serving_config::decode_ranks, 1, 1024,
+                     "ranks of each decode instance")
+            .integer("prefill_ranks", &serving_config::prefill_ranks, 1, 1024,
+                     "ranks of each prefill instance")
+            .boolean("microbatch", &serving_config::microbatch,
+                     "two microbatches per step, attention of one overlapping MoE of the other")
+            .integer("redundant_experts", &serving_config::redundant_experts, 0, 64,
+                     "replica slots per expert host that EPLB may fill")
+            .integer("eplb_interval", &serving_config::eplb_interval, 0, int64_t{1} << 20,
+                     "forwards between EPLB re-placements; 0: off")
+            .rule("0 or >= 4")
+            .integer("op_timeout_ms", &serving_config::ep_op_timeout_ms, 100, 3600000,
+                     "a peer silent this long breaks the group"));
+    return t;
+  }();
+  return tables;
+}
+
+// [ems.quotas]: a namespace's bytes over the whole pool, for any namespace.
+const config_key& quota_key() {
+  static const config_key key = [] {
+    config_key k("<namespace>", config_type::integer,
+                 "bytes the namespace may hold over the whole pool; unlisted: no quota");
+    k.min = 0;
+    k.max = int64_t{1} << 50;
+    k.default_text = "none";
+    return k;
+  }();
+  return key;
+}
 
 } // namespace
 
@@ -58,102 +112,34 @@ int64_t serving_config::prefill_pool_blocks() const {
   return (prefill_token_budget + max_context) / block_size + 64;
 }
 
-serving_config serving_config::parse(std::string_view text, const std::string& source) {
-  toml::table root;
-  try {
-    root = toml::parse(text, source);
-  } catch (const toml::parse_error& e) {
-    std::ostringstream os;
-    os << source << ": " << e.description() << " at line " << e.source().begin.line;
-    throw std::runtime_error(os.str());
-  }
-  auto reader = [&](const char* name) { return table_reader{root[name].as_table(), source, name}; };
+serving_config serving_config::from(const transport::config_document& file) {
   serving_config c;
-  const auto model = reader("model");
-  c.model_path = model.get<std::string>("path", c.model_path.string());
-  try {
-    c.precision = model::parse_precision(model.get<std::string>("precision", "int8"));
-  } catch (const std::invalid_argument& e) {
-    model.fail("precision", e.what());
-  }
-  c.max_context = model.get_int("max_context", c.max_context, 2, int64_t{1} << 20);
-  c.block_size = reader("kv").get_int("block_size", c.block_size, 1, 4096);
+  for (auto& t : serving_tables()) t.read(file, c);
+  if (c.eplb_interval > 0 && c.eplb_interval < 4)
+    file.fail({"ep"}, "eplb_interval", "must be 0 or >= 4, got " + std::to_string(c.eplb_interval));
 
-  const auto gw = reader("gateway");
-  c.http_host = gw.get<std::string>("host", c.http_host);
-  c.http_port = static_cast<int>(gw.get_int("port", c.http_port, 0, 65535));
-  c.max_body_bytes = static_cast<size_t>(
-      gw.get_int("max_body_bytes", static_cast<int64_t>(c.max_body_bytes), 1024, 1 << 30));
-  c.max_pending = gw.get_int("max_pending", c.max_pending, 1, 1 << 20);
-  c.default_max_tokens =
-      static_cast<int32_t>(gw.get_int("default_max_tokens", c.default_max_tokens, 1, 1 << 20));
-
-  c.max_queued = reader("scheduler").get_int("max_queued", c.max_queued, 1, 1 << 20);
-
-  const auto pf = reader("prefill");
-  c.prefill_token_budget = pf.get_int("token_budget", c.prefill_token_budget, 1, 1 << 20);
-  c.prefill_kv_blocks = pf.get_int("kv_blocks", c.prefill_kv_blocks, 0, 1 << 24);
-
-  const auto dc = reader("decode");
-  c.decode_max_batch = dc.get_int("max_batch", c.decode_max_batch, 1, 4096);
-  c.decode_kv_blocks = dc.get_int("kv_blocks", c.decode_kv_blocks, 1, 1 << 24);
-
-  const auto ep = reader("ep");
-  c.decode_ranks = static_cast<int32_t>(ep.get_int("decode_ranks", c.decode_ranks, 1, 1024));
-  c.prefill_ranks = static_cast<int32_t>(ep.get_int("prefill_ranks", c.prefill_ranks, 1, 1024));
-  c.microbatch = ep.get<bool>("microbatch", c.microbatch);
-  c.redundant_experts =
-      static_cast<int32_t>(ep.get_int("redundant_experts", c.redundant_experts, 0, 64));
-  c.eplb_interval = ep.get_int("eplb_interval", c.eplb_interval, 0, 1 << 20);
-  if (c.eplb_interval > 0 && c.eplb_interval < 4) ep.fail("eplb_interval", "must be 0 or >= 4");
-  c.ep_op_timeout_ms = ep.get_int("op_timeout_ms", c.ep_op_timeout_ms, 100, 3600000);
-
-  const auto em = reader("ems");
   auto& e = c.ems;
-  constexpr int64_t tib = int64_t{1} << 40;
-  e.dram_bytes = static_cast<uint64_t>(
-      em.get_int("dram_bytes", static_cast<int64_t>(e.dram_bytes), 4096, tib));
-  e.dram_high_watermark = em.get<double>("dram_high_watermark", e.dram_high_watermark);
-  if (!(e.dram_high_watermark > 0.0 && e.dram_high_watermark <= 1.0))
-    em.fail("dram_high_watermark", "must be in (0, 1]");
-  e.ssd_bytes =
-      static_cast<uint64_t>(em.get_int("ssd_bytes", static_cast<int64_t>(e.ssd_bytes), 4096, tib));
-  e.data_dir = em.get<std::string>("data_dir", "");
-  e.huge_pages = em.get<bool>("huge_pages", e.huge_pages);
-  const auto path = em.get<std::string>("read_path", "ub");
-  if (path != "ub" && path != "vpc") em.fail("read_path", "must be \"ub\" or \"vpc\"");
-  e.read_over_ub = path == "ub";
-  e.vnodes = static_cast<int32_t>(em.get_int("vnodes", e.vnodes, 1, 4096));
-  e.timeout_ms = em.get_int("timeout_ms", e.timeout_ms, 10, 3600000);
-  e.context_cache = em.get<bool>("context_cache", e.context_cache);
-  e.block_tokens = em.get_int("block_tokens", e.block_tokens, 1, 65536);
+  ems::ems_config_table().read(file, e);
   if (e.block_tokens % c.block_size != 0)
-    em.fail("block_tokens", "must be a multiple of [kv] block_size (" +
-                                std::to_string(c.block_size) + "), got " +
-                                std::to_string(e.block_tokens));
-  e.context_namespace = em.get<std::string>("context_namespace", e.context_namespace);
-  e.store_decode_kv = em.get<bool>("store_decode_kv", e.store_decode_kv);
-  e.model_cache = em.get<bool>("model_cache", e.model_cache);
-  e.object_store = em.get<std::string>("object_store", "");
-  e.object_store_bandwidth = em.get<double>("object_store_bandwidth", e.object_store_bandwidth);
-  if (!(e.object_store_bandwidth >= 0.0)) em.fail("object_store_bandwidth", "must be >= 0");
-  e.model_namespace = em.get<std::string>("model_namespace", e.model_namespace);
-  e.model_block_bytes = static_cast<uint64_t>(em.get_int(
-      "model_block_bytes", static_cast<int64_t>(e.model_block_bytes), 4096, int64_t{1} << 30));
+    file.fail({"ems"}, "block_tokens",
+              "must be a multiple of [kv] block_size (" + std::to_string(c.block_size) + "), got " +
+                  std::to_string(e.block_tokens));
   if (e.model_cache && e.object_store.empty())
-    em.fail("object_store", "must name a folder when model_cache = true");
-  if (const auto* quotas = root["ems"]["quotas"].as_table()) {
-    const table_reader q{quotas, source, "ems.quotas"};
-    for (auto& [ns, value] : *quotas) {
-      const std::string name(ns.str());
-      e.quotas.emplace_back(name, static_cast<uint64_t>(q.get_int(name.c_str(), 0, 0, tib * 1024)));
-    }
-  }
+    file.fail({"ems"}, "object_store", "must name a folder when model_cache = true");
+  file.read_entries({"ems", "quotas"}, quota_key(), [&](const std::string& ns, config_value v) {
+    e.quotas.emplace_back(ns, static_cast<uint64_t>(std::get<int64_t>(v)));
+  });
   return c;
 }
 
-serving_config serving_config::load(const std::filesystem::path& file) {
-  return parse(transport::read_config_file(file), file.string());
+std::vector<transport::config_table_doc> serving_config::tables() {
+  std::vector<transport::config_table_doc> docs;
+  for (auto& t : serving_tables()) docs.push_back(t.document());
+  docs.push_back(ems::ems_config_table().document());
+  docs.push_back({"ems.quotas",
+                  "Quotas of pool namespaces (context, models, ...).",
+                  {transport::document_key(quota_key(), "")}});
+  return docs;
 }
 
 } // namespace supernode::services

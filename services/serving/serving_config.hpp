@@ -1,8 +1,10 @@
 #pragma once
 // What a serving cluster serves and how each role sizes itself: the [model], [kv], [gateway],
-// [scheduler], [prefill] and [decode] tables of the same TOML file that describes the cluster
-// (transport::cluster_config reads the topology; this reads the rest). Every process of a
-// cluster reads the same file, so prefill and decode agree on the KV block shape.
+// [scheduler], [prefill], [decode], [ep] and [ems] tables of the same TOML file that describes
+// the cluster (transport::cluster_config reads the topology; this reads the rest; cluster_file
+// parses the file once for both). Every process of a cluster reads the same file, so prefill
+// and decode agree on the KV block shape. Every key, with its type, default and range:
+// docs/configuration.md.
 //
 //   [model]     path = "models/demo"   precision = "int8"   max_context = 4096
 //   [kv]        block_size = 16
@@ -20,7 +22,12 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
-#include <string_view>
+#include <vector>
+
+namespace supernode::transport {
+class config_document;   // config_document.hpp
+struct config_table_doc; // config_schema.hpp
+} // namespace supernode::transport
 
 namespace supernode::services {
 
@@ -65,9 +72,12 @@ struct serving_config {
   // prefill_kv_blocks, or enough for a full budget plus one partly filled block per prompt.
   int64_t prefill_pool_blocks() const;
 
-  // Throws std::runtime_error naming the source and key for a malformed or out-of-range value.
-  static serving_config parse(std::string_view toml_text, const std::string& source);
-  static serving_config load(const std::filesystem::path& file);
+  // Reads the serving tables of a parsed file. Strict (transport/config_document.hpp): throws
+  // std::runtime_error naming the file, line, table and key of an unknown key, a wrong type or a
+  // value out of range. The topology tables are cluster_config's.
+  static serving_config from(const transport::config_document& file);
+  // The serving tables and their keys, as docs/configuration.md lists them.
+  static std::vector<transport::config_table_doc> tables();
 };
 
 } // namespace supernode::services

@@ -9,6 +9,7 @@
 #include "actors/role/role_actor.hpp"
 #include "services/gateway/gateway_service.hpp"
 #include "services/protocol/serving_messages.hpp"
+#include "services/serving/cluster_file.hpp"
 #include "transport/control_messages.hpp"
 #include "transport/plane_factory.hpp"
 
@@ -59,8 +60,9 @@ bool eventually(Pred pred, std::chrono::seconds timeout = 20s) {
 TEST(role_interface, a_message_outside_a_roles_interface_is_counted_logged_once_and_exported) {
   const std::string name = "iface-" + std::to_string(::getpid());
   std::filesystem::remove_all("/tmp/" + name);
-  const auto cluster = transport::cluster_config::parse(config_text(name), "iface.toml");
-  const auto serving = services::serving_config::parse(config_text(name), "iface.toml");
+  const auto file = services::cluster_file::parse(config_text(name), "iface.toml");
+  const auto& cluster = file.cluster;
+  const auto& serving = file.serving;
   services::protocol::register_serving_messages();
 
   test_system_config cfg;

@@ -3,10 +3,18 @@
 #include "../model/tiny_model.hpp"
 #include "model/engine.hpp"
 #include "services/cluster/process_launcher.hpp"
+#include "transport/toml_edit.hpp"
 
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
+#include <sys/wait.h>
+#include <unistd.h>
 
 using namespace supernode;
 
@@ -105,4 +113,36 @@ TEST(cli, runtime_errors_exit_1_and_name_the_cause) {
   r = run(with_model({"generate", "--prompt-ids", "1,999999", "--max-tokens", "1"}));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.out.find("999999"), std::string::npos) << r.out;
+}
+
+TEST(cli, a_misspelled_config_key_stops_serve_before_anything_starts) {
+  // configs/local.toml with [decode] max_batch misspelled.
+  const std::filesystem::path shipped = std::filesystem::path(SUPERNODE_SOURCE_DIR) / "configs";
+  std::ifstream in(shipped / "local.toml");
+  std::stringstream text;
+  text << in.rdbuf();
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("supernode-cli-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto config = dir / "typo.toml";
+  std::ofstream(config) << transport::set_toml_key(text.str(), "decode", "max_bach", "8");
+
+  // serve refuses the file at start: exit 1 with file, line, table, key and the key meant, and
+  // no instance listening.
+  auto r = run(with_model({"serve", "--config", config.string(), "--port", "0"}));
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find(config.string() + ":"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[decode] unknown key 'max_bach' (did you mean 'max_batch'?)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("listening"), std::string::npos) << r.out;
+
+  // `config check` says the same without a model, and passes the file as shipped.
+  r = run({"config", "check", "--config", config.string()});
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("did you mean 'max_batch'?"), std::string::npos) << r.out;
+  r = run({"config", "check", "--config", (shipped / "local.toml").string()});
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("ok"), std::string::npos) << r.out;
+  std::filesystem::remove_all(dir);
 }

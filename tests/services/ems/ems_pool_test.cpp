@@ -8,7 +8,7 @@
 #include "../../support/child_process.hpp"
 #include "services/ems/hash_ring.hpp"
 #include "services/ems/pool_session.hpp"
-#include "services/serving/serving_config.hpp"
+#include "services/serving/cluster_file.hpp"
 #include "transport/free_ports.hpp"
 
 #include <atomic>
@@ -70,8 +70,9 @@ struct pool_cluster {
         << "\n[process.probe]\nroles = [\"probe\"]\n"
         << "[ems]\ndram_bytes = 8388608\nssd_bytes = 268435456\ntimeout_ms = 3000\n"
         << ems_extra;
-    cluster = transport::cluster_config::load(config_file);
-    serving = services::serving_config::load(config_file);
+    auto file = services::cluster_file::load(config_file);
+    cluster = std::move(file.cluster);
+    serving = std::move(file.serving);
     controller = spawn("ems_controller", 0);
     for (int i = 0; i < server_count; ++i) start_server(i);
     session = std::make_unique<ems::pool_session>(cluster, "probe-0", transport::new_incarnation(),

@@ -11,6 +11,7 @@
 #include "services/gateway/error_mapping.hpp"
 #include "services/gateway/gateway_service.hpp"
 #include "services/scheduler/scheduler_service.hpp"
+#include "services/serving/cluster_file.hpp"
 
 #include <future>
 #include <gtest/gtest.h>
@@ -62,8 +63,9 @@ void expect_error(const http_reply& r, unsigned status, const char* type, servin
 }
 
 struct cluster {
-  transport::cluster_config config = transport::cluster_config::parse(config_text(), "test.toml");
-  serving_config serving = serving_config::parse(config_text(), "test.toml");
+  cluster_file file = cluster_file::parse(config_text(), "test.toml");
+  transport::cluster_config& config = file.cluster;
+  serving_config& serving = file.serving;
   role_host<scheduler_service> scheduler{config, "scheduler-0",
                                          std::make_shared<scheduler_service>(serving, config)};
   role_host<gateway_service> gateway{config, "gateway-0",
