@@ -36,28 +36,24 @@ thread_pool::~thread_pool() {
     stop_.store(true);
   }
   wake_.notify_all();
-  for (auto& t : workers_)
-    t.join();
+  for (auto& t : workers_) t.join();
 }
 
 void thread_pool::run_tasks() {
   inside_task = true;
-  for (int64_t i; (i = next_.fetch_add(1, std::memory_order_relaxed)) < n_;)
-    (*fn_)(i);
+  for (int64_t i; (i = next_.fetch_add(1, std::memory_order_relaxed)) < n_;) (*fn_)(i);
   inside_task = false;
 }
 
 namespace {
 // Kernels call parallel_for back to back (a decode step makes about a hundred calls), and a
 // futex sleep/wake round costs tens of microseconds on a VM: both sides spin briefly first.
-template <class Pred>
+template<class Pred>
 bool spin_until(Pred ready) {
   const auto limit = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
   for (int i = 0;; ++i) {
-    if (ready())
-      return true;
-    if ((i & 63) == 63 && std::chrono::steady_clock::now() > limit)
-      return false;
+    if (ready()) return true;
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() > limit) return false;
 #if defined(__x86_64__)
     __builtin_ia32_pause();
 #endif
@@ -76,8 +72,7 @@ void thread_pool::worker_loop() {
       std::unique_lock lock(mutex_);
       wake_.wait(lock, has_work);
     }
-    if (stop_.load(std::memory_order_acquire))
-      return;
+    if (stop_.load(std::memory_order_acquire)) return;
     seen = generation_.load(std::memory_order_acquire);
     run_tasks();
     if (active_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
@@ -88,12 +83,10 @@ void thread_pool::worker_loop() {
 }
 
 void thread_pool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn) {
-  if (n <= 0)
-    return;
+  if (n <= 0) return;
   std::unique_lock submit(submit_mutex_, std::defer_lock);
   if (workers_.empty() || n == 1 || inside_task || !submit.try_lock()) {
-    for (int64_t i = 0; i < n; ++i)
-      fn(i);
+    for (int64_t i = 0; i < n; ++i) fn(i);
     return;
   }
   fn_ = &fn;

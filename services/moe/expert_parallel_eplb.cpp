@@ -17,8 +17,7 @@ void expert_parallel::exchange_stats() {
   const uint64_t f = ops_ / per_forward;
   const auto interval = static_cast<uint64_t>(options_.eplb_interval);
   if (f > 0 && f % interval == 0) {
-    fabric_.write(0, layout_.stats_offset(options_.rank),
-                  std::as_bytes(std::span(routed_counts_)));
+    fabric_.write(0, layout_.stats_offset(options_.rank), std::as_bytes(std::span(routed_counts_)));
     fabric_.add(0, ep_flag_stats, 1);
     std::fill(routed_counts_.begin(), routed_counts_.end(), 0);
   }

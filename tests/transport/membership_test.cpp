@@ -73,7 +73,7 @@ TEST(membership, any_message_is_a_sign_of_life_but_not_for_a_member_that_left) {
   ASSERT_EQ(ev.size(), 1u);
   EXPECT_EQ(ev[0].what, membership_event::kind::joined);
   EXPECT_TRUE(m.is_alive("late"));
-  EXPECT_TRUE(m.tick(t0 + 1100ms).empty()); // the message counted as heard from
+  EXPECT_TRUE(m.tick(t0 + 1100ms).empty());               // the message counted as heard from
   EXPECT_TRUE(m.on_message("late", t0 + 1150ms).empty()); // alive already: no event
   m.on_leave({"gone", "drained"}, t0 + 1200ms);
   EXPECT_TRUE(m.on_message("gone", t0 + 1300ms).empty());
