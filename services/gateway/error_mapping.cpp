@@ -55,4 +55,16 @@ api_error to_api_error(const protocol::error& e, std::string param) {
   return out;
 }
 
+std::string error_table_markdown() {
+  std::string out = "| code | name | subsystem | retry elsewhere | HTTP | meaning |\n"
+                    "|---|---|---|---|---|---|\n";
+  for (const auto& c : protocol::all_error_codes()) {
+    const auto m = http_mapping_of(c.code);
+    out += "| " + std::to_string(c.code) + " | `" + c.name + "` | " + c.subsystem + " | " +
+           (c.retry_elsewhere ? "yes" : "no") + " | " + std::to_string(m.status) + " `" +
+           m.openai_type + "` | " + c.meaning + " |\n";
+  }
+  return out;
+}
+
 } // namespace supernode::services::gateway

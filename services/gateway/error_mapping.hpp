@@ -5,6 +5,8 @@
 #include "services/gateway/openai_api.hpp"
 #include "services/protocol/error_codes.hpp"
 
+#include <string>
+
 namespace supernode::services::gateway {
 
 struct http_error_mapping {
@@ -16,5 +18,8 @@ http_error_mapping http_mapping_of(uint16_t code);
 
 // The client's view of `e`: status, type and code from the table, e.message as the message.
 api_error to_api_error(const protocol::error& e, std::string param = "");
+
+// docs/errors.md's table: every code with its name, subsystem, retry bit, HTTP answer, meaning.
+std::string error_table_markdown();
 
 } // namespace supernode::services::gateway

@@ -79,6 +79,7 @@ struct error_code_info {
   const char* subsystem = "";
   const char* name = "";        // stable, lower_snake: what clients and tests match on
   bool retry_elsewhere = false; // another instance (or a later attempt) may succeed
+  const char* meaning = "";
 };
 
 // Every code, in code order (for documentation and tests).

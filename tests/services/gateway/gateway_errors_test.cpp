@@ -13,9 +13,12 @@
 #include "services/scheduler/scheduler_service.hpp"
 #include "services/serving/cluster_file.hpp"
 
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 #include <unistd.h>
 
@@ -146,4 +149,18 @@ TEST(gateway_errors, the_table_maps_every_code_and_says_what_is_retryable) {
   }
   EXPECT_EQ(gateway::http_mapping_of(static_cast<uint16_t>(serving_errc::queue_full)).status, 429u);
   EXPECT_EQ(protocol::describe_error(9999).name, std::string("unknown"));
+}
+
+TEST(gateway_errors, docs_list_every_code_as_the_table_renders_it) {
+  std::ifstream in(std::filesystem::path(SUPERNODE_SOURCE_DIR) / "docs" / "errors.md");
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string doc = text.str();
+  const std::string begin = "<!-- BEGIN error table -->\n", end = "<!-- END error table -->";
+  const auto from = doc.find(begin), to = doc.find(end);
+  ASSERT_TRUE(from != std::string::npos && to != std::string::npos)
+      << "docs/errors.md lacks markers";
+  EXPECT_EQ(doc.substr(from + begin.size(), to - from - begin.size()),
+            gateway::error_table_markdown())
+      << "docs/errors.md is stale: paste error_table_markdown()'s output between the markers";
 }
