@@ -1,5 +1,6 @@
 #include "kernels/gemm_int8.hpp"
 
+#include "kernels/gemm_int8_operands.hpp"
 #include "kernels/gemm_plan.hpp"
 #include "kernels/kernel_isa.hpp"
 
@@ -57,38 +58,24 @@ using block_fn = void (*)(const quantized_rows&, const int8_weight&, float*, int
 static_assert(avx2::int8_panel_cols == pc && avx2::int8_k_group == kg &&
               avx2::int8_group_panels == gpn);
 
-avx2::int8_operands operands(const quantized_rows& x, const int8_weight& w, float* y, int64_t ldy) {
-  return {x.q.data(),
-          x.stride,
-          x.scale.data(),
-          w.packed(),
-          w.scales().data(),
-          w.u8_compensation(),
-          w.n(),
-          w.panels(),
-          w.k_padded(),
-          y,
-          ldy};
-}
-
 void gemm_int8_block_avx2(const quantized_rows& x, const int8_weight& w, float* y, int64_t ldy,
                           int64_t m0, int64_t m1, int64_t g0, int64_t g1) {
-  avx2::gemm_int8_block(operands(x, w, y, ldy), m0, m1, g0, g1);
+  avx2::gemm_int8_block(int8_operands_of(x, w, y, ldy), m0, m1, g0, g1);
 }
 
 void gemm_int8_block_avx_vnni(const quantized_rows& x, const int8_weight& w, float* y, int64_t ldy,
                               int64_t m0, int64_t m1, int64_t g0, int64_t g1) {
-  avx_vnni::gemm_int8_block(operands(x, w, y, ldy), m0, m1, g0, g1);
+  avx_vnni::gemm_int8_block(int8_operands_of(x, w, y, ldy), m0, m1, g0, g1);
 }
 
 void gemm_int8_block_avx512_vnni(const quantized_rows& x, const int8_weight& w, float* y,
                                  int64_t ldy, int64_t m0, int64_t m1, int64_t g0, int64_t g1) {
-  avx512_vnni::gemm_int8_block(operands(x, w, y, ldy), m0, m1, g0, g1);
+  avx512_vnni::gemm_int8_block(int8_operands_of(x, w, y, ldy), m0, m1, g0, g1);
 }
 
 void gemm_int8_block_amx(const quantized_rows& x, const int8_weight& w, float* y, int64_t ldy,
                          int64_t m0, int64_t m1, int64_t g0, int64_t g1) {
-  amx::gemm_int8_block(operands(x, w, y, ldy), m0, m1, g0, g1);
+  amx::gemm_int8_block(int8_operands_of(x, w, y, ldy), m0, m1, g0, g1);
 }
 #endif
 

@@ -5,6 +5,7 @@
 
 #include "kernels/arch/x86/gemm_int8_amx_driver.hpp"
 #include "kernels/gemm_int8.hpp"
+#include "kernels/gemm_int8_operands.hpp"
 #include "tests/kernels/isa_test_util.hpp"
 
 #include <cstring>
@@ -52,20 +53,6 @@ struct modelled_tiles {
   }
 };
 
-avx2::int8_operands operands(const quantized_rows& x, const int8_weight& w, float* y, int64_t ldy) {
-  return {x.q.data(),
-          x.stride,
-          x.scale.data(),
-          w.packed(),
-          w.scales().data(),
-          w.u8_compensation(),
-          w.n(),
-          w.panels(),
-          w.k_padded(),
-          y,
-          ldy};
-}
-
 TEST(gemm_int8_amx_driver, matches_reference_on_modelled_tiles) {
   // Row tiles in pairs and alone, groups of 4 and 2 panels, partial channels, K in whole 64-k
   // steps, with a tail, and shorter than one step; a block that starts past row 0 and group 0.
@@ -81,7 +68,7 @@ TEST(gemm_int8_amx_driver, matches_reference_on_modelled_tiles) {
     std::vector<float> got(m * n, -1.0f), want(m * n);
     gemm_int8_reference(x, w, want.data(), n);
     modelled_tiles::dot_products = 0;
-    const auto o = operands(x, w, got.data(), n);
+    const auto o = int8_operands_of(x, w, got.data(), n);
     amx_driver::rows_block<modelled_tiles>(o, 0, 16, 0, w.groups());
     if (m > 16) amx_driver::rows_block<modelled_tiles>(o, 16, m, 1, w.groups());
     if (m > 16 && w.groups() > 1) amx_driver::rows_block<modelled_tiles>(o, 16, m, 0, 1);
@@ -107,7 +94,8 @@ TEST(gemm_int8_amx_driver, extremes_stay_exact_at_k_16384) {
   const auto w = int8_weight::quantize(wf.data(), n, k);
   std::vector<float> got(m * n), want(m * n);
   gemm_int8_reference(x, w, want.data(), n);
-  amx_driver::rows_block<modelled_tiles>(operands(x, w, got.data(), n), 0, m, 0, w.groups());
+  amx_driver::rows_block<modelled_tiles>(int8_operands_of(x, w, got.data(), n), 0, m, 0,
+                                         w.groups());
   for (int64_t i = 0; i < m * n; ++i) ASSERT_EQ(got[i], want[i]) << i;
   EXPECT_EQ(got[0], -16384.0f * 127 * 127); // +127 row against a -127 channel
   EXPECT_EQ(got[n + 0], 16384.0f * 127 * 127);
