@@ -9,12 +9,14 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # pre-tokenizer regexes (pcre2); the kernel benchmark's baselines (oneDNN, OpenBLAS);
 # the npm client that fetches the tokenizer and runs its JavaScript reference (nodejs, npm);
 # actors and planes: CAF 0.17, ZeroMQ with cppzmq, MessagePack, toml++ for cluster configs,
-# Boost (msgpack-cxx needs it; Beast serves HTTP); ccache so rebuilds and worktrees share objects.
+# Boost (msgpack-cxx needs it; Beast serves HTTP); ccache so rebuilds and worktrees share objects;
+# spdlog (with Debian's external fmt) under log/, the leveled per-instance logs.
 PACKAGES=(g++ cmake ninja-build pkg-config git
           libgtest-dev libgmock-dev libbenchmark-dev
           nlohmann-json3-dev libpcre2-dev libdnnl-dev libopenblas-dev
           nodejs
-          libcaf-dev libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libtomlplusplus-dev libboost-dev ccache)
+          libcaf-dev libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libtomlplusplus-dev libboost-dev ccache
+          libspdlog-dev)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
