@@ -1,5 +1,7 @@
 #include "apps/cluster_runner.hpp"
 
+#include "log/log.hpp"
+
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -87,6 +89,15 @@ pid_t spawn(const process_slot& s, const std::vector<std::string>& argv) {
   return pid;
 }
 
+// One line per line of the process's log tail, so each still names who said it.
+void report_failed_start(const process_slot& s, bool exited, const std::string& log_text) {
+  const auto& log = log::process();
+  log.error("cluster: {} {}; its log ({}) ends with:", s.name(),
+            exited ? "exited during start-up" : "did not start in time", s.log.string());
+  std::istringstream lines(tail(log_text, 15));
+  for (std::string line; std::getline(lines, line);) log.error("  {}: {}", s.name(), line);
+}
+
 } // namespace
 
 int cluster_up(const serving_setup& setup, const fs::path& config_file) {
@@ -124,10 +135,7 @@ int cluster_up(const serving_setup& setup, const fs::path& config_file) {
         ready[i] = true;
         --left;
       } else if (exited || clock_type::now() > deadline) {
-        std::fprintf(stderr, "supernode cluster: %s %s; its log (%s) ends with:\n%s\n",
-                     slots[i].name().c_str(),
-                     exited ? "exited during start-up" : "did not start in time",
-                     slots[i].log.c_str(), tail(log, 15).c_str());
+        report_failed_start(slots[i], exited, log);
         cluster_down(setup, std::chrono::seconds(5));
         return 1;
       }

@@ -13,6 +13,7 @@ endpoint::endpoint(cluster_config cluster, const std::string& self, plane_factor
   register_control_messages();
   for (auto& [name, pc] : cluster_.planes) {
     auto p = factory(cluster_, pc, self_);
+    p->set_logger(log());
     p->set_handler([this](const peer_id& from, envelope m) { on_message(from, std::move(m)); });
     p->set_disconnect_handler([this](const peer_id& peer, const std::string& reason) {
       std::vector<membership_event> events;

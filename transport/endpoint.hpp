@@ -30,6 +30,9 @@ public:
 
   const std::string& self() const { return self_.name; }
   const cluster_config& cluster() const { return cluster_; }
+  uint64_t incarnation() const { return incarnation_; }
+  // A logger naming this instance and its incarnation (its planes log through one too).
+  log::logger log() const { return log::logger{self_.name, incarnation_}; }
   // Application messages (heartbeats and membership messages are consumed here).
   void set_message_handler(message_handler h);
   void set_event_handler(event_handler h);

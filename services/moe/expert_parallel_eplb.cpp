@@ -3,8 +3,6 @@
 #include "services/moe/eplb_planner.hpp"
 #include "services/moe/expert_parallel.hpp"
 
-#include <cstdio>
-
 namespace supernode::services {
 
 // Every eplb_interval forwards each rank sends rank 0 the routed-token counts of its own tokens;
@@ -17,8 +15,7 @@ void expert_parallel::exchange_stats() {
   const uint64_t f = ops_ / per_forward;
   const auto interval = static_cast<uint64_t>(options_.eplb_interval);
   if (f > 0 && f % interval == 0) {
-    fabric_.write(0, layout_.stats_offset(options_.rank),
-                  std::as_bytes(std::span(routed_counts_)));
+    fabric_.write(0, layout_.stats_offset(options_.rank), std::as_bytes(std::span(routed_counts_)));
     fabric_.add(0, ep_flag_stats, 1);
     std::fill(routed_counts_.begin(), routed_counts_.end(), 0);
   }
@@ -74,12 +71,9 @@ void expert_parallel::exchange_stats() {
     rebalance_ = {placement_version_ + 1, b.ratio, a.ratio};
     if (first_rebalance_.version == 0) first_rebalance_ = rebalance_;
   }
-  std::fprintf(stderr,
-               "EPLB: placement v%llu from forward %llu: max/mean host load %.3f -> %.3f "
-               "(tokens of the last %llu forwards)\n",
-               static_cast<unsigned long long>(placement_version_ + 1),
-               static_cast<unsigned long long>(f + 2), b.ratio, a.ratio,
-               static_cast<unsigned long long>(interval));
+  fabric_.log().info("EPLB: placement v{} from forward {}: max/mean host load {:.3f} -> {:.3f} "
+                     "(tokens of the last {} forwards)",
+                     placement_version_ + 1, f + 2, b.ratio, a.ratio, interval);
 }
 
 void expert_parallel::apply_published_placement() {
