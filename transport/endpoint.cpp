@@ -9,11 +9,12 @@ namespace supernode::transport {
 endpoint::endpoint(cluster_config cluster, const std::string& self, plane_factory factory,
                    uint64_t incarnation)
     : cluster_(std::move(cluster)), self_(cluster_.instance(self)), incarnation_(incarnation),
+      log_(self_.name, incarnation_),
       membership_({cluster_.heartbeat_interval, cluster_.missed_heartbeats}) {
   register_control_messages();
   for (auto& [name, pc] : cluster_.planes) {
     auto p = factory(cluster_, pc, self_);
-    p->set_logger(log());
+    p->set_logger(log_);
     p->set_handler([this](const peer_id& from, envelope m) { on_message(from, std::move(m)); });
     p->set_disconnect_handler([this](const peer_id& peer, const std::string& reason) {
       std::vector<membership_event> events;
@@ -116,9 +117,18 @@ void endpoint::on_message(const peer_id& from, envelope message) {
 
 void endpoint::emit(const std::vector<membership_event>& events) {
   for (auto& e : events) {
+    log_membership(e);
     if (e.what != membership_event::kind::joined) pending_.fail_peer(e.peer, e.reason);
     if (on_event_) on_event_(e);
   }
+}
+
+void endpoint::log_membership(const membership_event& e) {
+  using kind = membership_event::kind;
+  const char* what = e.what == kind::joined ? "joined" : e.what == kind::left ? "left" : "is down";
+  // Per peer and kind: a peer that restarts in a loop costs a line a second, not a line a start.
+  log_.limited(membership_lines_, e.what == kind::down ? log::level::warn : log::level::info,
+               std::string(what) + " " + e.peer, "member {} {}: {}", e.peer, what, e.reason);
 }
 
 void endpoint::tick(steady_time now) {
