@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -91,6 +92,32 @@ TEST(cli, bad_arguments_exit_2_with_a_reason) {
   EXPECT_EQ(r.exit_code, 2);
   r = run("frobnicate");
   EXPECT_EQ(r.exit_code, 2);
+}
+
+TEST(cli, log_options_set_format_and_level_before_or_after_the_command) {
+  // JSON: the error line parses back and names the process; the usage text follows it.
+  auto r = run("--log-format json generate " + model_arg() + " --prompt-ids 1 --max-tokens x");
+  EXPECT_EQ(r.exit_code, 2);
+  const auto first_line = r.out.substr(0, r.out.find('\n'));
+  const auto j = nlohmann::json::parse(first_line);
+  EXPECT_EQ(j["level"], "error");
+  EXPECT_EQ(j["instance"], "supernode");
+  EXPECT_NE(j["msg"].get<std::string>().find("--max-tokens expects an integer"), std::string::npos);
+  // After the command, as --threads is; off silences the error line but not the exit code.
+  r = run("generate " + model_arg() + " --prompt-ids 1 --max-tokens x --log-level off");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.out, "");
+  // The environment sets them too (what `cluster up` hands its processes); bad values exit 2.
+  r = run("--log-level loud generate");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.out.find("--log-level is trace, debug, info, warn, error or off, not 'loud'"),
+            std::string::npos)
+      << r.out;
+  ::setenv("SUPERNODE_LOG_FORMAT", "json", 1);
+  r = run("frobnicate");
+  ::unsetenv("SUPERNODE_LOG_FORMAT");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.out.rfind("{\"time\":", 0), 0u) << r.out;
 }
 
 TEST(cli, runtime_errors_exit_1_and_name_the_cause) {
