@@ -7,8 +7,10 @@
 #include "services/role_registry.hpp"
 #include "transport/plane_factory.hpp"
 
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <future>
 #include <sched.h>
 #include <unistd.h>
@@ -32,7 +34,7 @@ void apply_placement(const transport::process_config& p) {
     for (int cpu : p.cpus) CPU_SET(cpu, &set);
     // Before any thread starts, so every thread of the process inherits the mask.
     if (sched_setaffinity(0, sizeof set, &set) != 0)
-      std::perror("supernode: cannot pin the process to its cpus");
+      log::process().warn("cannot pin the process to its cpus: {}", std::strerror(errno));
   }
   const int threads = p.threads > 0 ? p.threads : static_cast<int>(p.cpus.size());
   if (threads > 0) kernels::thread_pool::configure_shared(threads);
@@ -70,7 +72,9 @@ int run_node(const transport::cluster_config& cluster, const services::serving_c
     effective.model_path = fetched.dir;
   }
   std::vector<services::role_instance> roles;
-  for (auto& inst : instances) roles.push_back(services::make_role({inst, cluster, effective}));
+  for (auto& inst : instances)
+    roles.push_back(
+        services::make_role({inst, cluster, effective, log::logger{inst.name, incarnation}}));
 
   node_config cfg;
   caf::actor_system sys{cfg};
@@ -85,9 +89,9 @@ int run_node(const transport::cluster_config& cluster, const services::serving_c
         spawn_role(sys, ep, roles[i], [done](const std::string& e) { done->set_value(e); }));
   }
   int code = 0;
-  for (auto& f : started)
-    if (auto error = f.get(); !error.empty()) {
-      std::fprintf(stderr, "supernode: %s\n", error.c_str());
+  for (size_t i = 0; i < started.size(); ++i)
+    if (auto error = started[i].get(); !error.empty()) {
+      log::logger{instances[i].name, incarnation}.error("did not start: {}", error);
       code = 1;
     }
   if (code == 0) {

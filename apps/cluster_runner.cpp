@@ -1,5 +1,6 @@
 #include "apps/cluster_runner.hpp"
 
+#include "log/log.hpp"
 #include "services/cluster/role_launch.hpp"
 
 #include <chrono>
@@ -84,7 +85,7 @@ int cluster_up(const serving_setup& setup, const fs::path& config_file) {
   // The processes outlive this command: `cluster down` finds them by their pid files.
   for (auto& c : children) c.release();
   if (failure) {
-    std::fprintf(stderr, "supernode cluster: %s\n", failure->describe().c_str());
+    log::process().error("cluster: {}", failure->describe());
     cluster_down(setup, std::chrono::seconds(5));
     return 1;
   }

@@ -2,10 +2,12 @@
 
 #include "apps/commands.hpp"
 #include "kernels/thread_pool.hpp"
+#include "log/log.hpp"
 
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -37,20 +39,67 @@ commands:
                                             (`supernode bench serve --help`)
 
 global options: --threads N (compute threads; default all cores)
+                --log-level trace|debug|info|warn|error|off (default info; SUPERNODE_LOG_LEVEL)
+                --log-format text|json (default text; SUPERNODE_LOG_FORMAT)
+                the log options may also come before the command; processes that this one
+                starts (cluster up) inherit them
 Without --model, commands use the demo model (models/demo), made on first use.
 )";
+
+bool is_log_option(const std::string& arg) {
+  for (const char* name : {"--log-level", "--log-format"})
+    if (arg == name || arg.rfind(std::string(name) + "=", 0) == 0) return true;
+  return false;
+}
+
+// Takes --log-level and --log-format, applies them and exports them (with what the environment
+// set) for the processes this one starts.
+void apply_log_options(supernode::apps::cli_args& args) {
+  namespace log = supernode::log;
+  using supernode::apps::usage_error;
+  if (auto v = args.take("--log-level")) {
+    auto l = log::parse_level(*v);
+    if (!l)
+      throw usage_error("--log-level is trace, debug, info, warn, error or off, not '" + *v + "'");
+    log::set_level(*l);
+  }
+  if (auto v = args.take("--log-format")) {
+    auto f = log::parse_format(*v);
+    if (!f) throw usage_error("--log-format is text or json, not '" + *v + "'");
+    log::set_format(*f);
+  }
+  log::export_to_env();
+}
 
 } // namespace
 
 int main(int argc, char** argv) {
   using namespace supernode::apps;
-  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "help") {
-    std::fputs(usage, argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
+  const auto& log = supernode::log::process();
+  // Log options given before the command: `supernode --log-format json serve`.
+  std::vector<std::string> leading;
+  int first = 1;
+  for (; first < argc && is_log_option(argv[first]); ++first) {
+    leading.emplace_back(argv[first]);
+    if (leading.back().find('=') == std::string::npos && first + 1 < argc)
+      leading.emplace_back(argv[++first]);
   }
-  const std::string command = argv[1];
   try {
-    cli_args args(argc, argv, 2);
+    supernode::log::configure_from_env();
+    cli_args global(std::move(leading));
+    apply_log_options(global);
+  } catch (const std::exception& e) {
+    log.error("{}", e.what());
+    return 2;
+  }
+  if (first >= argc || std::string(argv[first]) == "--help" || std::string(argv[first]) == "help") {
+    std::fputs(usage, first >= argc ? stderr : stdout);
+    return first >= argc ? 2 : 0;
+  }
+  const std::string command = argv[first];
+  try {
+    cli_args args(argc, argv, first + 1);
+    apply_log_options(args);
     // Benchmarks read --threads themselves (the kernel benchmark sizes its own pools).
     if (command != "bench")
       if (auto threads = args.take_int("--threads", 0, 0, 1024); threads > 0)
@@ -64,13 +113,14 @@ int main(int argc, char** argv) {
     if (command == "serve") return cmd_serve(args);
     if (command == "cluster") return cmd_cluster(args);
     if (command == "config") return cmd_config(args);
-    std::fprintf(stderr, "supernode: unknown command '%s'\n\n%s", command.c_str(), usage);
+    log.error("unknown command '{}'", command);
+    std::fputs(usage, stderr);
     return 2;
   } catch (const usage_error& e) {
-    std::fprintf(stderr, "supernode %s: %s\n", command.c_str(), e.what());
+    log.error("{}: {}", command, e.what());
     return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "supernode %s: error: %s\n", command.c_str(), e.what());
+    log.error("{}: error: {}", command, e.what());
     return 1;
   }
 }

@@ -1,12 +1,12 @@
 #include "model/checkpoint_maker.hpp"
 
 #include "kernels/thread_pool.hpp"
+#include "log/log.hpp"
 #include "model/checkpoint_layout.hpp"
 #include "model/progress.hpp"
 #include "model/safetensors.hpp"
 
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -253,8 +253,7 @@ std::filesystem::path ensure_checkpoint(const std::filesystem::path& dir, const 
   if (std::filesystem::exists(dir / "model.safetensors") &&
       std::filesystem::exists(dir / "config.json"))
     return dir;
-  std::fprintf(stderr, "supernode: making the %s model (seed %llu) in %s\n", preset.c_str(),
-               static_cast<unsigned long long>(seed), dir.c_str());
+  log::process().info("making the {} model (seed {}) in {}", preset, seed, dir.string());
   make_options o;
   o.preset = preset;
   o.seed = seed;

@@ -21,12 +21,14 @@ role_instance make_role(const role_context& c) {
   if (role == "gateway") return std::make_shared<gateway_service>(c.serving);
   if (role == "prefill") {
     auto weights = shared_weights(c.serving.model_path, c.serving.precision);
-    auto group = ep_membership_of(c.cluster, c.serving, c.instance, weights->config, weights->prec);
+    auto group =
+        ep_membership_of(c.cluster, c.serving, c.instance, weights->config, weights->prec, c.log);
     return std::make_shared<prefill_instance>(weights, c.serving, std::move(group));
   }
   if (role == "decode") {
     auto weights = shared_weights(c.serving.model_path, c.serving.precision);
-    auto group = ep_membership_of(c.cluster, c.serving, c.instance, weights->config, weights->prec);
+    auto group =
+        ep_membership_of(c.cluster, c.serving, c.instance, weights->config, weights->prec, c.log);
     return std::make_shared<decode_instance>(weights, c.serving, std::move(group));
   }
   if (role == "mp_controller")
@@ -35,7 +37,8 @@ role_instance make_role(const role_context& c) {
     return std::make_shared<ems::mp_server>(c.cluster, c.instance.name, c.serving.ems);
   if (role == "expert_shard") {
     auto weights = shared_weights(c.serving.model_path, c.serving.precision);
-    auto group = ep_membership_of(c.cluster, c.serving, c.instance, weights->config, weights->prec);
+    auto group =
+        ep_membership_of(c.cluster, c.serving, c.instance, weights->config, weights->prec, c.log);
     if (!group) throw std::runtime_error(c.instance.name + ": an expert shard needs decode ranks");
     return std::make_shared<expert_shard>(weights, std::move(*group));
   }

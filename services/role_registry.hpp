@@ -3,6 +3,7 @@
 // alternative of role_instance, so code that needs the concrete type (the typed actor that
 // hosts a role) visits it instead of guessing from the name.
 
+#include "log/log.hpp"
 #include "services/role_logic.hpp"
 #include "services/serving/serving_config.hpp"
 #include "transport/cluster_config.hpp"
@@ -32,9 +33,15 @@ using role_instance =
 
 // What a role instance is made from: its place in the cluster and what the cluster serves.
 struct role_context {
+  role_context(transport::instance_config instance, transport::cluster_config cluster,
+               serving_config serving, log::logger log = {})
+      : instance(std::move(instance)), cluster(std::move(cluster)), serving(std::move(serving)),
+        log(std::move(log)) {}
+
   transport::instance_config instance;
   transport::cluster_config cluster;
   serving_config serving;
+  log::logger log; // the instance's name and its process's incarnation, for its log lines
 };
 
 // Throws std::runtime_error naming the role when this build has no such role.

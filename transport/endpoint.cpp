@@ -10,6 +10,7 @@ namespace supernode::transport {
 endpoint::endpoint(cluster_config cluster, const std::string& self, plane_factory factory,
                    uint64_t incarnation)
     : cluster_(std::move(cluster)), self_(cluster_.instance(self)), incarnation_(incarnation),
+      log_(self_.name, incarnation_),
       membership_({cluster_.heartbeat_interval, cluster_.missed_heartbeats}),
       retry_([this](const std::string& flow, const peer_id& to, const envelope& m) {
         return send(flow, to, m);
@@ -17,12 +18,13 @@ endpoint::endpoint(cluster_config cluster, const std::string& self, plane_factor
   retry_.set_failure_handler(
       [this](const std::string& flow, const peer_id& to, const envelope& m, send_status last) {
         const auto* info = message_registry::instance().find(m.type());
-        std::fprintf(stderr, "%s: gave up sending %s to %s over %s: %s\n", self_.name.c_str(),
-                     info ? info->name : "a message", to.c_str(), flow.c_str(), to_string(last));
+        log_.warn("gave up sending {} to {} over {}: {}", info ? info->name : "a message", to, flow,
+                  to_string(last));
       });
   register_control_messages();
   for (auto& [name, pc] : cluster_.planes) {
     auto p = factory(cluster_, pc, self_);
+    p->set_logger(log_);
     p->set_handler([this](const peer_id& from, envelope m) { on_message(from, std::move(m)); });
     p->set_disconnect_handler([this](const peer_id& peer, const std::string& reason) {
       std::vector<membership_event> events;
@@ -99,11 +101,9 @@ void endpoint::count_unexpected(const peer_id& from, uint16_t type, const std::s
     first = unexpected_[name]++ == 0;
   }
   if (first)
-    std::fprintf(stderr,
-                 "%s: unexpected message %s (type %u) from %s: not in the %s role's interface; "
-                 "counted in supernode_unexpected_messages_total, not logged again\n",
-                 self_.name.c_str(), name.c_str(), static_cast<unsigned>(type), from.c_str(),
-                 role.c_str());
+    log_.warn("unexpected message {} (type {}) from {}: not in the {} role's interface; counted "
+              "in supernode_unexpected_messages_total, not logged again",
+              name, type, from, role);
 }
 
 std::map<std::string, uint64_t> endpoint::unexpected_messages() const {
@@ -152,9 +152,18 @@ void endpoint::on_message(const peer_id& from, envelope message) {
 
 void endpoint::emit(const std::vector<membership_event>& events) {
   for (auto& e : events) {
+    log_membership(e);
     if (e.what != membership_event::kind::joined) pending_.fail_peer(e.peer, e.reason);
     if (on_event_) on_event_(e);
   }
+}
+
+void endpoint::log_membership(const membership_event& e) {
+  using kind = membership_event::kind;
+  const char* what = e.what == kind::joined ? "joined" : e.what == kind::left ? "left" : "is down";
+  // Per peer and kind: a peer that restarts in a loop costs a line a second, not a line a start.
+  log_.limited(membership_lines_, e.what == kind::down ? log::level::warn : log::level::info,
+               std::string(what) + " " + e.peer, "member {} {}: {}", e.peer, what, e.reason);
 }
 
 void endpoint::tick(steady_time now) {

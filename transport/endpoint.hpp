@@ -31,6 +31,9 @@ public:
 
   const std::string& self() const { return self_.name; }
   const cluster_config& cluster() const { return cluster_; }
+  uint64_t incarnation() const { return incarnation_; }
+  // A logger naming this instance and its incarnation (its planes log through one too).
+  const log::logger& log() const { return log_; }
   // Application messages (heartbeats and membership messages are consumed here).
   void set_message_handler(message_handler h);
   void set_event_handler(event_handler h);
@@ -67,10 +70,13 @@ public:
 private:
   void on_message(const peer_id& from, envelope message);
   void emit(const std::vector<membership_event>& events);
+  void log_membership(const membership_event& e);
 
   cluster_config cluster_;
   instance_config self_;
   uint64_t incarnation_;
+  log::logger log_;
+  log::rate_limiter membership_lines_;
   uint64_t heartbeat_seq_ = 0;
   std::map<std::string, std::unique_ptr<plane>> planes_; // by plane name
   mutable std::mutex mutex_;                             // guards membership_

@@ -3,6 +3,7 @@
 // stand in for the supernode's networks: inproc (same process), shm (UB), zmq (RDMA and VPC).
 // Which plane carries which flow is chosen in the cluster config, never in the code that sends.
 
+#include "log/log.hpp"
 #include "transport/frame.hpp"
 #include "transport/message.hpp"
 
@@ -61,9 +62,16 @@ public:
   }
 
   const plane_counters& counters() const { return counters_; }
+  // Who this plane's log lines name (the endpoint passes its instance and incarnation); until
+  // then, the peer name the plane was made for. Call before start(): the plane's threads read it.
+  void set_logger(log::logger logger) { log_ = std::move(logger); }
 
 protected:
   plane_counters counters_;
+  log::logger log_;
+  // For lines a peer can cause at will (bad frames, unusable slots, failing sends): at most one
+  // per reason per interval, with a count of the rest.
+  log::rate_limiter peer_lines_;
   std::function<void(const peer_id&, const std::string& reason)> on_disconnect_;
 };
 

@@ -4,8 +4,8 @@
 
 namespace supernode::transport {
 
-rank_fabric::rank_fabric(int rank, int ranks, size_t bytes, size_t flags)
-    : rank_(rank), ranks_(ranks), bytes_(bytes), flags_(flags) {
+rank_fabric::rank_fabric(int rank, int ranks, size_t bytes, size_t flags, log::logger log)
+    : rank_(rank), ranks_(ranks), bytes_(bytes), flags_(flags), log_(std::move(log)) {
   if (ranks < 1 || rank < 0 || rank >= ranks)
     throw std::invalid_argument("rank fabric: rank " + std::to_string(rank) + " of " +
                                 std::to_string(ranks) + " is out of range");

@@ -11,6 +11,8 @@
 // is a memcpy) and ZeroMQ (ranks anywhere; writes travel as messages that the receiver's I/O
 // thread applies to its region before bumping the flag). The protocol above them is the same.
 
+#include "log/log.hpp"
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -51,13 +53,16 @@ public:
   virtual void leave() = 0;
   // Bytes this rank wrote into peers' regions (its own excluded), for bandwidth figures.
   uint64_t bytes_sent() const { return bytes_sent_; }
+  // Who the group's lines name: the rank's instance (rank_fabric_options::log).
+  const log::logger& log() const { return log_; }
 
 protected:
-  rank_fabric(int rank, int ranks, size_t bytes, size_t flags);
+  rank_fabric(int rank, int ranks, size_t bytes, size_t flags, log::logger log);
   void check_peer(int to) const;
   int rank_, ranks_;
   size_t bytes_, flags_;
   uint64_t bytes_sent_ = 0;
+  log::logger log_;
 };
 
 struct rank_fabric_options {
@@ -70,6 +75,7 @@ struct rank_fabric_options {
   // ZeroMQ: one address per rank ("ipc:///run/dir/g-0.sock", "tcp://10.0.0.2:7000"); rank r
   // binds addresses[r] and connects to the others.
   std::vector<std::string> addresses;
+  log::logger log; // the rank's instance and incarnation, for the fabric's and the group's lines
 };
 
 // Registers this rank's region in shared memory (peers on the same host open it by name).

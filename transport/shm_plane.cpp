@@ -2,7 +2,6 @@
 
 #include "transport/shm_sync.hpp"
 
-#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <unistd.h>
@@ -144,6 +143,7 @@ private:
 shm_plane::shm_plane(std::string cluster, peer_id self, shm_plane_options options)
     : cluster_(std::move(cluster)), self_(std::move(self)), options_(options),
       reassembly_pool_(std::make_shared<buffer_pool>()) {
+  log_ = log::logger{self_};
   check_name_part("cluster", cluster_);
   check_name_part("peer", self_);
   options_.fragment_bytes = std::max<size_t>(4096, options_.fragment_bytes);
@@ -238,8 +238,7 @@ void shm_plane::report_down(const peer_id& peer) {
     if (!reported_down_.insert(peer).second) return;
     handler = disconnect_handler_;
   }
-  std::fprintf(stderr, "[shm %s/%s] peer %s disconnected\n", cluster_.c_str(), self_.c_str(),
-               peer.c_str());
+  log_.info("shm {}: peer {} disconnected", cluster_, peer);
   if (handler) handler(peer);
   if (on_disconnect_) // the plane-independent signal the endpoint's liveness listens to
     on_disconnect_(peer, "shm peer process exited or closed its rings");
@@ -375,8 +374,8 @@ std::shared_ptr<shm_plane::outbound> shm_plane::connect(const peer_id& to, send_
   try {
     seg = shm_segment::try_open(cluster_, "inbox." + to, segment_kind::inbox);
   } catch (const shm_error& e) {
-    std::fprintf(stderr, "[shm %s/%s] cannot reach %s: %s\n", cluster_.c_str(), self_.c_str(),
-                 to.c_str(), e.what());
+    log_.limited(peer_lines_, log::level::warn, "cannot reach " + to, "shm {}: cannot reach {}: {}",
+                 cluster_, to, e.what());
     return nullptr;
   }
   if (!seg) {
@@ -388,8 +387,8 @@ std::shared_ptr<shm_plane::outbound> shm_plane::connect(const peer_id& to, send_
   auto* inbox = reinterpret_cast<inbox_control*>(seg->data());
   if (seg->data_bytes() < sizeof(inbox_control) || inbox->magic != inbox_magic ||
       inbox->slot_count != inbox_slot_count) {
-    std::fprintf(stderr, "[shm %s/%s] cannot reach %s: %s has a bad inbox header\n",
-                 cluster_.c_str(), self_.c_str(), to.c_str(), seg->name().c_str());
+    log_.limited(peer_lines_, log::level::warn, "cannot reach " + to,
+                 "shm {}: cannot reach {}: {} has a bad inbox header", cluster_, to, seg->name());
     return nullptr;
   }
   if (seg->closed() || !seg->creator_alive()) {
@@ -419,8 +418,8 @@ std::shared_ptr<shm_plane::outbound> shm_plane::connect(const peer_id& to, send_
     claimed = true;
   }
   if (!claimed) {
-    std::fprintf(stderr, "[shm %s/%s] inbox of %s has no free slot\n", cluster_.c_str(),
-                 self_.c_str(), to.c_str());
+    log_.limited(peer_lines_, log::level::warn, "no free slot at " + to,
+                 "shm {}: inbox of {} has no free slot", cluster_, to);
     status = send_status::queue_full;
     return nullptr;
   }
@@ -600,8 +599,10 @@ void shm_plane::scan_slots() {
                           " does not exist");
         in->ring = std::move(*ring);
       } catch (const std::exception& e) {
-        std::fprintf(stderr, "[shm %s/%s] ignoring inbox slot %u from '%s': %s\n", cluster_.c_str(),
-                     self_.c_str(), i, in->from.c_str(), e.what());
+        // The sender's name is whatever bytes it wrote into the slot.
+        log_.limited(peer_lines_, log::level::warn, "unusable inbox slot from " + in->from,
+                     "shm {}: ignoring inbox slot {} from '{}': {}", cluster_, i, in->from,
+                     e.what());
         slot.state.store(slot_free, std::memory_order_release);
         continue;
       }
@@ -668,11 +669,13 @@ void shm_plane::sweep() {
 
 void shm_plane::bad_frame(inbound& in, frame_error e, const std::string& why) {
   counters_.bad_frames.add(e);
+  report_bad_frame(in, std::string(to_string(e)) + ": " + why);
+}
+
+void shm_plane::report_bad_frame(inbound& in, const std::string& why) {
   ++in.bad_frames;
-  if (in.bad_frames <= 16 || (in.bad_frames & (in.bad_frames - 1)) == 0)
-    std::fprintf(stderr, "[shm %s/%s] bad frame #%llu from %s: %s: %s\n", cluster_.c_str(),
-                 self_.c_str(), static_cast<unsigned long long>(in.bad_frames), in.from.c_str(),
-                 to_string(e), why.c_str());
+  log_.limited(peer_lines_, log::level::warn, "bad frame from " + in.from,
+               "shm {}: bad frame #{} from {}: {}", cluster_, in.bad_frames, in.from, why);
 }
 
 bool shm_plane::drain(inbound& in, const message_handler& handler, size_t budget) {
@@ -696,8 +699,8 @@ bool shm_plane::drain(inbound& in, const message_handler& handler, size_t budget
     try {
       handler(in.from, std::move(*message));
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "[shm %s/%s] handler threw on a message from %s: %s\n", cluster_.c_str(),
-                   self_.c_str(), in.from.c_str(), e.what());
+      log_.limited(peer_lines_, log::level::error, "handler threw on a message from " + in.from,
+                   "shm {}: handler threw on a message from {}: {}", cluster_, in.from, e.what());
     }
   }
   return n > 0;
@@ -711,13 +714,7 @@ std::optional<envelope> shm_plane::take_record(inbound& in, const ring_record& r
                     std::shared_ptr<const void> owner) -> std::optional<envelope> {
     counters_.bytes_received.fetch_add(frame.size(), std::memory_order_relaxed);
     auto m = decode_frame(frame, std::move(owner), counters_.bad_frames, &why);
-    if (!m) {
-      ++in.bad_frames; // decode_frame counted the reason
-      if (in.bad_frames <= 16 || (in.bad_frames & (in.bad_frames - 1)) == 0)
-        std::fprintf(stderr, "[shm %s/%s] bad frame #%llu from %s: %s\n", cluster_.c_str(),
-                     self_.c_str(), static_cast<unsigned long long>(in.bad_frames), in.from.c_str(),
-                     why.c_str());
-    }
+    if (!m) report_bad_frame(in, why); // decode_frame counted the reason
     return m;
   };
   auto abandon = [&](const char* what) {

@@ -92,6 +92,8 @@ private:
   bool drain(inbound& in, const message_handler& handler, size_t budget);
   std::optional<envelope> take_record(inbound& in, const ring_record& r);
   void bad_frame(inbound& in, frame_error e, const std::string& why);
+  // Counts a bad frame from `in` and logs it, rate-limited per sender.
+  void report_bad_frame(inbound& in, const std::string& why);
   void remove_inbound(size_t index, bool unlink_ring);
   void sweep();
   void write_loop();

@@ -18,7 +18,7 @@ std::string region_name(const std::string& group, int rank) {
 class shm_rank_fabric final : public rank_fabric {
 public:
   explicit shm_rank_fabric(const rank_fabric_options& o)
-      : rank_fabric(o.rank, o.ranks, o.bytes, o.flags), cluster_(o.cluster), group_(o.group),
+      : rank_fabric(o.rank, o.ranks, o.bytes, o.flags, o.log), cluster_(o.cluster), group_(o.group),
         own_(shm_region::create(o.cluster, region_name(o.group, o.rank), o.bytes, o.flags)),
         peers_(static_cast<size_t>(o.ranks)) {}
 

@@ -4,7 +4,6 @@
 
 #include <cerrno>
 #include <chrono>
-#include <cstdio>
 #include <cstring>
 #include <pthread.h>
 #include <sys/eventfd.h>
@@ -192,9 +191,8 @@ void zmq_path::execute(command& c) {
     try {
       open_dealer(c.link, c.endpoint);
     } catch (const zmq::error_t& e) {
-      std::fprintf(stderr, "[zmq_plane %s] %s path: cannot connect to %s at %s: %s\n",
-                   settings_.self.c_str(), settings_.name.c_str(), c.link->id.c_str(),
-                   c.endpoint.c_str(), e.what());
+      callbacks_.on_trouble(c.link->id, "cannot connect to " + c.link->id + " at " + c.endpoint +
+                                            ": " + e.what());
     }
     return;
   case op::disconnect: {
@@ -274,8 +272,7 @@ void zmq_path::flush(dealer& d) {
           return; // zmq is full; POLLOUT brings us back to the same part
       }
     } catch (const zmq::error_t& e) {
-      std::fprintf(stderr, "[zmq_plane %s] %s path: send to %s failed: %s\n",
-                   settings_.self.c_str(), settings_.name.c_str(), d.link->id.c_str(), e.what());
+      callbacks_.on_trouble(d.link->id, "send to " + d.link->id + " failed: " + e.what());
     }
     d.pending.pop_front(); // sent, or dropped after an error (the free functions release it)
   }

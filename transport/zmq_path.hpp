@@ -55,6 +55,8 @@ struct path_callbacks {
   // Send thread: a DEALER's connection came up or dropped.
   std::function<void(const std::shared_ptr<peer_link>&, bool connected, const std::string& where)>
       on_link;
+  // Send thread: connecting to or sending to `peer` failed (`what` says how); nothing to undo.
+  std::function<void(const std::string& peer, const std::string& what)> on_trouble;
 };
 
 class zmq_path {

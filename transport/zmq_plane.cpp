@@ -3,7 +3,6 @@
 #include "transport/zmq_path.hpp"
 #include "transport/zmq_util.hpp"
 
-#include <cstdio>
 #include <vector>
 
 namespace supernode::transport {
@@ -18,6 +17,7 @@ const char* path_name(int path) {
 } // namespace
 
 zmq_plane::zmq_plane(zmq_plane_options options) : options_(std::move(options)) {
+  log_ = log::logger{options_.self};
   auto callbacks = [this](int path) {
     detail::path_callbacks c;
     c.on_message = [this, path](const std::string& from, std::span<zmq::message_t> parts) {
@@ -25,6 +25,11 @@ zmq_plane::zmq_plane(zmq_plane_options options) : options_(std::move(options)) {
     };
     c.on_link = [this, path](const std::shared_ptr<detail::peer_link>& link, bool connected,
                              const std::string& where) { on_link(path, link, connected, where); };
+    c.on_trouble = [this, path](const std::string& peer, const std::string& what) {
+      log_.limited(peer_lines_, log::level::warn,
+                   std::string(path_name(path)) + " path trouble with " + peer, "zmq: {} path: {}",
+                   path_name(path), what);
+    };
     return c;
   };
   detail::path_settings control{"control", control_path, options_.self, options_.control_endpoint};
@@ -157,8 +162,10 @@ void zmq_plane::on_message(const char* path, const std::string& from,
   auto message = decode_frame(pieces, counters_.bad_frames, &why);
   pieces.clear();
   if (!message) {
-    std::fprintf(stderr, "[zmq_plane %s] bad frame from '%s' on the %s path: %s\n",
-                 options_.self.c_str(), detail::printable(from).c_str(), path, why.c_str());
+    // `from` is the sender's routing id: any bytes it chose.
+    const auto sender = detail::printable(from);
+    log_.limited(peer_lines_, log::level::warn, "bad frame from " + sender,
+                 "zmq: bad frame from '{}' on the {} path: {}", sender, path, why);
     return;
   }
   counters_.messages_received.fetch_add(1);
@@ -169,8 +176,9 @@ void zmq_plane::on_message(const char* path, const std::string& from,
     (*handler)(from, std::move(*message));
   } catch (const std::exception& e) {
     // The receive thread serves every peer: one failing message must not end it.
-    std::fprintf(stderr, "[zmq_plane %s] handler threw on a message from '%s': %s\n",
-                 options_.self.c_str(), detail::printable(from).c_str(), e.what());
+    const auto sender = detail::printable(from);
+    log_.limited(peer_lines_, log::level::error, "handler threw on a message from " + sender,
+                 "zmq: handler threw on a message from '{}': {}", sender, e.what());
   }
 }
 

@@ -34,7 +34,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -81,7 +80,6 @@ constexpr auto send_timeout = std::chrono::seconds(60);
 constexpr auto hello_interval = std::chrono::milliseconds(100);
 // Bounded so a destructor never hangs on a vanished peer, long enough to flush a "leaving".
 constexpr int close_linger_ms = 200;
-constexpr unsigned logged_malformed_frames = 10;
 
 using detail::open_eventfd;
 using detail::poll_retrying;
@@ -116,8 +114,9 @@ struct aligned_delete {
 class zmq_rank_fabric final : public rank_fabric {
 public:
   explicit zmq_rank_fabric(const rank_fabric_options& o)
-      : rank_fabric(o.rank, o.ranks, o.bytes, o.flags), group_(o.group), addresses_(o.addresses),
-        slots_(new flag_slot[o.flags]), context_(1), router_(context_, zmq::socket_type::router) {
+      : rank_fabric(o.rank, o.ranks, o.bytes, o.flags, o.log), group_(o.group),
+        addresses_(o.addresses), slots_(new flag_slot[o.flags]), context_(1),
+        router_(context_, zmq::socket_type::router) {
     if (addresses_.size() != static_cast<size_t>(ranks_))
       throw std::invalid_argument("zmq rank fabric: group " + group_ + " has " +
                                   std::to_string(ranks_) + " ranks but " +
@@ -509,9 +508,9 @@ private:
                                 ? "rank " + std::to_string(from)
                                 : "a sender outside the group (routing id '" + printable(id) + "')";
     const std::string text = who + " sent a malformed frame: " + why;
-    if (malformed_frames_.fetch_add(1) < logged_malformed_frames)
-      std::fprintf(stderr, "[zmq rank fabric %s/%d] dropped: %s\n", group_.c_str(), rank_,
-                   text.c_str());
+    const uint64_t count = malformed_frames_.fetch_add(1) + 1;
+    log_.limited(peer_lines_, log::level::warn, "malformed frame from " + who,
+                 "zmq rank fabric {} rank {}: dropped frame #{}: {}", group_, rank_, count, text);
     record_failure(text);
   }
 
@@ -535,6 +534,7 @@ private:
   mutable std::mutex failure_mutex_;
   std::string failure_; // failure_mutex_
   std::atomic<uint64_t> malformed_frames_{0};
+  log::rate_limiter peer_lines_; // malformed frames: a peer (or a stranger) can send any number
   int stop_fd_ = -1;
   std::thread receiver_;
 };

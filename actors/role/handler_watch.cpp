@@ -1,7 +1,6 @@
 #include "actors/role/handler_watch.hpp"
 
 #include <atomic>
-#include <cstdio>
 #include <cstdlib>
 #include <ctime>
 
@@ -34,8 +33,8 @@ const bound& configured() {
 }
 } // namespace
 
-handler_watch::handler_watch(const std::string& instance, const char* handler)
-    : instance_(instance), handler_(handler), wall_start_(std::chrono::steady_clock::now()),
+handler_watch::handler_watch(const log::logger& instance, const char* handler)
+    : log_(instance), handler_(handler), wall_start_(std::chrono::steady_clock::now()),
       cpu_start_ns_(thread_cpu_ns()) {}
 
 handler_watch::~handler_watch() {
@@ -47,10 +46,10 @@ handler_watch::~handler_watch() {
   const double wall_ms = std::chrono::duration<double, std::milli>(wall).count();
   const double cpu_ms = std::chrono::duration<double, std::milli>(cpu).count();
   const bool fatal = b.fatal && (cpu > b.limit || wall > 20 * b.limit);
-  std::fprintf(
-      stderr, "%s: actor handler %s ran %.1f ms (%.1f ms of CPU), over the %lld ms bound%s\n",
-      instance_.c_str(), handler_, wall_ms, cpu_ms, static_cast<long long>(b.limit.count()),
-      fatal ? ": actor threads must not block (SUPERNODE_ACTOR_HANDLER_LIMIT_MS)" : "");
+  log_.at(fatal ? log::level::error : log::level::warn,
+          "actor handler {} ran {:.1f} ms ({:.1f} ms of CPU), over the {} ms bound{}", handler_,
+          wall_ms, cpu_ms, b.limit.count(),
+          fatal ? ": actor threads must not block (SUPERNODE_ACTOR_HANDLER_LIMIT_MS)" : "");
   if (fatal) std::abort();
 }
 

@@ -7,15 +7,16 @@
 // or a computation costs; the wide wall-time margin keeps a loaded two-core machine, where a
 // thread may simply not be scheduled, from failing tests that did nothing wrong.
 
+#include "log/log.hpp"
+
 #include <chrono>
 #include <cstdint>
-#include <string>
 
 namespace supernode::actors {
 
 class handler_watch {
 public:
-  handler_watch(const std::string& instance, const char* handler);
+  handler_watch(const log::logger& instance, const char* handler);
   ~handler_watch();
   handler_watch(const handler_watch&) = delete;
   handler_watch& operator=(const handler_watch&) = delete;
@@ -26,7 +27,7 @@ public:
   static std::chrono::milliseconds limit();
 
 private:
-  const std::string& instance_;
+  const log::logger& log_;
   const char* handler_;
   std::chrono::steady_clock::time_point wall_start_;
   int64_t cpu_start_ns_;

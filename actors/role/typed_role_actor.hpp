@@ -8,7 +8,6 @@
 #include "actors/role/role_interface.hpp"
 
 #include <chrono>
-#include <cstdio>
 
 namespace supernode::actors {
 
@@ -43,12 +42,11 @@ bool relay(services::message_list<Ts...>, const Handle& to, const transport::pee
 // exceptions are reported and the actor goes on.
 template<class State, class Fn>
 void guarded(State& state, const char* what, Fn&& fn) {
-  handler_watch watch(state.endpoint->self(), what);
+  handler_watch watch(state.endpoint->log(), what);
   try {
     fn();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: error handling %s: %s\n", state.endpoint->self().c_str(), what,
-                 e.what());
+    state.endpoint->log().error("error handling {}: {}", what, e.what());
   }
 }
 

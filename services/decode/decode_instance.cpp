@@ -3,7 +3,6 @@
 #include "services/protocol/ems_messages.hpp"
 #include "services/serving/delivery.hpp"
 
-#include <cstdio>
 #include <map>
 
 namespace supernode::services {
@@ -91,8 +90,7 @@ void decode_instance::send_updates(std::vector<token_update> updates) {
     const auto status =
         send_with_backoff(*out_, "control", gateway, transport::make_envelope(std::move(batch)));
     if (status != transport::send_status::ok)
-      std::fprintf(stderr, "decode: tokens for %s lost: %s\n", gateway.c_str(),
-                   transport::to_string(status));
+      out_->log().warn("tokens for {} lost: {}", gateway, transport::to_string(status));
   }
 }
 

@@ -1,8 +1,7 @@
 #include "services/ems/model_fetch.hpp"
 
+#include "log/log.hpp"
 #include "services/ems/pool_session.hpp"
-
-#include <cstdio>
 
 namespace supernode::services::ems {
 
@@ -12,6 +11,7 @@ model_fetch_result fetch_model_through_pool(const transport::cluster_config& clu
   const auto& config = serving.ems;
   const std::string id = serving.model_id();
   const auto start = std::chrono::steady_clock::now();
+  const log::logger log{instance, incarnation};
   object_store bucket(config.object_store, config.object_store_bandwidth);
   model_fetch_result result;
   {
@@ -24,20 +24,17 @@ model_fetch_result fetch_model_through_pool(const transport::cluster_config& clu
     // Started together with the pool: give its servers a moment to come up, then go on (the
     // cache falls back to the bucket when the pool cannot help).
     if (!client.wait_for_servers(std::chrono::seconds(10)))
-      std::fprintf(stderr, "%s: no MP server came up; loading model %s from object storage\n",
-                   instance.c_str(), id.c_str());
+      log.warn("no MP server came up; loading model {} from object storage", id);
     result.dir = cache.load(id, id, cluster.run_dir / "models" / instance);
     result.stats = cache.stats();
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::fprintf(stderr,
-               "%s: model %s through the pool in %.2f s: %s, %llu bytes from the pool, %llu "
-               "from object storage (%llu blocks fell back)\n",
-               instance.c_str(), id.c_str(), result.seconds,
-               result.stats.fetches > 0 ? "fetched from object storage" : "read from the pool",
-               static_cast<unsigned long long>(result.stats.bytes_from_pool),
-               static_cast<unsigned long long>(result.stats.bytes_from_object_store),
-               static_cast<unsigned long long>(result.stats.fallback_blocks));
+  log.info("model {} through the pool in {:.2f} s: {}, {} bytes from the pool, {} from object "
+           "storage ({} blocks fell back)",
+           id, result.seconds,
+           result.stats.fetches > 0 ? "fetched from object storage" : "read from the pool",
+           result.stats.bytes_from_pool, result.stats.bytes_from_object_store,
+           result.stats.fallback_blocks);
   return result;
 }
 

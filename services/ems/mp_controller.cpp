@@ -3,8 +3,6 @@
 #include "services/protocol/ems_messages.hpp"
 #include "services/serving/delivery.hpp"
 
-#include <cstdio>
-
 namespace supernode::services::ems {
 
 namespace pr = protocol;
@@ -23,7 +21,7 @@ mp_controller::mp_controller(const transport::cluster_config& cluster, const ems
 }
 
 void mp_controller::start(transport::endpoint& out) {
-  std::fprintf(stderr, "%s: %s\n", out.self().c_str(), ring_.describe().c_str());
+  out.log().info("{}", ring_.describe());
   push_ring(out);
 }
 
@@ -60,8 +58,8 @@ void mp_controller::on_member_event(const transport::membership_event& event,
     } else {
       return;
     }
-    std::fprintf(stderr, "%s: %s %s (%s): %s\n", out.self().c_str(), event.peer.c_str(),
-                 up ? "joined" : "left the ring", event.reason.c_str(), ring_.describe().c_str());
+    out.log().info("{} {} ({}): {}", event.peer, up ? "joined" : "left the ring", event.reason,
+                   ring_.describe());
     push_ring(out);
   }
   if (event.what == transport::membership_event::kind::joined) return;
@@ -120,9 +118,7 @@ std::vector<std::string> mp_controller::evict_models(transport::endpoint& out,
       for (auto& k : m.block_keys) by_server[ring_.owner(ns, k)].push_back(k);
     for (auto& [server, keys] : by_server)
       out.send("ems", server, transport::make_envelope(pr::ems_remove{0, ns, std::move(keys)}));
-    std::fprintf(stderr, "%s: evicted model %s (%llu bytes) from namespace %s\n",
-                 out.self().c_str(), lru.c_str(), static_cast<unsigned long long>(m.bytes),
-                 ns.c_str());
+    out.log().info("evicted model {} ({} bytes) from namespace {}", lru, m.bytes, ns);
     evicted.push_back(lru);
     models_.erase(lru);
   }
@@ -133,8 +129,7 @@ void mp_controller::on(const transport::peer_id& from, const pr::ems_ring_reques
   subscribers_.insert(from);
   if (configured_servers_.count(from) && !ring_.contains(from)) {
     ring_.add_server(from);
-    std::fprintf(stderr, "%s: %s is up: %s\n", out.self().c_str(), from.c_str(),
-                 ring_.describe().c_str());
+    out.log().info("{} is up: {}", from, ring_.describe());
     push_ring(out); // the asker gets it with the others
     return;
   }
@@ -165,8 +160,7 @@ void mp_controller::on(const transport::peer_id& from, const pr::ems_model_regis
   reply.reply_to = r.request_id;
   auto it = models_.find(r.model_key);
   if (!r.failed.ok()) {
-    std::fprintf(stderr, "%s: fetch of model %s by %s failed: %s\n", out.self().c_str(),
-                 r.model_key.c_str(), from.c_str(), r.failed.str().c_str());
+    out.log().warn("fetch of model {} by {} failed: {}", r.model_key, from, r.failed.str());
     if (it != models_.end() && !it->second.ready) pass_claim(out, r.model_key);
   } else {
     auto& m = models_[r.model_key];

@@ -3,7 +3,6 @@
 #include "services/protocol/ems_messages.hpp"
 #include "services/serving/delivery.hpp"
 
-#include <cstdio>
 #include <sys/mman.h>
 
 namespace supernode::services::ems {
@@ -39,7 +38,6 @@ mp_server::mp_server(const transport::cluster_config& cluster, const std::string
   o.huge_pages = config.huge_pages;
   o.dram_memory = std::span(region_.data(), region_.size());
   store_ = std::make_unique<block_store>(o);
-  std::fprintf(stderr, "%s: %s\n", instance.c_str(), store_->describe().c_str());
 }
 
 mp_server::~mp_server() {
@@ -48,6 +46,7 @@ mp_server::~mp_server() {
 
 void mp_server::start(transport::endpoint& out) {
   out_ = &out;
+  out.log().info("{}", store_->describe());
   worker_.start([this] { return !requests_.empty(); },
                 [this] {
                   decltype(requests_) batch;

@@ -2,7 +2,6 @@
 
 #include "services/gateway/http_connection.hpp"
 
-#include <cstdio>
 #include <stdexcept>
 
 namespace supernode::services::gateway {
@@ -45,16 +44,16 @@ net::awaitable<void> accept_loop(http_server::shared_state& state) {
   }
 }
 
-void run_io(net::io_context& io) {
+void run_io(net::io_context& io, const log::logger& log) {
   // A handler that throws must not end the thread: the other connections still need it.
   for (;;) {
     try {
       io.run();
       return;
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "http server: io thread caught: %s\n", e.what());
+      log.error("http server: io thread caught: {}", e.what());
     } catch (...) {
-      std::fprintf(stderr, "http server: io thread caught an unknown exception\n");
+      log.error("http server: io thread caught an unknown exception");
     }
   }
 }
@@ -97,7 +96,7 @@ void http_server::start() {
   s.io.restart(); // after a stop() the io_context ran out of work, which stops it
   net::co_spawn(s.io, accept_loop(s), net::detached);
   const int threads = std::max(1, s.options.threads);
-  for (int i = 0; i < threads; ++i) s.threads.emplace_back([&s] { run_io(s.io); });
+  for (int i = 0; i < threads; ++i) s.threads.emplace_back([&s] { run_io(s.io, s.options.log); });
 }
 
 uint16_t http_server::port() const {

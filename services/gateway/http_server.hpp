@@ -13,6 +13,8 @@
 // noticed at once rather than on the next write. A pipelined next request that arrives meanwhile
 // is kept, unparsed, until the exchange ends (responses go out in request order).
 
+#include "log/log.hpp"
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -70,6 +72,7 @@ struct http_server_options {
   int threads = 1;
   size_t max_connections = 1024;          // more are answered 503 and closed
   std::chrono::seconds idle_timeout{300}; // between requests, and to receive a whole request
+  log::logger log; // the owning instance (the gateway), for the I/O threads' lines
 };
 
 class http_server {

@@ -34,7 +34,7 @@ std::optional<ep_membership> ep_membership_of(const transport::cluster_config& c
                                               const serving_config& serving,
                                               const transport::instance_config& instance,
                                               const model::model_config& model,
-                                              model::precision prec) {
+                                              model::precision prec, const log::logger& log) {
   const bool shard = instance.role == "expert_shard";
   const std::string role = shard ? "decode" : instance.role;
   if (role != "decode" && role != "prefill") return std::nullopt;
@@ -89,6 +89,7 @@ std::optional<ep_membership> ep_membership_of(const transport::cluster_config& c
   const auto& plane = cluster.plane_for_flow("dispatch");
   m.fabric_kind = plane.kind == "zmq" ? "zmq" : "shm";
   m.fabric.cluster = cluster.name;
+  m.fabric.log = log;
   m.fabric.group = role + "-ep" + std::to_string(group);
   m.fabric.rank = m.options.rank;
   m.fabric.ranks = m.options.ranks;

@@ -28,11 +28,12 @@ struct ep_membership {
 };
 
 // Nothing when the instance runs its experts itself (a group of one). Throws
-// std::runtime_error naming the mismatch when the config cannot form groups.
+// std::runtime_error naming the mismatch when the config cannot form groups. The group logs as
+// `log` (the instance's logger).
 std::optional<ep_membership> ep_membership_of(const transport::cluster_config& cluster,
                                               const serving_config& serving,
                                               const transport::instance_config& instance,
                                               const model::model_config& model,
-                                              model::precision prec);
+                                              model::precision prec, const log::logger& log);
 
 } // namespace supernode::services

@@ -1,7 +1,5 @@
 #include "services/moe/ep_rank.hpp"
 
-#include <cstdio>
-
 namespace supernode::services {
 
 ep_rank::ep_rank(std::shared_ptr<const model::model_weights> weights, ep_membership membership)
@@ -11,8 +9,7 @@ ep_rank::ep_rank(std::shared_ptr<const model::model_weights> weights, ep_members
                   : transport::make_shm_rank_fabric(membership_.fabric)) {
   const auto layout =
       expert_parallel::layout_for(weights_->config, weights_->prec, membership_.options);
-  std::fprintf(stderr, "expert parallelism: %s; %s\n", membership_.describe().c_str(),
-               layout.describe().c_str());
+  fabric_->log().info("expert parallelism: {}; {}", membership_.describe(), layout.describe());
 }
 
 bool ep_rank::connect(const std::function<bool()>& give_up) {
@@ -78,8 +75,7 @@ void ep_rank::fail(const std::string& why) {
     failure_ = why;
   }
   broken_ = true;
-  std::fprintf(stderr, "expert parallelism: %s broken: %s\n", membership_.fabric.group.c_str(),
-               why.c_str());
+  fabric_->log().error("expert parallelism: {} broken: {}", membership_.fabric.group, why);
   if (connected_) ep_->fail(why);
   // Tell the peers at once (they see "rank N left the group"), so the whole group stops
   // together instead of each peer waiting out its op timeout.

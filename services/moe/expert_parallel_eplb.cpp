@@ -3,8 +3,6 @@
 #include "services/moe/eplb_planner.hpp"
 #include "services/moe/expert_parallel.hpp"
 
-#include <cstdio>
-
 namespace supernode::services {
 
 // Every eplb_interval forwards each rank sends rank 0 the routed-token counts of its own tokens;
@@ -73,12 +71,9 @@ void expert_parallel::exchange_stats() {
     rebalance_ = {placement_version_ + 1, b.ratio, a.ratio};
     if (first_rebalance_.version == 0) first_rebalance_ = rebalance_;
   }
-  std::fprintf(stderr,
-               "EPLB: placement v%llu from forward %llu: max/mean host load %.3f -> %.3f "
-               "(tokens of the last %llu forwards)\n",
-               static_cast<unsigned long long>(placement_version_ + 1),
-               static_cast<unsigned long long>(f + 2), b.ratio, a.ratio,
-               static_cast<unsigned long long>(interval));
+  fabric_.log().info("EPLB: placement v{} from forward {}: max/mean host load {:.3f} -> {:.3f} "
+                     "(tokens of the last {} forwards)",
+                     placement_version_ + 1, f + 2, b.ratio, a.ratio, interval);
 }
 
 void expert_parallel::apply_published_placement() {

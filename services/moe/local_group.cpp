@@ -18,6 +18,7 @@ make_fabric(const local_group_options& o, const std::string& group, int rank, si
   f.ranks = o.ranks;
   f.bytes = bytes;
   f.flags = ep_flag_count;
+  f.log = log::logger{group + "-rank" + std::to_string(rank)}; // ranks as threads: no instances
   if (o.fabric == "zmq") {
     const auto dir = std::filesystem::temp_directory_path() / ("supernode-" + group);
     std::filesystem::create_directories(dir);

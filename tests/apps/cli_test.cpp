@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <gtest/gtest.h>
@@ -26,8 +27,10 @@ struct run_result {
 };
 
 // `supernode ARGS...`, its stdout and stderr read together.
-run_result run(const std::vector<std::string>& args) {
+run_result run(const std::vector<std::string>& args,
+               std::vector<std::pair<std::string, std::string>> env = {}) {
   services::cluster::launch_spec spec;
+  spec.env = std::move(env);
   spec.argv = {std::string(SUPERNODE_BINARY_DIR) + "/apps/supernode"};
   spec.argv.insert(spec.argv.end(), args.begin(), args.end());
   spec.stdout_to = services::cluster::output_to::pipe;
@@ -36,6 +39,10 @@ run_result run(const std::vector<std::string>& args) {
   std::string out;
   child.for_each_line([&](const std::string& line) { out += line + "\n"; });
   return {child.wait().code(), out};
+}
+
+std::string tiny() {
+  return supernode::testing::tiny_model_dir().string();
 }
 
 // `args` with --model and the tiny model after the command (the first argument).
@@ -103,6 +110,31 @@ TEST(cli, bad_arguments_exit_2_with_a_reason) {
   EXPECT_EQ(r.exit_code, 2);
   r = run({"frobnicate"});
   EXPECT_EQ(r.exit_code, 2);
+}
+
+TEST(cli, log_options_set_format_and_level_before_or_after_the_command) {
+  // JSON: the error line parses back and names the process; the usage text follows it.
+  auto r = run({"--log-format", "json", "generate", "--model", tiny(), "--prompt-ids", "1",
+                "--max-tokens", "x"});
+  EXPECT_EQ(r.exit_code, 2);
+  const auto first_line = r.out.substr(0, r.out.find('\n'));
+  const auto j = nlohmann::json::parse(first_line);
+  EXPECT_EQ(j["level"], "error");
+  EXPECT_EQ(j["instance"], "supernode");
+  EXPECT_NE(j["msg"].get<std::string>().find("--max-tokens expects an integer"), std::string::npos);
+  // After the command, as --threads is; off silences the error line but not the exit code.
+  r = run(with_model({"generate", "--prompt-ids", "1", "--max-tokens", "x", "--log-level", "off"}));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.out, "");
+  // The environment sets them too (what `cluster up` hands its processes); bad values exit 2.
+  r = run({"--log-level", "loud", "generate"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.out.find("--log-level is trace, debug, info, warn, error or off, not 'loud'"),
+            std::string::npos)
+      << r.out;
+  r = run({"frobnicate"}, {{"SUPERNODE_LOG_FORMAT", "json"}});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.out.rfind("{\"time\":", 0), 0u) << r.out;
 }
 
 TEST(cli, runtime_errors_exit_1_and_name_the_cause) {

@@ -2,6 +2,7 @@
 // in one process and between real processes (fork). Children report through exit codes and
 // region flags; every wait has a timeout, nothing sleeps to synchronise.
 
+#include "log/log.hpp"
 #include "transport/control_messages.hpp"
 #include "transport/shm_plane.hpp"
 #include "transport/shm_region.hpp"
@@ -18,6 +19,7 @@
 #include <gtest/gtest.h>
 #include <mutex>
 #include <random>
+#include <sstream>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <thread>
@@ -456,6 +458,31 @@ TEST_F(shm_fixture, bad_frames_are_counted_by_reason_and_the_next_good_frame_is_
   ASSERT_EQ(evil.send_frame("b", good), send_status::ok);
   ASSERT_TRUE(log.wait_for(2));
   EXPECT_EQ(bad.get(frame_error::bad_magic), 2u);
+}
+
+TEST_F(shm_fixture, a_flood_of_bad_frames_is_logged_once_per_interval) {
+  std::ostringstream logged;
+  supernode::log::redirect_for_testing(&logged);
+  supernode::log::set_default_rate_interval(
+      std::chrono::hours(1)); // no interval ends during the test
+  shm_plane evil(cluster, "evil"), b(cluster, "b");
+  b.set_logger(supernode::log::logger{"b", 5});
+  inbox_log inbox;
+  b.set_handler(inbox.handler());
+  b.start();
+  const std::vector<std::byte> garbage(64, std::byte{0x5A});
+  for (int i = 0; i < 50; ++i) ASSERT_EQ(evil.send_frame("b", garbage), send_status::ok);
+  ASSERT_EQ(evil.send_frame("b", encoded(make_envelope(ping{9, 0, {}}))), send_status::ok);
+  ASSERT_TRUE(inbox.wait_for(1)); // the bad frames came first, on the same receiving thread
+  EXPECT_EQ(b.counters().bad_frames.total(), 50u);
+  supernode::log::redirect_for_testing(nullptr);
+  supernode::log::set_default_rate_interval(std::chrono::seconds(1));
+  const std::string text = logged.str();
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << text;
+  EXPECT_NE(
+      text.find("instance=b incarnation=5 request=- shm " + cluster + ": bad frame #1 from evil"),
+      std::string::npos)
+      << text;
 }
 
 TEST_F(shm_fixture, plane_round_trips_between_two_processes) {
