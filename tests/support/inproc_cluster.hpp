@@ -1,8 +1,9 @@
 #pragma once
 // A cluster file for tests whose instances all live in this process over the inproc plane: a
 // cluster name and run_dir of its own per call (so tests in one process never share planes or
-// files), fast heartbeats, then the caller's [process.*] and serving tables. The run_dir goes
-// with the object.
+// files), fast heartbeats that tolerate a loaded machine (2 s of silence before an instance is
+// declared down: none of these tests waits for a failure detector), then the caller's
+// [process.*] and serving tables. The run_dir goes with the object.
 
 #include "services/serving/cluster_file.hpp"
 
@@ -34,7 +35,7 @@ private:
         prefix + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
     run_dir = std::filesystem::temp_directory_path() / name;
     return "[cluster]\nname = \"" + name + "\"\nrun_dir = \"" + run_dir.string() +
-           "\"\nheartbeat_ms = 50\nmissed_heartbeats = 6\n"
+           "\"\nheartbeat_ms = 50\nmissed_heartbeats = 40\n"
            "[planes.local]\nkind = \"inproc\"\n[flows]\ndefault = \"local\"\n" +
            tables;
   }
