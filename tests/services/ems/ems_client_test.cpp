@@ -83,6 +83,8 @@ TEST(ems_client, once_the_server_left_puts_fail_as_unreachable_and_gets_miss) {
   ASSERT_EQ(outcomes.size(), 1u);
   EXPECT_FALSE(outcomes[0].stored);
   EXPECT_TRUE(outcomes[0].error.is(ems_errc::server_unreachable)) << outcomes[0].error;
+  EXPECT_STREQ(outcomes[0].error.name(), "pool_server_unreachable");
+  EXPECT_TRUE(outcomes[0].error.retry_elsewhere());
   const std::vector<std::string> keys = {"k"};
   const auto got = b.client.get("ctx", keys);
   ASSERT_EQ(got.blocks.size(), 1u);
