@@ -5,3 +5,8 @@ supernode_add_test(prefix_keys_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/prefix_key
 supernode_add_test(ems_pool_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/ems_pool_test.cpp
                    LIBS supernode_services LABEL integration)
 add_dependencies(ems_pool_test supernode)
+# The MP server, and the MP SDK against a controller and a server, hosted over the inproc plane.
+supernode_add_test(mp_server_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/mp_server_test.cpp
+                   LIBS supernode_services LABEL unit)
+supernode_add_test(ems_client_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/ems_client_test.cpp
+                   LIBS supernode_services LABEL unit)
