@@ -35,8 +35,10 @@ count = 2
 struct scheduler_bench {
   transport::cluster_config cluster = transport::cluster_config::parse(shape, "shape.toml");
   services::serving_config config;
-  std::map<std::string, std::unique_ptr<endpoint>> peers;
+  // The inboxes before the endpoints that fill them: members go in reverse order, so the
+  // endpoints' plane threads stop before the inboxes they deliver into (TSan found the reverse).
   std::map<std::string, inbox> mail;
+  std::map<std::string, std::unique_ptr<endpoint>> peers;
   std::unique_ptr<endpoint> self;
   std::unique_ptr<services::scheduler_service> scheduler;
 
