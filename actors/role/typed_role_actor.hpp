@@ -15,6 +15,9 @@ template<class Service>
 struct typed_role_state {
   std::shared_ptr<transport::endpoint> endpoint;
   std::shared_ptr<Service> logic;
+  // Handler errors a peer can provoke at will (a message that makes the logic throw): one line
+  // per handler per interval, with a count.
+  log::rate_limiter handler_errors;
   static inline const char* name = Service::interface::role;
   ~typed_role_state() {
     if (logic) logic->stop();
@@ -39,14 +42,15 @@ bool relay(services::message_list<Ts...>, const Handle& to, const transport::pee
 }
 
 // One bad message must not take the instance down with every request it holds: the logic's
-// exceptions are reported and the actor goes on.
+// exceptions are reported (rate-limited per handler) and the actor goes on.
 template<class State, class Fn>
 void guarded(State& state, const char* what, Fn&& fn) {
   handler_watch watch(state.endpoint->log(), what);
   try {
     fn();
   } catch (const std::exception& e) {
-    state.endpoint->log().error("error handling {}: {}", what, e.what());
+    state.endpoint->log().limited(state.handler_errors, log::level::error, what,
+                                  "error handling {}: {}", what, e.what());
   }
 }
 
