@@ -1,6 +1,7 @@
 #include "transport/message.hpp"
 
 #include <algorithm>
+#include <mutex>
 #include <new>
 #include <stdexcept>
 
@@ -12,16 +13,20 @@ message_registry& message_registry::instance() {
 }
 
 void message_registry::add(const message_type_info& info) {
-  if (by_id_.size() <= info.id) by_id_.resize(info.id + 1);
-  auto& slot = by_id_[info.id];
-  if (slot && slot->cpp_type != info.cpp_type && *slot->cpp_type != *info.cpp_type)
-    throw std::logic_error(std::string("message type id ") + std::to_string(info.id) +
-                           " is taken by " + slot->name + ", cannot register " + info.name);
-  slot = info;
+  std::lock_guard lock(adding_);
+  const message_type_info* old = by_id_[info.id].load(std::memory_order_acquire);
+  if (old) {
+    if (old->cpp_type != info.cpp_type && *old->cpp_type != *info.cpp_type)
+      throw std::logic_error(std::string("message type id ") + std::to_string(info.id) +
+                             " is taken by " + old->name + ", cannot register " + info.name);
+    return; // registered already (every role registers the families it uses)
+  }
+  // Entries are never freed or replaced: a plane thread may be reading one right now.
+  by_id_[info.id].store(new message_type_info(info), std::memory_order_release);
 }
 
 const message_type_info* message_registry::find(uint16_t id) const {
-  return id < by_id_.size() && by_id_[id] ? &*by_id_[id] : nullptr;
+  return by_id_[id].load(std::memory_order_acquire);
 }
 
 namespace {

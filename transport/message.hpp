@@ -14,12 +14,15 @@
 #include "transport/frame.hpp"
 #include "transport/shared_bytes.hpp"
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <msgpack.hpp>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <typeinfo>
@@ -51,15 +54,20 @@ struct message_type_info {
   uint64_t (*reply_to)(const void* object) = nullptr;
 };
 
+// Thread-safe: roles register their message families when they are made, possibly while other
+// instances' planes already decode frames (find() on their threads), so lookups are atomic loads
+// of entries that, once registered, never change.
 class message_registry {
 public:
   static message_registry& instance();
-  // Throws std::logic_error when the id is taken by another type.
+  // Throws std::logic_error when the id is taken by another type; registering a type again is a
+  // no-op.
   void add(const message_type_info& info);
   const message_type_info* find(uint16_t id) const;
 
 private:
-  std::vector<std::optional<message_type_info>> by_id_;
+  std::mutex adding_;
+  std::array<std::atomic<const message_type_info*>, 65536> by_id_{};
 };
 
 class envelope {
