@@ -92,23 +92,31 @@ send_status endpoint::send_retrying(const std::string& flow, const peer_id& to,
   return retry_.send(flow, to, message, deadline);
 }
 
-void endpoint::count_unexpected(const peer_id& from, uint16_t type, const std::string& role) {
+namespace {
+std::string type_name_of(uint16_t type) {
   const auto* info = message_registry::instance().find(type);
-  const std::string name = info ? info->name : "type " + std::to_string(type);
+  return info ? info->name : "type " + std::to_string(type);
+}
+} // namespace
+
+void endpoint::count_unexpected(const peer_id& from, uint16_t type, const std::string& role) {
+  // A peer can flood these: only a counter moves per frame; the name is looked up once.
   bool first = false;
   {
     std::lock_guard lock(unexpected_mutex_);
-    first = unexpected_[name]++ == 0;
+    first = unexpected_[type]++ == 0;
   }
   if (first)
     log_.warn("unexpected message {} (type {}) from {}: not in the {} role's interface; counted "
               "in supernode_unexpected_messages_total, not logged again",
-              name, type, from, role);
+              type_name_of(type), type, from, role);
 }
 
 std::map<std::string, uint64_t> endpoint::unexpected_messages() const {
   std::lock_guard lock(unexpected_mutex_);
-  return unexpected_;
+  std::map<std::string, uint64_t> by_name;
+  for (auto& [type, n] : unexpected_) by_name[type_name_of(type)] += n;
+  return by_name;
 }
 
 void endpoint::on_message(const peer_id& from, envelope message) {

@@ -46,10 +46,9 @@ public:
   // Like send(), but a full queue is waited out on the endpoint's retry thread (in order per
   // destination, until `deadline`) instead of failing: ok means sent or queued. For callers that
   // must not lose the message and must not block (actor threads). Messages given up on are
-  // logged and counted (given_up_sends()).
+  // logged.
   send_status send_retrying(const std::string& flow, const peer_id& to, const envelope& message,
                             std::chrono::milliseconds deadline = std::chrono::milliseconds(5000));
-  uint64_t given_up_sends() const { return retry_.given_up(); }
 
   // A message whose type the receiving role's interface lacks: counted per type, and logged
   // once per type with its sender and the role. Called on the plane thread that received it.
@@ -84,7 +83,7 @@ private:
   pending_requests pending_;
   retrying_sender retry_;
   mutable std::mutex unexpected_mutex_;
-  std::map<std::string, uint64_t> unexpected_; // by type name
+  std::map<uint16_t, uint64_t> unexpected_; // by type id; named when read
   message_handler on_message_;
   event_handler on_event_;
 };

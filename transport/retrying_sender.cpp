@@ -104,12 +104,12 @@ void retrying_sender::stop() {
     if (stopping_ && !thread_.joinable()) return;
     stopping_ = true;
     left.swap(waiting_);
+    for (auto& [k, d] : left) given_up_ += d.items.size();
     report = on_failure_;
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
   for (auto& [k, d] : left) {
-    given_up_ += d.items.size();
     if (report)
       for (auto& i : d.items) report(k.first, k.second, i.message, send_status::closed);
   }

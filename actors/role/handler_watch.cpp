@@ -1,14 +1,11 @@
 #include "actors/role/handler_watch.hpp"
 
-#include <atomic>
 #include <cstdlib>
 #include <ctime>
 
 namespace supernode::actors {
 
 namespace {
-std::atomic<uint64_t> slow{0};
-
 int64_t thread_cpu_ns() {
   timespec t{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
@@ -41,7 +38,6 @@ handler_watch::~handler_watch() {
   const auto& b = configured();
   const auto wall = std::chrono::steady_clock::now() - wall_start_;
   if (wall <= b.limit) return;
-  ++slow;
   const auto cpu = std::chrono::nanoseconds(thread_cpu_ns() - cpu_start_ns_);
   const double wall_ms = std::chrono::duration<double, std::milli>(wall).count();
   const double cpu_ms = std::chrono::duration<double, std::milli>(cpu).count();
@@ -51,14 +47,6 @@ handler_watch::~handler_watch() {
           wall_ms, cpu_ms, b.limit.count(),
           fatal ? ": actor threads must not block (SUPERNODE_ACTOR_HANDLER_LIMIT_MS)" : "");
   if (fatal) std::abort();
-}
-
-uint64_t handler_watch::slow_handlers() {
-  return slow.load();
-}
-
-std::chrono::milliseconds handler_watch::limit() {
-  return configured().limit;
 }
 
 } // namespace supernode::actors

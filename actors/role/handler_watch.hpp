@@ -1,6 +1,6 @@
 #pragma once
 // A debug check that an actor thread never blocks: every role handler is timed, and one that
-// runs longer than the bound is logged (and counted). With SUPERNODE_ACTOR_HANDLER_LIMIT_MS set
+// runs longer than the bound is logged. With SUPERNODE_ACTOR_HANDLER_LIMIT_MS set
 // (the test suite sets it), a handler that uses more than the bound of CPU time, or that takes
 // more than 20 times the bound of wall time (it waited on something), aborts the process with
 // the handler and instance named, so the test that drove it fails. CPU time is what a bulk copy
@@ -20,11 +20,6 @@ public:
   ~handler_watch();
   handler_watch(const handler_watch&) = delete;
   handler_watch& operator=(const handler_watch&) = delete;
-
-  // Handlers over the bound since the process started (all instances).
-  static uint64_t slow_handlers();
-  // The bound: SUPERNODE_ACTOR_HANDLER_LIMIT_MS, or 50 ms (then only logged, never fatal).
-  static std::chrono::milliseconds limit();
 
 private:
   const log::logger& log_;

@@ -2,7 +2,7 @@
 // whole blocks from one pool to another, and continuous batching with sequences joining and
 // leaving mid-flight must give the reference engine's tokens exactly.
 
-#include "../../model/tiny_model.hpp"
+#include "../../support/serving_reference.hpp"
 #include "model/engine.hpp"
 #include "services/decode/decode_batch.hpp"
 #include "services/prefill/prefill_engine.hpp"
@@ -41,13 +41,7 @@ std::vector<request_spec> workload() {
 }
 
 model::generation_result reference(const request_spec& s) {
-  model::reference_engine engine(supernode::testing::tiny_weights(model::precision::int8));
-  model::generation_request r;
-  r.prompt = s.prompt;
-  r.max_tokens = s.max_tokens;
-  r.sampling = {s.temperature, s.top_p, s.top_k, s.seed};
-  r.stop_at_eos = s.stop_at_eos;
-  return engine.generate(r);
+  return supernode::testing::reference_generation(s);
 }
 
 // Prefill with a small budget (so prompts are packed together and long ones chunked), decode
