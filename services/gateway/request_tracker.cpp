@@ -156,6 +156,7 @@ void request_tracker::apply_update(tracked_request& r, const protocol::token_upd
 
 void request_tracker::fail(tracked_request& r, const protocol::error& why) {
   r.done = true;
+  forget(r); // before the client sees the end: its next request must find the slot free
   r.meta.finish_reason = "error";
   r.meta.completion_tokens = static_cast<int64_t>(r.tokens.size());
   const api_error e = to_api_error(why);
@@ -166,11 +167,11 @@ void request_tracker::fail(tracked_request& r, const protocol::error& why) {
     r.ex->respond(e.status, json_type, error_body(e));
   }
   count_request(endpoint_label(r.kind), std::to_string(e.status));
-  forget(r);
 }
 
 void request_tracker::finish(tracked_request& r, const std::string& finish_reason) {
   r.done = true;
+  forget(r); // before the client sees the end: its next request must find the slot free
   r.meta.finish_reason = finish_reason;
   r.meta.completion_tokens = static_cast<int64_t>(r.tokens.size());
   const auto now = clock::now();
@@ -195,7 +196,6 @@ void request_tracker::finish(tracked_request& r, const std::string& finish_reaso
     r.ex->respond(200, json_type, completion_response(r.kind, r.meta));
   }
   count_request(endpoint_label(r.kind), "200");
-  forget(r);
 }
 
 void request_tracker::forget(tracked_request& r) {

@@ -12,3 +12,5 @@ supernode_add_test(gateway_errors_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/gateway_errors_test.cpp LIBS supernode_services LABEL unit
   FIXTURE tiny_model)
 target_link_libraries(gateway_errors_test PRIVATE nlohmann_json::nlohmann_json)
+supernode_add_test(request_tracker_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/request_tracker_test.cpp LIBS supernode_services LABEL unit)
