@@ -21,6 +21,10 @@ const config_table<cluster_config>& cluster_table() {
           .string("run_dir", &cluster_config::run_dir,
                   "logs, pid files and ipc sockets of the cluster's processes")
           .documented_default("`$TMPDIR/supernode` (`/tmp/supernode`)")
+          .string("key_dir", &cluster_config::key_dir,
+                  "the instances' CurveZMQ key pairs (`supernode cluster keys` makes them); "
+                  "when unset, the processes make any that are missing in the default folder")
+          .documented_default("`<run_dir>/keys`")
           .integer("heartbeat_ms", &cluster_config::heartbeat_interval, 1, 60000,
                    "milliseconds between two heartbeats of an endpoint to its peers")
           .integer("missed_heartbeats", &cluster_config::missed_heartbeats, 1, 10000,

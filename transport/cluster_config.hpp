@@ -62,6 +62,12 @@ struct instance_config {
 struct cluster_config {
   std::string name = "supernode";
   std::filesystem::path run_dir;
+  // Where the instances' key pairs are (cluster_keys.hpp): [cluster] key_dir as configured;
+  // keys_dir() is what to use. Unconfigured, it is <run_dir>/keys and processes create the
+  // missing pairs there on start (one host: nobody needs to hand keys out).
+  std::filesystem::path key_dir;
+  std::filesystem::path keys_dir() const { return key_dir.empty() ? run_dir / "keys" : key_dir; }
+  bool keys_made_on_start() const { return key_dir.empty(); }
   std::chrono::milliseconds heartbeat_interval{100};
   int missed_heartbeats = 5;
   std::map<std::string, plane_config> planes;
