@@ -29,6 +29,8 @@ struct tensor_view {
 
   int64_t numel() const;
   // Converts to FP32 (F32, F16, BF16, F8_E4M3 and I8 sources). `out` must hold numel() floats.
+  // Throws naming the file, the tensor and the first bad index when a value is NaN or infinite:
+  // one such weight silently poisons every activation downstream.
   void to_float(float* out) const;
 };
 
@@ -92,6 +94,13 @@ private:
   struct impl;
   std::unique_ptr<impl> impl_;
 };
+
+// "[2, 3]".
+std::string shape_string(std::span<const int64_t> shape);
+// The first NaN or infinity of `values`, or -1.
+int64_t first_non_finite(std::span<const float> values);
+// "NaN at index 7 [0, 7]": the first non-finite value of a tensor of `shape`, for errors.
+std::string non_finite_report(std::span<const float> values, std::span<const int64_t> shape);
 
 // Conversions used by the writer and by tensor_view::to_float.
 uint16_t float_to_bf16(float f); // round to nearest even
