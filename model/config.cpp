@@ -212,7 +212,10 @@ model_config model_config::load(const std::filesystem::path& path) {
   try {
     return from_json(j);
   } catch (const std::runtime_error& e) {
-    throw std::runtime_error(path.string() + ": " + e.what());
+    // The path replaces from_json's generic "config.json: " prefix.
+    std::string what = e.what();
+    if (what.starts_with("config.json: ")) what.erase(0, 13);
+    throw std::runtime_error(path.string() + ": " + what);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <sys/mman.h>
@@ -200,23 +201,30 @@ std::string shape_string(std::span<const int64_t> s) {
   return out + "]";
 }
 
+// Lambdas, not function pointers, so each loop inlines its conversion and test.
 void tensor_view::to_float(float* out) const {
   const int64_t n = numel();
   bool bad = false;
   switch (type) {
   case dtype::f32:
     bad = convert_checked<uint32_t>(
-        data, n, out, [](uint32_t v) { return std::bit_cast<float>(v); }, f32_non_finite);
+        data, n, out, [](uint32_t v) { return std::bit_cast<float>(v); },
+        [](uint32_t v) { return f32_non_finite(v); });
     break;
   case dtype::bf16:
-    bad = convert_checked<uint16_t>(data, n, out, bf16_to_float, bf16_non_finite);
+    bad = convert_checked<uint16_t>(
+        data, n, out, [](uint16_t v) { return bf16_to_float(v); },
+        [](uint16_t v) { return bf16_non_finite(v); });
     break;
   case dtype::f16:
-    bad = convert_checked<uint16_t>(data, n, out, f16_to_float, f16_non_finite);
+    bad = convert_checked<uint16_t>(
+        data, n, out, [](uint16_t v) { return f16_to_float(v); },
+        [](uint16_t v) { return f16_non_finite(v); });
     break;
   case dtype::f8_e4m3:
     bad = convert_checked<uint8_t>(
-        data, n, out, [](uint8_t v) { return e4m3_table[v]; }, e4m3_non_finite);
+        data, n, out, [](uint8_t v) { return e4m3_table[v]; },
+        [](uint8_t v) { return e4m3_non_finite(v); });
     break;
   case dtype::i8:
     for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(static_cast<int8_t>(data[i]));
@@ -227,6 +235,38 @@ void tensor_view::to_float(float* out) const {
   if (bad)
     fail(file, "tensor '" + name + "' (" + dtype_name(type) + " " + shape_string(shape) +
                    ") holds " + non_finite_report({out, static_cast<size_t>(n)}, shape) +
+                   "; a checkpoint's weights must be finite");
+}
+
+void tensor_view::to_float_scaled(float* out, std::span<const float> scales, int64_t block_rows,
+                                  int64_t block_cols, const std::string& scale_name) const {
+  if (type != dtype::f8_e4m3 || shape.size() != 2)
+    fail(file, "tensor '" + name + "' is not an F8_E4M3 matrix");
+  const int64_t rows = shape[0], cols = shape[1];
+  const int64_t scale_cols = (cols + block_cols - 1) / block_cols;
+  if (static_cast<int64_t>(scales.size()) != (rows + block_rows - 1) / block_rows * scale_cols)
+    fail(file, "tensor '" + name + "' given " + std::to_string(scales.size()) + " scales from '" +
+                   scale_name + "', not one per block");
+  const auto* codes = reinterpret_cast<const uint8_t*>(data);
+  // One pass: decode, scale by the block's scale_inv, and test the product, which is NaN for
+  // E4M3's NaN code and infinite when a finite scale overflows a finite weight.
+  bool bad = false;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row_scales = scales.data() + (r / block_rows) * scale_cols;
+    for (int64_t c0 = 0; c0 < cols; c0 += block_cols) {
+      const float s = row_scales[c0 / block_cols];
+      const int64_t c1 = std::min(cols, c0 + block_cols);
+      for (int64_t c = c0; c < c1; ++c) {
+        const float x = e4m3_table[codes[r * cols + c]] * s;
+        bad |= !(std::fabs(x) <= std::numeric_limits<float>::max());
+        out[r * cols + c] = x;
+      }
+    }
+  }
+  if (bad)
+    fail(file, "tensor '" + name + "' (" + dtype_name(type) + " " + shape_string(shape) +
+                   ") dequantized with '" + scale_name + "' holds " +
+                   non_finite_report({out, static_cast<size_t>(rows * cols)}, shape) +
                    "; a checkpoint's weights must be finite");
 }
 

@@ -32,6 +32,11 @@ struct tensor_view {
   // Throws naming the file, the tensor and the first bad index when a value is NaN or infinite:
   // one such weight silently poisons every activation downstream.
   void to_float(float* out) const;
+  // An F8_E4M3 matrix times its per-block scales (DeepSeek's weight_scale_inv, `scales` of
+  // [ceil(rows / block_rows)][ceil(cols / block_cols)]), decoded and checked in one pass; a NaN
+  // or a product that overflows is refused like to_float's, naming `scale_name` too.
+  void to_float_scaled(float* out, std::span<const float> scales, int64_t block_rows,
+                       int64_t block_cols, const std::string& scale_name) const;
 };
 
 // One memory-mapped .safetensors file.

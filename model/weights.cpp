@@ -6,9 +6,7 @@
 #include "model/progress.hpp"
 #include "model/safetensors.hpp"
 
-#include <cmath>
 #include <cstring>
-#include <limits>
 #include <mutex>
 #include <stdexcept>
 
@@ -18,27 +16,15 @@ std::vector<float> read_tensor_float(const checkpoint_reader& ckpt, const model_
                                      const std::string& name, std::vector<int64_t> shape) {
   const auto& t = ckpt.get(name, shape);
   std::vector<float> out(t.numel());
-  t.to_float(out.data());
-  if (t.type != dtype::f8_e4m3) return out;
-  const auto& scale_view = fp8_scale_of(ckpt, config, t);
-  std::vector<float> scale(scale_view.numel());
-  scale_view.to_float(scale.data());
-  const int64_t br = config.quantization.block_rows, bc = config.quantization.block_cols;
-  const int64_t rows = shape[0], cols = shape[1], scale_cols = scale_view.shape[1];
-  // Finite E4M3 times a finite scale can still overflow: checked in the same pass.
-  bool overflow = false;
-  for (int64_t r = 0; r < rows; ++r) {
-    float* row = out.data() + r * cols;
-    const float* row_scale = scale.data() + (r / br) * scale_cols;
-    for (int64_t c = 0; c < cols; ++c) {
-      row[c] *= row_scale[c / bc];
-      overflow |= !(std::fabs(row[c]) <= std::numeric_limits<float>::max());
-    }
+  if (t.type != dtype::f8_e4m3) {
+    t.to_float(out.data());
+    return out;
   }
-  if (overflow)
-    throw std::runtime_error(t.file.string() + ": tensor '" + name + "' times '" + scale_view.name +
-                             "' holds " + non_finite_report(out, shape) +
-                             "; a checkpoint's weights must be finite");
+  const auto& scale_view = fp8_scale_of(ckpt, config, t);
+  std::vector<float> scales(scale_view.numel());
+  scale_view.to_float(scales.data());
+  t.to_float_scaled(out.data(), scales, config.quantization.block_rows,
+                    config.quantization.block_cols, scale_view.name);
   return out;
 }
 

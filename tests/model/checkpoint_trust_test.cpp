@@ -154,8 +154,9 @@ TEST_F(checkpoint_trust, a_finite_scale_that_overflows_the_weight_is_refused) {
   // that is not zero overflows, found by the pass that applies the scales.
   patch<float>("model.layers.0.self_attn.q_a_proj.weight_scale_inv", 0, 3e38f);
   auto msg = load_error(unchanged());
-  EXPECT_CONTAINS(msg, "'model.layers.0.self_attn.q_a_proj.weight' times "
-                       "'model.layers.0.self_attn.q_a_proj.weight_scale_inv' holds ");
+  EXPECT_CONTAINS(msg, "'model.layers.0.self_attn.q_a_proj.weight' (F8_E4M3 [128, 256]) "
+                       "dequantized with 'model.layers.0.self_attn.q_a_proj.weight_scale_inv' "
+                       "holds ");
   EXPECT_CONTAINS(msg, "Inf at index");
 }
 
