@@ -145,7 +145,7 @@ namespace {
 
 // A float is non-finite when its exponent bits are all ones (NaN or an infinity); E4M3 has no
 // infinities, and its only NaN is S.1111.111. Converting loops OR these tests into one flag, so
-// the check rides along the pass that already touches every value and keeps it vectorized.
+// the check rides along the pass that already touches every value, without a branch per value.
 constexpr bool f32_non_finite(uint32_t bits) {
   return (bits & 0x7F800000u) == 0x7F800000u;
 }
