@@ -103,7 +103,12 @@ bool decode_instance::from_asked_prefill(const transport::peer_id& from,
                                          const protocol::request_key& key, const char* what,
                                          transport::endpoint& out) {
   auto it = awaiting_.find(key);
-  if (it == awaiting_.end()) return false; // cancelled meanwhile, or never asked: nothing to do
+  if (it == awaiting_.end()) {
+    // A late message of a request cancelled meanwhile is normal from a prefill instance only.
+    if (out.role_of(from) != "prefill")
+      out.reject(from, "not_from_prefill", std::string(what) + " from a non-prefill instance");
+    return false;
+  }
   if (it->second.seq->prefill == from) return true;
   out.reject(from, "not_from_asked_prefill",
              std::string(what) + " for a request asked of " + it->second.seq->prefill);
