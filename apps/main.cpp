@@ -19,9 +19,10 @@ commands:
   tokenize    --model DIR (--text TEXT | --chat FILE.json) [--no-bos] [--json]
   detokenize  --model DIR --ids 1,2,3 [--json]
   model make  --preset tiny|small [--seed N] --out DIR [--dtype fp8|bf16]
-  serve       [--config FILE] [--model DIR] [--host H] [--port N]
+  serve       [--config FILE] [--model DIR] [--host H] [--port N] [--allow-unauthenticated]
               an OpenAI-compatible server; without --config every role runs in this process
-              (configs/local.toml, embedded) on 127.0.0.1:8000 with the demo model
+              (configs/local.toml, embedded) on 127.0.0.1:8000 with the demo model; without
+              [gateway] api_keys_file only a loopback host unless --allow-unauthenticated
   cluster up|status|down --config FILE [--model DIR]
               one process per process instance of FILE on this host (logs and pid files in
               its run_dir)

@@ -13,6 +13,8 @@ http_error_mapping serving_mapping(serving_errc c) {
   switch (c) {
   case serving_errc::queue_full:
   case serving_errc::too_many_requests:
+  case serving_errc::key_concurrency_limit:
+  case serving_errc::key_token_rate_limit:
     return rate_limited;
   case serving_errc::kv_capacity_exceeded:
   case serving_errc::invalid_request:
@@ -20,6 +22,8 @@ http_error_mapping serving_mapping(serving_errc c) {
     return bad_request;
   case serving_errc::model_not_found:
     return {404, "invalid_request_error"};
+  case serving_errc::invalid_api_key:
+    return {401, "authentication_error"};
   case serving_errc::no_decode_instance:
   case serving_errc::no_prefill_instance:
   case serving_errc::kv_exhausted:
@@ -53,6 +57,15 @@ api_error to_api_error(const protocol::error& e, std::string param) {
   api_error out(m.status, e.message, m.openai_type, std::move(param), e.name());
   out.numeric_code = e.code;
   return out;
+}
+
+api_error to_client_api_error(const protocol::error& e, const std::string& instance,
+                              std::string param) {
+  const auto& info = protocol::describe_error(e.code);
+  const std::string meaning = *info.meaning ? info.meaning : "the request failed";
+  return to_api_error({e.code, meaning + " (" + info.name + " " + std::to_string(e.code) +
+                                   ", answered by " + instance + ")"},
+                      std::move(param));
 }
 
 std::string error_table_markdown() {

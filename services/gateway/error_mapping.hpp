@@ -19,6 +19,12 @@ http_error_mapping http_mapping_of(uint16_t code);
 // The client's view of `e`: status, type and code from the table, e.message as the message.
 api_error to_api_error(const protocol::error& e, std::string param = "");
 
+// The client's view of an error that came from the cluster, whose messages may name addresses,
+// files and other instances' internals: the code's meaning, name and number and the instance
+// that answered (`instance`, whose log holds the full message).
+api_error to_client_api_error(const protocol::error& e, const std::string& instance,
+                              std::string param = "");
+
 // docs/errors.md's table: every code with its name, subsystem, retry bit, HTTP answer, meaning.
 std::string error_table_markdown();
 

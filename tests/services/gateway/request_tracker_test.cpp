@@ -18,6 +18,9 @@ class recording_exchange : public http_exchange {
 public:
   explicit recording_exchange(const request_tracker& t) : tracker_(t) {}
   void respond(unsigned status, std::string, std::string) override { end(status); }
+  void respond(unsigned status, std::string, std::string, const header_fields&) override {
+    end(status);
+  }
   void send_event(std::string) override {}
   void end_stream() override { end(200); }
   void set_disconnect_handler(std::function<void()>) override {}
@@ -39,13 +42,12 @@ private:
 
 struct tracker_under_test {
   metrics_registry metrics;
-  request_tracker tracker{metrics, 1,
-                          request_tracker::upstream{
-                              [](const protocol::admit_request&) {
-                                return transport::send_status::ok;
-                              },
-                              [](const tracked_request&, const std::string&) {},
-                              [](int32_t token) { return std::to_string(token); }}};
+  request_tracker tracker{
+      metrics, 1,
+      request_tracker::upstream{
+          [](const protocol::admit_request&) { return transport::send_status::ok; },
+          [](const tracked_request&, const std::string&) {},
+          [](int32_t token) { return std::to_string(token); }}};
 
   // A reserved, admitted request with id `id`; its exchange records the end.
   std::shared_ptr<recording_exchange> start(uint64_t id, bool stream) {
