@@ -34,7 +34,7 @@ commands:
                 [--int8-only] [--onednn-isa native|avx2|avx2_vnni|avx512_core_vnni]
                                             INT8/FP32 GEMM against oneDNN (native and capped at
                                             each path's ISA) and OpenBLAS
-  bench model   [--model DIR] [--quick]     decode step and prefill throughput
+  bench model   [--model DIR] [--quick]     decode step, prefill throughput, API-key check
   bench planes  [--quick]                   shm, zmq and inproc planes against raw baselines
   bench serve   [--url URL] ...             load generator against a running server
                                             (`supernode bench serve --help`)
