@@ -202,6 +202,25 @@ TEST(gateway_errors, the_table_maps_every_code_and_says_what_is_retryable) {
   EXPECT_EQ(protocol::describe_error(9999).name, std::string("unknown"));
 }
 
+TEST(gateway_errors, messages_from_the_cluster_lose_addresses_and_paths_but_keep_names) {
+  using gateway::without_internals;
+  EXPECT_EQ(without_internals("decode-0 went down (left ipc:///tmp/run/decode-0.sock)"),
+            "decode-0 went down (left <internal>)");
+  EXPECT_EQ(without_internals("cannot open /var/lib/models/x.safetensors: no such file"),
+            "cannot open <internal>: no such file");
+  EXPECT_EQ(without_internals("peer at tcp://10.0.0.7:5555 and 10.0.0.8:6000, ./relative"),
+            "peer at <internal> and <internal>, <internal>");
+  EXPECT_EQ(without_internals("rank 2 of decode-2 is silent: 30000 ms"),
+            "rank 2 of decode-2 is silent: 30000 ms");
+  const auto e = gateway::to_client_api_error(
+      {serving_errc::instance_down, "prefill-1 went down (heartbeat: ipc:///tmp/x)"}, "gateway-3");
+  EXPECT_EQ(std::string(e.what()),
+            "prefill-1 went down (heartbeat: <internal>) (instance_down 2009, answered by "
+            "gateway-3)");
+  EXPECT_EQ(e.status, 503u);
+  EXPECT_EQ(e.code, "instance_down");
+}
+
 TEST(gateway_errors, docs_list_every_code_as_the_table_renders_it) {
   std::ifstream in(std::filesystem::path(SUPERNODE_SOURCE_DIR) / "docs" / "errors.md");
   std::stringstream text;
