@@ -248,12 +248,15 @@ void gateway_service::handle_completion(std::shared_ptr<http_exchange> ex, const
       return refuse(to_api_error(refusal->why),
                     {{"Retry-After", std::to_string(refusal->retry_after_seconds)}});
   }
-  if (!tracker_.reserve())
+  if (!tracker_.reserve()) {
+    r->lease.refund();
     return refuse(to_api_error(
         {protocol::serving_errc::too_many_requests,
          "too many requests in flight (" + std::to_string(tracker_.in_flight()) + ")"}));
+  }
   if (scheduler().empty()) {
     tracker_.unreserve();
+    r->lease.refund();
     return refuse(to_api_error({protocol::serving_errc::no_scheduler, "no scheduler is alive"}));
   }
   auto admit = admission_of(*r);

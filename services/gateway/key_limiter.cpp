@@ -17,12 +17,17 @@ key_limiter::lease& key_limiter::lease::operator=(lease&& o) noexcept {
     end(0);
     owner_ = std::exchange(o.owner_, nullptr);
     started_ = o.started_;
+    prompt_tokens_ = o.prompt_tokens_;
   }
   return *this;
 }
 
 void key_limiter::lease::end(int64_t generated_tokens, clock::time_point now) {
   if (auto* owner = std::exchange(owner_, nullptr)) owner->release(started_, generated_tokens, now);
+}
+
+void key_limiter::lease::refund() {
+  if (auto* owner = std::exchange(owner_, nullptr)) owner->refund(started_, prompt_tokens_);
 }
 
 std::optional<key_limiter::refusal> key_limiter::try_acquire(int64_t prompt_tokens, lease& out,
@@ -45,7 +50,7 @@ std::optional<key_limiter::refusal> key_limiter::try_acquire(int64_t prompt_toke
     charges_.push_back({now, prompt_tokens});
     window_tokens_ += prompt_tokens;
   }
-  out = lease(this, now);
+  out = lease(this, now, prompt_tokens);
   return std::nullopt;
 }
 
@@ -62,6 +67,19 @@ void key_limiter::release(clock::time_point started, int64_t generated_tokens,
     charges_.push_back({now, generated_tokens});
     window_tokens_ += generated_tokens;
   }
+}
+
+void key_limiter::refund(clock::time_point started, int64_t prompt_tokens) {
+  std::lock_guard lock(mutex_);
+  if (auto it = running_.find(started); it != running_.end()) running_.erase(it);
+  if (prompt_tokens <= 0) return;
+  // Its charge, unless it already aged out of the window.
+  for (auto it = charges_.begin(); it != charges_.end(); ++it)
+    if (it->at == started && it->tokens == prompt_tokens) {
+      window_tokens_ -= it->tokens;
+      charges_.erase(it);
+      return;
+    }
 }
 
 size_t key_limiter::in_flight() const {

@@ -35,16 +35,21 @@ public:
   class lease {
   public:
     lease() = default;
-    lease(key_limiter* owner, clock::time_point started) : owner_(owner), started_(started) {}
+    lease(key_limiter* owner, clock::time_point started, int64_t prompt_tokens)
+        : owner_(owner), started_(started), prompt_tokens_(prompt_tokens) {}
     lease(lease&& o) noexcept { *this = std::move(o); }
     lease& operator=(lease&& o) noexcept;
     ~lease() { end(0); }
     void end(int64_t generated_tokens, clock::time_point now = clock::now());
+    // The request was refused after all (the gateway full, no scheduler): its slot back and its
+    // prompt uncharged, as if it never came.
+    void refund();
     explicit operator bool() const { return owner_ != nullptr; }
 
   private:
     key_limiter* owner_ = nullptr;
     clock::time_point started_;
+    int64_t prompt_tokens_ = 0;
   };
 
   // Admits a request of `prompt_tokens` (charged now), or says why not and when to retry.
@@ -56,6 +61,7 @@ public:
 
 private:
   void release(clock::time_point started, int64_t generated_tokens, clock::time_point now);
+  void refund(clock::time_point started, int64_t prompt_tokens);
   void expire(clock::time_point now); // drops charges older than the window
   int64_t seconds_until_admitted(clock::time_point now) const;
   int64_t seconds_until_slot_frees(clock::time_point now) const;

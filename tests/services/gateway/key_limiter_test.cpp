@@ -58,6 +58,19 @@ TEST(key_limiter, tokens_per_minute_is_a_sliding_window_of_charges) {
   EXPECT_EQ(limiter.tokens_in_window(t0 + 60s), 91);
 }
 
+TEST(key_limiter, a_refunded_request_leaves_no_charge_behind) {
+  key_limiter limiter({.max_concurrent = 1, .tokens_per_minute = 100});
+  const auto t0 = key_limiter::clock::now();
+  key_limiter::lease kept, refunded;
+  EXPECT_FALSE(limiter.try_acquire(30, kept, t0));
+  kept.end(0, t0);
+  EXPECT_FALSE(limiter.try_acquire(60, refunded, t0 + 1s));
+  EXPECT_EQ(limiter.tokens_in_window(t0 + 1s), 90);
+  refunded.refund(); // refused further on: neither its slot nor its prompt count
+  EXPECT_EQ(limiter.in_flight(), 0u);
+  EXPECT_EQ(limiter.tokens_in_window(t0 + 1s), 30);
+}
+
 TEST(key_limiter, a_lease_destroyed_unended_gives_its_slot_back) {
   key_limiter limiter({.max_concurrent = 1});
   {
