@@ -10,12 +10,14 @@ int cmd_serve(cli_args& args) {
   auto model = args.take("--model");
   auto host = args.take("--host");
   const auto port = args.take_int("--port", -1, 0, 65535);
+  const bool allow_unauthenticated = args.take_flag("--allow-unauthenticated");
   args.expect_consumed("serve");
 
   auto setup = config_file ? load_serving_setup(*config_file, model)
                            : parse_serving_setup(embedded_config, embedded_config_name, model);
   if (host) setup.serving.http_host = *host;
   if (port >= 0) setup.serving.http_port = static_cast<int>(port);
+  if (allow_unauthenticated) setup.serving.allow_unauthenticated = true;
   const auto& processes = setup.cluster.processes;
   if (processes.size() != 1 || processes.front().count != 1)
     throw usage_error(setup.source +

@@ -19,9 +19,10 @@ commands:
   tokenize    --model DIR (--text TEXT | --chat FILE.json) [--no-bos] [--json]
   detokenize  --model DIR --ids 1,2,3 [--json]
   model make  --preset tiny|small [--seed N] --out DIR [--dtype fp8|bf16]
-  serve       [--config FILE] [--model DIR] [--host H] [--port N]
+  serve       [--config FILE] [--model DIR] [--host H] [--port N] [--allow-unauthenticated]
               an OpenAI-compatible server; without --config every role runs in this process
-              (configs/local.toml, embedded) on 127.0.0.1:8000 with the demo model
+              (configs/local.toml, embedded) on 127.0.0.1:8000 with the demo model; without
+              [gateway] api_keys_file only a loopback host unless --allow-unauthenticated
   cluster up|status|down --config FILE [--model DIR]
               one process per process instance of FILE on this host (logs and pid files in
               its run_dir)
@@ -33,7 +34,7 @@ commands:
                 [--int8-only] [--onednn-isa native|avx2|avx2_vnni|avx512_core_vnni]
                                             INT8/FP32 GEMM against oneDNN (native and capped at
                                             each path's ISA) and OpenBLAS
-  bench model   [--model DIR] [--quick]     decode step and prefill throughput
+  bench model   [--model DIR] [--quick]     decode step, prefill throughput, API-key check
   bench planes  [--quick]                   shm, zmq and inproc planes against raw baselines
   bench serve   [--url URL] ...             load generator against a running server
                                             (`supernode bench serve --help`)

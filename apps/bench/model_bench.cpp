@@ -6,6 +6,7 @@
 #include "kernels/thread_pool.hpp"
 #include "model/checkpoint_maker.hpp"
 #include "model/engine.hpp"
+#include "services/gateway/api_keys.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -39,6 +40,23 @@ std::vector<int32_t> synthetic_prompt(int64_t n, int64_t vocab, int64_t salt) {
 }
 
 using weights_ptr = std::shared_ptr<const model::model_weights>;
+
+// What the gateway adds to every /v1/* request with API keys configured: hash the presented key
+// and compare it with each of `keys` digests in constant time; half the checks hit (the last
+// key, so a hit costs what a miss does), half miss. Set beside a decode step.
+nlohmann::json api_key_check_row(int64_t keys, int64_t checks) {
+  auto key = [](int64_t i) { return "sk-bench-" + std::to_string(1000000 + i) + "-0123456789ab"; };
+  std::string text;
+  for (int64_t i = 0; i < keys; ++i) text += key(i) + "\n";
+  const auto table = services::gateway::api_key_table::parse(text, "bench");
+  const std::string presented[] = {key(keys - 1), key(keys)};
+  int64_t found = 0;
+  const auto start = clock_type::now();
+  for (int64_t i = 0; i < checks; ++i) found += table.find(presented[i & 1]) != nullptr;
+  const double seconds = std::chrono::duration<double>(clock_type::now() - start).count();
+  if (found != (checks + 1) / 2) throw std::logic_error("api key check: wrong matches");
+  return {{"keys", keys}, {"checks", checks}, {"ns_per_check", seconds / checks * 1e9}};
+}
 
 // Decode: `batch` sequences with a short prompt, then `steps` timed single-token steps; the
 // median step against the machine's read bandwidth `bw_all`.
@@ -148,6 +166,8 @@ int run_model_bench(cli_args& args) {
   out["kernel_isa"] = kernels::kernel_isa_name(isa);
   out["int8_peak_gops_all_threads"] = int8_peak;
 
+  const int64_t checks = quick ? 20000 : 200000;
+  for (int64_t keys : {1, 16, 256}) out["api_key_check"].push_back(api_key_check_row(keys, checks));
   const int64_t steps = quick ? 4 : 12;
   for (int64_t batch : {1, 8, 32})
     out["decode"].push_back(decode_row(weights, batch, steps, bw_all));

@@ -1,5 +1,8 @@
 #include "services/gateway/error_mapping.hpp"
 
+#include <algorithm>
+#include <cctype>
+
 namespace supernode::services::gateway {
 
 namespace {
@@ -13,6 +16,8 @@ http_error_mapping serving_mapping(serving_errc c) {
   switch (c) {
   case serving_errc::queue_full:
   case serving_errc::too_many_requests:
+  case serving_errc::key_concurrency_limit:
+  case serving_errc::key_token_rate_limit:
     return rate_limited;
   case serving_errc::kv_capacity_exceeded:
   case serving_errc::invalid_request:
@@ -20,6 +25,8 @@ http_error_mapping serving_mapping(serving_errc c) {
     return bad_request;
   case serving_errc::model_not_found:
     return {404, "invalid_request_error"};
+  case serving_errc::invalid_api_key:
+    return {401, "authentication_error"};
   case serving_errc::no_decode_instance:
   case serving_errc::no_prefill_instance:
   case serving_errc::kv_exhausted:
@@ -53,6 +60,62 @@ api_error to_api_error(const protocol::error& e, std::string param) {
   api_error out(m.status, e.message, m.openai_type, std::move(param), e.name());
   out.numeric_code = e.code;
   return out;
+}
+
+namespace {
+bool is_ipv4_with_port(std::string_view w) {
+  const auto colon = w.rfind(':');
+  if (colon == std::string_view::npos || colon == 0 || colon + 1 == w.size()) return false;
+  const auto digits_or_dots = [](std::string_view s) {
+    return s.find_first_not_of("0123456789.") == std::string_view::npos;
+  };
+  const auto host = w.substr(0, colon), port = w.substr(colon + 1);
+  return digits_or_dots(host) && host.find('.') != std::string_view::npos &&
+         port.find_first_not_of("0123456789") == std::string_view::npos;
+}
+
+bool locates_something(std::string_view w) {
+  return w.find("://") != std::string_view::npos || w.starts_with('/') || w.starts_with("./") ||
+         w.starts_with("../") || w.starts_with("~/") || is_ipv4_with_port(w);
+}
+} // namespace
+
+std::string without_internals(std::string_view message) {
+  constexpr std::string_view opening = "([{'\"<", closing = ")]}'\",.;:>";
+  std::string out;
+  size_t i = 0;
+  while (i < message.size()) {
+    if (std::isspace(static_cast<unsigned char>(message[i]))) {
+      out += message[i++];
+      continue;
+    }
+    size_t end = i;
+    while (end < message.size() && !std::isspace(static_cast<unsigned char>(message[end]))) ++end;
+    std::string_view word = message.substr(i, end - i);
+    const size_t lead = std::min(word.find_first_not_of(opening), word.size());
+    const size_t last = word.find_last_not_of(closing);
+    const size_t trail = last == std::string_view::npos || last < lead ? 0 : word.size() - last - 1;
+    const auto core = word.substr(lead, word.size() - lead - trail);
+    if (!core.empty() && locates_something(core)) {
+      out.append(word.substr(0, lead))
+          .append("<internal>")
+          .append(word.substr(word.size() - trail));
+    } else {
+      out.append(word);
+    }
+    i = end;
+  }
+  return out;
+}
+
+api_error to_client_api_error(const protocol::error& e, const std::string& instance,
+                              std::string param) {
+  const auto& info = protocol::describe_error(e.code);
+  std::string text = without_internals(e.message);
+  if (text.empty()) text = *info.meaning ? info.meaning : "the request failed";
+  return to_api_error({e.code, text + " (" + info.name + " " + std::to_string(e.code) +
+                                   ", answered by " + instance + ")"},
+                      std::move(param));
 }
 
 std::string error_table_markdown() {

@@ -28,6 +28,8 @@ gateway_service::gateway_service(const serving_config& config)
       tokenizer_(model::tokenizer::load(config.model_path)),
       context_limit_(std::min(config.max_context, model_config_.max_position_embeddings)),
       model_id_(config.model_id()), created_(unix_seconds()),
+      keys_(config.api_keys_file.empty() ? api_key_table()
+                                         : api_key_table::load(config.api_keys_file)),
       tracker_(
           metrics_, config.max_pending,
           {[this](const protocol::admit_request& m) { return send_admit(m); },
@@ -37,6 +39,8 @@ gateway_service::gateway_service(const serving_config& config)
              if (out_) out_->reject(from, reason, detail);
            }}) {
   protocol::register_serving_messages();
+  for (const auto& key : keys_.entries())
+    limiters_.push_back(std::make_unique<key_limiter>(key.limits));
 }
 
 gateway_service::~gateway_service() {
@@ -45,10 +49,22 @@ gateway_service::~gateway_service() {
 
 void gateway_service::start(transport::endpoint& out) {
   out_ = &out;
+  if (keys_.empty() && !config_.allow_unauthenticated && !is_loopback_host(config_.http_host))
+    throw std::runtime_error(
+        "gateway: refusing to listen on " + config_.http_host +
+        " without API keys: anyone who reaches it could use the cluster. Set [gateway] "
+        "api_keys_file, or accept an open API with `supernode serve --allow-unauthenticated` or "
+        "[gateway] allow_unauthenticated = true (loopback hosts need neither)");
+  log_ = log::logger(out.self());
+  tracker_.set_log(log_);
   http_server_options o;
   o.host = config_.http_host;
   o.port = static_cast<uint16_t>(config_.http_port);
   o.max_body_bytes = config_.max_body_bytes;
+  o.header_timeout = std::chrono::milliseconds(config_.header_timeout_ms);
+  o.idle_timeout = std::chrono::milliseconds(config_.idle_timeout_ms);
+  o.max_connections_per_client = static_cast<size_t>(config_.max_connections_per_client);
+  o.log = log_;
   http_ =
       std::make_unique<http_server>(o, [this](std::shared_ptr<http_exchange> ex, http_request req) {
         handle(ex, std::move(req));
@@ -79,19 +95,48 @@ std::string gateway_service::scheduler() const {
   return {};
 }
 
+bool gateway_service::authenticate(http_exchange& ex, const http_request& req,
+                                   const api_key_entry*& key) {
+  key = nullptr;
+  if (keys_.empty()) return true;
+  const auto header = req.headers.find("authorization");
+  const auto presented = header == req.headers.end() ? std::nullopt : bearer_token(header->second);
+  if (presented) key = keys_.find(*presented);
+  if (key) return true;
+  const api_error e =
+      to_api_error({protocol::serving_errc::invalid_api_key,
+                    presented ? "Incorrect API key provided"
+                              : "Missing API key: send `Authorization: Bearer <key>`"});
+  ex.respond(e.status, json_type, error_body(e), {{"WWW-Authenticate", "Bearer"}});
+  return false;
+}
+
+key_limiter& gateway_service::limiter_of(const api_key_entry& key) {
+  return *limiters_[static_cast<size_t>(&key - keys_.entries().data())];
+}
+
 void gateway_service::handle(std::shared_ptr<http_exchange> ex, http_request req) {
   const auto path = req.target.substr(0, req.target.find('?'));
   auto not_allowed = [&] {
     ex->respond(405, json_type,
                 error_body(api_error(405, "method " + req.method + " not allowed on " + path)));
   };
+  const api_key_entry* key = nullptr;
+  if (path.starts_with("/v1/") && !authenticate(*ex, req, key)) {
+    // Known endpoints by name; any other path under one label, so clients cannot grow the series.
+    const bool known =
+        path == "/v1/completions" || path == "/v1/chat/completions" || path == "/v1/models";
+    tracker_.count_request(known ? path : "/v1/other", "401");
+    return;
+  }
   if (path == "/v1/completions" || path == "/v1/chat/completions") {
     if (req.method != "POST") return not_allowed();
-    return handle_completion(ex, req,
-                             path == "/v1/completions" ? api_kind::completion : api_kind::chat);
+    return handle_completion(
+        ex, req, path == "/v1/completions" ? api_kind::completion : api_kind::chat, key);
   }
   if (path == "/v1/models") {
     if (req.method != "GET") return not_allowed();
+    if (key) count_api_key_request(metrics_, key->name, "200");
     return ex->respond(200, json_type,
                        models_response({{model_id_, created_, "supernode", context_limit_}}));
   }
@@ -152,8 +197,8 @@ std::shared_ptr<tracked_request> gateway_service::parse_request(const http_reque
                         "This model's maximum context length is " + std::to_string(context_limit_) +
                             " tokens; the prompt has " + std::to_string(prompt) + " tokens"},
                        kind == api_kind::chat ? "messages" : "prompt");
-  int64_t max_tokens = r->api.max_tokens.value_or(
-      kind == api_kind::chat ? context_limit_ - prompt : config_.default_max_tokens);
+  const int64_t max_tokens = r->api.max_tokens.value_or(
+      std::min<int64_t>(config_.default_max_tokens, context_limit_ - prompt));
   if (prompt + max_tokens > context_limit_)
     throw to_api_error({serving_errc::context_length_exceeded,
                         "This model's maximum context length is " + std::to_string(context_limit_) +
@@ -186,10 +231,12 @@ protocol::admit_request admission_of(const tracked_request& r) {
 } // namespace
 
 void gateway_service::handle_completion(std::shared_ptr<http_exchange> ex, const http_request& req,
-                                        api_kind kind) {
-  auto refuse = [&](const api_error& e) {
-    tracker_.count_request(endpoint_label(kind), std::to_string(e.status));
-    ex->respond(e.status, json_type, error_body(e));
+                                        api_kind kind, const api_key_entry* key) {
+  auto refuse = [&](const api_error& e, const header_fields& extra = {}) {
+    const auto status = std::to_string(e.status);
+    tracker_.count_request(endpoint_label(kind), status);
+    if (key) count_api_key_request(metrics_, key->name, status);
+    ex->respond(e.status, json_type, error_body(e), extra);
   };
   std::shared_ptr<tracked_request> r;
   try {
@@ -197,12 +244,22 @@ void gateway_service::handle_completion(std::shared_ptr<http_exchange> ex, const
   } catch (const api_error& e) {
     return refuse(e);
   }
-  if (!tracker_.reserve())
+  if (key) {
+    r->key_name = key->name;
+    const auto prompt = static_cast<int64_t>(r->prompt.size());
+    if (auto refusal = limiter_of(*key).try_acquire(prompt, r->lease))
+      return refuse(to_api_error(refusal->why),
+                    {{"Retry-After", std::to_string(refusal->retry_after_seconds)}});
+  }
+  if (!tracker_.reserve()) {
+    r->lease.refund();
     return refuse(to_api_error(
         {protocol::serving_errc::too_many_requests,
          "too many requests in flight (" + std::to_string(tracker_.in_flight()) + ")"}));
+  }
   if (scheduler().empty()) {
     tracker_.unreserve();
+    r->lease.refund();
     return refuse(to_api_error({protocol::serving_errc::no_scheduler, "no scheduler is alive"}));
   }
   auto admit = admission_of(*r);

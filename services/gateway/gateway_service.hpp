@@ -4,11 +4,18 @@
 // request at the scheduler and follows it to its end: tokens from the decode instance become
 // text (UTF-8 whole, stop strings cut), usage and latency metrics. A client that goes away
 // cancels its request wherever it is, so its KV blocks are freed.
+//
+// With [gateway] api_keys_file every /v1/* request needs `Authorization: Bearer <key>` (401
+// otherwise) and stays within its key's limits (429 with Retry-After); /health and /metrics stay
+// open. Without keys the API is open, and the gateway listens on loopback only unless
+// allow_unauthenticated says otherwise.
 
 #include "model/config.hpp"
 #include "model/tokenizer.hpp"
+#include "services/gateway/api_keys.hpp"
 #include "services/gateway/gateway_interface.hpp"
 #include "services/gateway/http_server.hpp"
+#include "services/gateway/key_limiter.hpp"
 #include "services/gateway/metrics.hpp"
 #include "services/gateway/openai_api.hpp"
 #include "services/gateway/request_tracker.hpp"
@@ -52,7 +59,13 @@ private:
   // HTTP threads: parse, validate, tokenize, then hand the request to the tracker.
   void handle(std::shared_ptr<gateway::http_exchange> ex, gateway::http_request req);
   void handle_completion(std::shared_ptr<gateway::http_exchange> ex,
-                         const gateway::http_request& req, gateway::api_kind kind);
+                         const gateway::http_request& req, gateway::api_kind kind,
+                         const gateway::api_key_entry* key);
+  // The key of a /v1/* request: nullptr when none are configured; answers 401 and returns
+  // false when keys are configured and the request's is missing or unknown.
+  bool authenticate(gateway::http_exchange& ex, const gateway::http_request& req,
+                    const gateway::api_key_entry*& key);
+  gateway::key_limiter& limiter_of(const gateway::api_key_entry& key);
   // The request as the tracker follows it; throws api_error naming what is wrong.
   std::shared_ptr<gateway::tracked_request> parse_request(const gateway::http_request& req,
                                                           gateway::api_kind kind) const;
@@ -71,6 +84,9 @@ private:
   std::string model_id_;
   int64_t created_;
   transport::endpoint* out_ = nullptr;
+  log::logger log_;
+  gateway::api_key_table keys_;
+  std::vector<std::unique_ptr<gateway::key_limiter>> limiters_; // keys_.entries()' order
   gateway::metrics_registry metrics_;
   // The scheduler's latest cluster statistics: written by the actor thread, read by /metrics.
   mutable std::mutex stats_mutex_;

@@ -1,5 +1,6 @@
 #include "services/gateway/http_connection.hpp"
 
+#include "services/gateway/error_mapping.hpp"
 #include "services/gateway/http_wire.hpp"
 #include "services/gateway/openai_api.hpp"
 
@@ -77,9 +78,15 @@ void http_exchange_impl::post(F f) {
 }
 
 void http_exchange_impl::respond(unsigned status, std::string content_type, std::string body) {
+  respond(status, std::move(content_type), std::move(body), {});
+}
+
+void http_exchange_impl::respond(unsigned status, std::string content_type, std::string body,
+                                 const header_fields& extra) {
   if (gone_ || ended_.exchange(true)) return;
   // Serialized here, on the caller's thread, so the io thread only copies bytes.
-  std::string bytes = wire::response(status, version_, keep_alive_, content_type, std::move(body));
+  std::string bytes =
+      wire::response(status, version_, keep_alive_, content_type, std::move(body), extra);
   post([bytes = std::move(bytes)](http_connection& c, http_exchange_impl& ex) mutable {
     c.on_respond(ex, std::move(bytes));
   });
@@ -125,31 +132,66 @@ http_connection::http_connection(std::shared_ptr<http_server::shared_state> stat
 
 http_connection::~http_connection() {
   std::lock_guard lock(state_->connections_mutex);
-  state_->connections.erase(this);
+  state_->forget(this);
 }
 
-void http_connection::start(bool reject) {
-  net::co_spawn(executor(), read_loop(shared_from_this(), reject), net::detached);
+void http_connection::start(http_server::shared_state::admission admission) {
+  using enum http_server::shared_state::admission;
+  auto self = shared_from_this();
+  if (admission == admitted)
+    net::co_spawn(executor(), read_loop(std::move(self)), net::detached);
+  else if (admission == client_over_limit)
+    net::co_spawn(executor(),
+                  refuse(std::move(self), 429,
+                         "too many connections from your address (limit " +
+                             std::to_string(state_->options.max_connections_per_client) + ")"),
+                  net::detached);
+  else
+    net::co_spawn(executor(), refuse(std::move(self), 503, "too many connections: try again later"),
+                  net::detached);
+}
+
+net::awaitable<void> http_connection::refuse([[maybe_unused]] std::shared_ptr<http_connection> self,
+                                             unsigned status, std::string message) {
+  arm_timer(state_->options.idle_timeout);
+  reply_error(status, message);
+  co_await drain();
+}
+
+net::awaitable<beast::error_code>
+http_connection::read_request(http::request_parser<http::string_body>& parser) {
+  const auto& options = state_->options;
+  beast::error_code ec;
+  if (buffer_.size() == 0) {
+    // Idle: the idle timer, armed when the connection opened or the last exchange ended, runs.
+    co_await socket_.async_wait(tcp::socket::wait_read, redirect(ec));
+    if (ec || closed_) co_return ec;
+  }
+  waiting_ = waiting::header;
+  arm_timer(options.header_timeout);
+  co_await http::async_read_header(socket_, buffer_, parser, redirect(ec));
+  if (waiting_ == waiting::header) waiting_ = waiting::other;
+  if (ec) co_return ec;
+  arm_timer(options.idle_timeout);
+  if (wants_100_continue(parser)) enqueue(std::string(wire::continue_100));
+  if (!parser.is_done()) co_await http::async_read(socket_, buffer_, parser, redirect(ec));
+  co_return ec;
 }
 
 net::awaitable<void>
-http_connection::read_loop([[maybe_unused]] std::shared_ptr<http_connection> self, bool reject) {
+http_connection::read_loop([[maybe_unused]] std::shared_ptr<http_connection> self) {
   const auto& options = state_->options;
   arm_timer(options.idle_timeout);
-  if (reject) {
-    reply_error(503, "too many connections: try again later");
-    co_await drain();
-    co_return;
-  }
   while (!closed_) {
     http::request_parser<http::string_body> parser;
     parser.header_limit(static_cast<uint32_t>(
         std::min<size_t>(options.max_header_bytes, std::numeric_limits<uint32_t>::max())));
     parser.body_limit(options.max_body_bytes);
-    beast::error_code ec;
-    co_await http::async_read_header(socket_, buffer_, parser, redirect(ec));
-    if (!ec && wants_100_continue(parser)) enqueue(std::string(wire::continue_100));
-    if (!ec && !parser.is_done()) co_await http::async_read(socket_, buffer_, parser, redirect(ec));
+    const beast::error_code ec = co_await read_request(parser);
+    if (ec && waiting_ == waiting::header_expired) {
+      co_await drain(); // the 408 is on its way; read what the client still sends, then close
+      co_return;
+    }
     if (ec) {
       handle_read_error(ec);
       if (!closed_ && !keep_open_) co_await drain();
@@ -239,15 +281,22 @@ void http_connection::start_exchange(http::request<http::string_body> request) {
   auto ex = std::make_shared<http_exchange_impl>(weak_from_this(), request.version(),
                                                  request.keep_alive());
   current_ = ex;
+  // What went wrong stays in the log: an exception's text may name files and addresses.
+  const auto& log = state_->options.log;
+  auto internal = [&] {
+    ex->respond(500, "application/json",
+                error_body(to_api_error(
+                    {protocol::serving_errc::internal,
+                     "internal error at " + log.instance() + ": the details are in its log"})));
+  };
   try {
     state_->handler(ex, to_http_request(std::move(request)));
   } catch (const std::exception& e) {
-    ex->respond(
-        500, "application/json",
-        error_body(api_error(500, std::string("internal error: ") + e.what(), "server_error")));
+    log.error("http server: the request handler threw: {}", e.what());
+    internal();
   } catch (...) {
-    ex->respond(500, "application/json",
-                error_body(api_error(500, "internal error", "server_error")));
+    log.error("http server: the request handler threw something not an exception");
+    internal();
   }
 }
 
@@ -365,7 +414,7 @@ void http_connection::close() {
   exchange_end_.cancel();
   outbox_.clear();
   std::lock_guard lock(state_->connections_mutex);
-  state_->connections.erase(this);
+  state_->forget(this);
 }
 
 bool http_connection::exchange_open() const {
@@ -390,6 +439,15 @@ void http_connection::on_timer() {
   if (closed_) return;
   if (half_closed_) {
     close(); // lingered long enough
+    return;
+  }
+  if (waiting_ == waiting::header) {
+    // The read of the header ends (aborted) and the reader drains while the 408 goes out.
+    waiting_ = waiting::header_expired;
+    beast::error_code ignored;
+    socket_.cancel(ignored);
+    reply_error(408, "the request header did not arrive within " +
+                         std::to_string(state_->options.header_timeout.count()) + " ms");
     return;
   }
   if (exchange_open()) return; // the handler owns the time of an open exchange

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -44,6 +45,17 @@ struct http_server::shared_state : std::enable_shared_from_this<shared_state> {
   std::mutex connections_mutex;
   bool stopping = false; // no connection registers after stop() took its snapshot
   std::unordered_map<const http_connection*, std::weak_ptr<http_connection>> connections;
+  // Connections admitted (not refused) in all and per client address: what the limits count.
+  size_t admitted = 0;
+  std::map<net::ip::address, size_t> admitted_per_client;
+  std::unordered_map<const http_connection*, net::ip::address> admitted_clients;
+
+  // Registers a new connection and says whether it is admitted; connections_mutex held.
+  enum class admission { admitted, client_over_limit, server_full };
+  admission admit(const http_connection* c, std::weak_ptr<http_connection> weak,
+                  const net::ip::address& client);
+  // Unregisters it (once; later calls do nothing); connections_mutex held.
+  void forget(const http_connection* c);
 };
 
 class http_exchange_impl final : public http_exchange,
@@ -52,6 +64,8 @@ public:
   http_exchange_impl(std::weak_ptr<http_connection> connection, unsigned version, bool keep_alive);
 
   void respond(unsigned status, std::string content_type, std::string body) override;
+  void respond(unsigned status, std::string content_type, std::string body,
+               const header_fields& extra) override;
   void send_event(std::string payload) override;
   void end_stream() override;
   void set_disconnect_handler(std::function<void()> fn) override;
@@ -82,8 +96,8 @@ public:
   http_connection(std::shared_ptr<http_server::shared_state> state, tcp::socket socket);
   ~http_connection();
 
-  // Starts the reader; `reject` answers 503 (too many connections) and closes instead.
-  void start(bool reject);
+  // Starts the reader, or answers a refused connection (429 or 503) and closes.
+  void start(http_server::shared_state::admission admission);
 
   // Closes the socket at once; an unfinished exchange sees a disconnect.
   void close();
@@ -104,7 +118,12 @@ private:
 
   // The coroutines take their owner as a parameter: a coroutine starts later than it is created,
   // and parameters are what its frame keeps alive from the start.
-  net::awaitable<void> read_loop(std::shared_ptr<http_connection> self, bool reject);
+  net::awaitable<void> read_loop(std::shared_ptr<http_connection> self);
+  net::awaitable<void> refuse(std::shared_ptr<http_connection> self, unsigned status,
+                              std::string message);
+  // Reads one request into `parser`: waits for its first byte (idle), then its header
+  // (header_timeout), then its body (idle_timeout).
+  net::awaitable<beast::error_code> read_request(http::request_parser<http::string_body>& parser);
   net::awaitable<bool> watch_exchange();
   net::awaitable<void> drain();
   net::awaitable<void> write_loop(std::shared_ptr<http_connection> self);
@@ -124,7 +143,10 @@ private:
 
   const std::shared_ptr<http_server::shared_state> state_; // first: keeps the io_context alive
   tcp::socket socket_;
-  net::steady_timer timer_;        // idle timeout, or the linger after a half-close
+  net::steady_timer timer_; // idle or header timeout, or the linger after a half-close
+  // What the timer bounds: an expired header wait is answered 408, anything else just closes.
+  enum class waiting { other, header, header_expired };
+  waiting waiting_ = waiting::other;
   net::steady_timer exchange_end_; // wakes the reader when the exchange ends
   beast::flat_buffer buffer_;
   std::shared_ptr<http_exchange_impl> current_;

@@ -31,16 +31,17 @@ net::awaitable<void> accept_loop(http_server::shared_state& state) {
       co_await pause.async_wait(net::redirect_error(net::use_awaitable, ec));
       continue;
     }
+    const auto client = socket.remote_endpoint(ec).address();
+    if (ec) continue; // gone already
     auto connection =
         std::make_shared<http_connection>(state.shared_from_this(), std::move(socket));
-    bool reject = false;
+    http_server::shared_state::admission admission;
     {
       std::lock_guard lock(state.connections_mutex);
       if (state.stopping) continue; // stop() has taken its snapshot; the socket just closes
-      reject = state.connections.size() >= state.options.max_connections;
-      state.connections.emplace(connection.get(), connection);
+      admission = state.admit(connection.get(), connection, client);
     }
-    connection->start(reject);
+    connection->start(admission);
   }
 }
 
@@ -59,6 +60,43 @@ void run_io(net::io_context& io, const log::logger& log) {
 }
 
 } // namespace
+
+bool is_loopback_host(const std::string& host) {
+  if (host == "localhost") return true;
+  beast::error_code ec;
+  const auto address = net::ip::make_address(host, ec);
+  return !ec && address.is_loopback();
+}
+
+http_server::shared_state::admission
+http_server::shared_state::admit(const http_connection* c, std::weak_ptr<http_connection> weak,
+                                 const net::ip::address& client) {
+  connections.emplace(c, std::move(weak));
+  size_t& from_client = admitted_per_client[client];
+  // The address's own limit first: a client over it is told so even when the server is full.
+  if (from_client >= options.max_connections_per_client) {
+    if (from_client == 0) admitted_per_client.erase(client);
+    return admission::client_over_limit;
+  }
+  if (admitted >= options.max_connections) {
+    if (from_client == 0) admitted_per_client.erase(client);
+    return admission::server_full;
+  }
+  ++from_client;
+  ++admitted;
+  admitted_clients.emplace(c, client);
+  return admission::admitted;
+}
+
+void http_server::shared_state::forget(const http_connection* c) {
+  connections.erase(c);
+  auto it = admitted_clients.find(c);
+  if (it == admitted_clients.end()) return;
+  auto per = admitted_per_client.find(it->second);
+  if (--per->second == 0) admitted_per_client.erase(per);
+  --admitted;
+  admitted_clients.erase(it);
+}
 
 http_server::http_server(http_server_options options, http_handler handler)
     : state_(std::make_shared<shared_state>(std::move(options), std::move(handler))) {

@@ -3,12 +3,17 @@
 // knows nothing of the API: each request goes to one handler with an exchange object through
 // which the answer is given later, from any thread, either whole or as a Server-Sent Events
 // stream. The server itself only answers what never reaches the handler: bodies over the limit
-// (413), headers over the limit (431), malformed HTTP (400), too many connections (503).
+// (413), headers over the limit (431), malformed HTTP (400), a header not complete within
+// header_timeout (408), too many connections from one client address (429) or in all (503).
+// Connections refused for their address do not count against max_connections, so one client
+// cannot take every slot.
 //
 // Connection lifecycle:
-//   reading request --(complete)--> exchange open --(respond/end_stream)--> writing --> reading
-//        |                               |                                     (keep-alive)
-//        +-- idle timeout / EOF --> closed    +-- client gone --> disconnect handler, closed
+//   idle --(first byte)--> reading header --(complete)--> reading body --> exchange open
+//    |                        |                               |                |
+//    +-- idle_timeout: closed +-- header_timeout: 408, closed +-- idle_timeout  |
+//   exchange open --(respond/end_stream)--> writing --> idle (keep-alive)
+//        +-- client gone --> disconnect handler, closed
 // While an exchange is open a read stays pending on the socket, so a client that leaves is
 // noticed at once rather than on the next write. A pipelined next request that arrives meanwhile
 // is kept, unparsed, until the exchange ends (responses go out in request order).
@@ -22,6 +27,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace supernode::services::gateway {
 
@@ -31,6 +38,8 @@ struct http_request {
   std::string body;
   std::map<std::string, std::string> headers; // names lower-cased; repeated fields joined by ", "
 };
+
+using header_fields = std::vector<std::pair<std::string, std::string>>;
 
 // One request awaiting its response. Every member is thread-safe: the writes are posted to the
 // connection's io thread, in call order. Calls after the exchange ended do nothing.
@@ -45,6 +54,10 @@ public:
   // Server-Sent Events: the first call writes a 200 header (text/event-stream, no-cache,
   // chunked); each call writes "data: <payload>\n\n" as one chunk.
   virtual void send_event(std::string payload) = 0;
+
+  // The same with extra header fields (Retry-After, WWW-Authenticate, ...).
+  virtual void respond(unsigned status, std::string content_type, std::string body,
+                       const header_fields& extra) = 0;
 
   // Ends the event stream (the last chunk) and the exchange.
   virtual void end_stream() = 0;
@@ -61,6 +74,9 @@ public:
   virtual bool finished() const = 0;
 };
 
+// A literal IP on the loopback network (127.0.0.0/8, ::1) or "localhost".
+bool is_loopback_host(const std::string& host);
+
 // Runs on an io thread; it must not block, and may answer later from any thread.
 using http_handler = std::function<void(std::shared_ptr<http_exchange>, http_request)>;
 
@@ -71,7 +87,10 @@ struct http_server_options {
   size_t max_header_bytes = 16 << 10; // request line and fields
   int threads = 1;
   size_t max_connections = 1024;          // more are answered 503 and closed
-  std::chrono::seconds idle_timeout{300}; // between requests, and to receive a whole request
+  size_t max_connections_per_client = 64; // per remote address; more are answered 429, closed
+  std::chrono::milliseconds header_timeout{
+      10000};                                    // from a request's first byte to its header's end
+  std::chrono::milliseconds idle_timeout{60000}; // between requests, and to receive a body
   log::logger log; // the owning instance (the gateway), for the I/O threads' lines
 };
 

@@ -41,12 +41,14 @@ std::string serialize(const http::response<Body>& message, bool header_only) {
 } // namespace
 
 std::string response(unsigned status, unsigned version, bool keep_alive,
-                     std::string_view content_type, std::string body) {
+                     std::string_view content_type, std::string body,
+                     const std::vector<std::pair<std::string, std::string>>& extra) {
   http::response<http::string_body> res;
   res.version(version);
   res.result(status);
   res.set(http::field::server, beast_view(server_name));
   res.set(http::field::content_type, beast_view(content_type));
+  for (const auto& [name, value] : extra) res.set(beast_view(name), beast_view(value));
   res.keep_alive(keep_alive);
   res.body() = std::move(body);
   res.prepare_payload();

@@ -5,12 +5,15 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace supernode::services::gateway::wire {
 
 // A complete response with Content-Length. `version` is the request's (10 or 11).
 std::string response(unsigned status, unsigned version, bool keep_alive,
-                     std::string_view content_type, std::string body);
+                     std::string_view content_type, std::string body,
+                     const std::vector<std::pair<std::string, std::string>>& extra = {});
 
 // The 200 header of a Server-Sent Events stream; chunked unless the client speaks HTTP/1.0,
 // whose streams end by closing the connection.

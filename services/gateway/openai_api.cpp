@@ -1,5 +1,6 @@
 #include "services/gateway/openai_api.hpp"
 
+#include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -54,8 +55,14 @@ bool get_bool(const json& body, std::string_view name, bool fallback) {
   return v->get<bool>();
 }
 
-// JSON integers only: 1.5 is a type error, not something to round.
+// JSON integers only: 1.5 is a type error, not something to round. An integer beyond uint64
+// arrives as a float.
 int64_t get_integer(const json& v, std::string_view name) {
+  if (v.is_number_float()) {
+    const double x = v.get<double>();
+    if (std::isfinite(x) && x == std::floor(x) && std::fabs(x) >= 9.2e18)
+      invalid(std::string(name), quoted(name) + " is too large: " + v.dump());
+  }
   if (v.is_number_unsigned()) {
     const uint64_t u = v.get<uint64_t>();
     if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
@@ -72,6 +79,7 @@ float get_number(const json& body, std::string_view name, float fallback, double
   if (!v) return fallback;
   if (!v->is_number()) invalid(std::string(name), quoted(name) + " must be a number");
   const double x = v->get<double>();
+  if (!std::isfinite(x)) invalid(std::string(name), quoted(name) + " must be a finite number");
   const bool above_low = low_inclusive ? x >= low : x > low;
   if (!above_low || x > high) {
     invalid(std::string(name), quoted(name) + " must be in " + (low_inclusive ? "[" : "(") +
@@ -264,6 +272,42 @@ json envelope(api_kind kind, const completion_result& r, bool chunk) {
   return {{"id", r.id}, {"object", object}, {"created", r.created}, {"model", r.model}};
 }
 
+// nlohmann's parser throws out_of_range for a number beyond double (1e400) without saying where;
+// a SAX pass over the same text finds the top-level field that held it.
+class overflow_locator : public json::json_sax_t {
+public:
+  std::string field;
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return ++depth_, true; }
+  bool end_object() override { return --depth_, true; }
+  bool start_array(std::size_t) override { return ++depth_, true; }
+  bool end_array() override { return --depth_, true; }
+  bool key(string_t& k) override {
+    if (depth_ == 1) top_key_ = k;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    field = top_key_;
+    return false;
+  }
+
+private:
+  int depth_ = 0;
+  std::string top_key_;
+};
+
+std::string overflowing_field(std::string_view body_text) {
+  overflow_locator locator;
+  json::sax_parse(body_text, &locator, json::input_format_t::json, false);
+  return locator.field;
+}
+
 } // namespace
 
 std::string error_body(const api_error& error) {
@@ -281,6 +325,10 @@ completion_request parse_completion_request(std::string_view body_text, api_kind
     body = json::parse(body_text);
   } catch (const json::parse_error& e) {
     invalid("", std::string("malformed JSON: ") + e.what());
+  } catch (const json::out_of_range&) {
+    const std::string field = overflowing_field(body_text);
+    const std::string what = field.empty() ? std::string("a number") : gateway::quoted(field);
+    invalid(field, what + " is out of range: numbers must be finite doubles");
   }
   if (!body.is_object())
     invalid("", "the request body must be a JSON object, not " + std::string(body.type_name()));

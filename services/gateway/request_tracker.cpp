@@ -39,9 +39,20 @@ void request_tracker::unreserve() {
   --in_flight_;
 }
 
+void count_api_key_request(metrics_registry& metrics, const std::string& key_name,
+                           const std::string& status) {
+  metrics.add_counter("supernode_api_key_requests_total", "Requests by API key name and outcome", 1,
+                      {{"key", key_name}, {"status", status}});
+}
+
 void request_tracker::count_request(const std::string& endpoint, const std::string& status) {
   metrics_.add_counter("supernode_requests_total", "Requests by endpoint and outcome", 1,
                        {{"endpoint", endpoint}, {"status", status}});
+}
+
+void request_tracker::count_end(const tracked_request& r, const std::string& status) {
+  count_request(endpoint_label(r.kind), status);
+  if (!r.key_name.empty()) count_api_key_request(metrics_, r.key_name, status);
 }
 
 void request_tracker::admit(std::shared_ptr<tracked_request> r, protocol::admit_request message) {
@@ -61,7 +72,7 @@ void request_tracker::client_gone(uint64_t id) {
     auto r = it->second;
     r->done = true;
     up_.cancel(*r, "client disconnected");
-    count_request(endpoint_label(r->kind), "disconnected");
+    count_end(*r, "disconnected");
     forget(*r);
   });
 }
@@ -187,14 +198,15 @@ void request_tracker::fail(tracked_request& r, const protocol::error& why) {
   forget(r); // before the client sees the end: its next request must find the slot free
   r.meta.finish_reason = "error";
   r.meta.completion_tokens = static_cast<int64_t>(r.tokens.size());
-  const api_error e = to_api_error(why);
+  log_.for_request(r.meta.id).warn("request failed: {}", why.str());
+  const api_error e = to_client_api_error(why, log_.instance());
   if (r.api.stream && r.ex->finished() == false) {
     r.ex->send_event(error_body(e));
     r.ex->end_stream();
   } else {
     r.ex->respond(e.status, json_type, error_body(e));
   }
-  count_request(endpoint_label(r.kind), std::to_string(e.status));
+  count_end(r, std::to_string(e.status));
 }
 
 void request_tracker::finish(tracked_request& r, const std::string& finish_reason) {
@@ -223,11 +235,12 @@ void request_tracker::finish(tracked_request& r, const std::string& finish_reaso
     if (r.api.return_token_ids) r.meta.token_ids = r.tokens;
     r.ex->respond(200, json_type, completion_response(r.kind, r.meta));
   }
-  count_request(endpoint_label(r.kind), "200");
+  count_end(r, "200");
 }
 
 void request_tracker::forget(tracked_request& r) {
   if (live_.erase(r.id)) --in_flight_;
+  r.lease.end(static_cast<int64_t>(r.tokens.size()));
 }
 
 } // namespace supernode::services::gateway

@@ -5,7 +5,9 @@
 // nothing else reads or writes a request's state, so there is no lock around it. Only the
 // in-flight count (the HTTP front's admission limit, /metrics) is shared, as an atomic.
 
+#include "log/log.hpp"
 #include "services/gateway/http_server.hpp"
+#include "services/gateway/key_limiter.hpp"
 #include "services/gateway/metrics.hpp"
 #include "services/gateway/openai_api.hpp"
 #include "services/gateway/stop_matcher.hpp"
@@ -35,6 +37,8 @@ struct tracked_request {
   std::unique_ptr<text_stream> text;
   std::string decode, prefill; // known once the scheduler placed it
   bool done = false;
+  std::string key_name;     // the API key's name, when keys are configured
+  key_limiter::lease lease; // the key's slot and token charges, ended with the request
   bool placed() const { return !decode.empty(); }
   // Updates that came before the placement did (the decode instance hears of the request first),
   // with their senders: applied once the placement names the decode instance, refused otherwise.
@@ -45,6 +49,10 @@ struct tracked_request {
 
 // "/v1/completions" or "/v1/chat/completions": the endpoint label of requests_total.
 std::string endpoint_label(api_kind kind);
+
+// supernode_api_key_requests_total{key=<name>,status}: by the key's name, never the key.
+void count_api_key_request(metrics_registry& metrics, const std::string& key_name,
+                           const std::string& status);
 
 class request_tracker {
 public:
@@ -87,7 +95,12 @@ public:
 
   void count_request(const std::string& endpoint, const std::string& status);
 
+  // Who the tracker is, in the failures it logs and the errors clients see. Before the first
+  // request.
+  void set_log(log::logger log) { log_ = std::move(log); }
+
 private:
+  void count_end(const tracked_request& r, const std::string& status);
   using clock = tracked_request::clock;
   void apply_update(tracked_request& r, const protocol::token_update& u);
   // Applies `u` when `from` is the decode instance `r` is placed on; refuses it otherwise.
@@ -100,6 +113,7 @@ private:
   metrics_registry& metrics_;
   const int64_t max_in_flight_;
   upstream up_;
+  log::logger log_;
   std::atomic<int64_t> in_flight_{0};
   std::atomic<uint64_t> next_id_;
   // The tracker thread's.

@@ -1,4 +1,5 @@
-# The gateway's HTTP layer: the Beast server, the OpenAI wire format, stop strings, metrics.
+# The gateway's HTTP layer: the Beast server, the OpenAI wire format, stop strings, metrics,
+# API keys and their limits.
 target_sources(supernode_services PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/http_server.cpp
   ${CMAKE_CURRENT_LIST_DIR}/http_connection.cpp
@@ -9,4 +10,9 @@ target_sources(supernode_services PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/metrics.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cluster_metrics.cpp
   ${CMAKE_CURRENT_LIST_DIR}/request_tracker.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/api_keys.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/key_limiter.cpp
 )
+# API keys are kept as BLAKE2b digests and compared in constant time: libsodium.
+pkg_check_modules(SODIUM REQUIRED IMPORTED_TARGET libsodium)
+target_link_libraries(supernode_services PRIVATE PkgConfig::SODIUM)

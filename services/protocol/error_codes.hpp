@@ -53,6 +53,9 @@ enum class serving_errc : uint16_t {
   too_many_requests = 2017,       // the gateway's in-flight limit
   context_length_exceeded = 2018, // prompt (+ max_tokens) beyond the model's context
   model_not_found = 2019,         // the request names a model this cluster does not serve
+  invalid_api_key = 2020,         // no API key, or one the gateway does not know
+  key_concurrency_limit = 2021,   // the API key's max_concurrent requests are in flight
+  key_token_rate_limit = 2022,    // the API key's tokens_per_minute are used up
 };
 
 enum class ems_errc : uint16_t {

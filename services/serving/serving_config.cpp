@@ -36,17 +36,32 @@ const std::vector<table>& serving_tables() {
     t.push_back(
         table("kv", "The paged latent KV cache, shared by prefill and decode.")
             .integer("block_size", &serving_config::block_size, 1, 4096, "tokens per KV block"));
-    t.push_back(table("gateway", "The OpenAI-compatible HTTP front end.")
-                    .string("host", &serving_config::http_host, "the address it listens on")
-                    .integer("port", &serving_config::http_port, 0, 65535,
-                             "the port it listens on; 0: any free port (printed at start)")
-                    .integer("max_body_bytes", &serving_config::max_body_bytes, 1024,
-                             int64_t{1} << 30, "largest request body; beyond: 413")
-                    .integer("max_pending", &serving_config::max_pending, 1, int64_t{1} << 20,
-                             "requests in flight at a gateway; beyond: 429")
-                    .integer("default_max_tokens", &serving_config::default_max_tokens, 1,
-                             int64_t{1} << 20,
-                             "completion tokens of a request without max_tokens"));
+    t.push_back(
+        table("gateway", "The OpenAI-compatible HTTP front end.")
+            .string("host", &serving_config::http_host, "the address it listens on")
+            .integer("port", &serving_config::http_port, 0, 65535,
+                     "the port it listens on; 0: any free port (printed at start)")
+            .integer("max_body_bytes", &serving_config::max_body_bytes, 1024, int64_t{1} << 30,
+                     "largest request body; beyond: 413")
+            .integer("max_pending", &serving_config::max_pending, 1, int64_t{1} << 20,
+                     "requests in flight at a gateway; beyond: 429")
+            .integer("default_max_tokens", &serving_config::default_max_tokens, 1, int64_t{1} << 20,
+                     "completion tokens of a request without max_tokens (chat and "
+                     "completions), never more than the context leaves")
+            .string("api_keys_file", &serving_config::api_keys_file,
+                    "API keys, one a line: `<key> [name=<label>] [max_concurrent=<n>] "
+                    "[tokens_per_minute=<n>]`; /v1/* then needs `Authorization: Bearer "
+                    "<key>`; the file must have no group or other permissions; empty: no "
+                    "keys, and the gateway listens on loopback only")
+            .boolean("allow_unauthenticated", &serving_config::allow_unauthenticated,
+                     "without api_keys_file, listen on a non-loopback host anyway "
+                     "(`supernode serve --allow-unauthenticated` does the same)")
+            .integer("header_timeout_ms", &serving_config::header_timeout_ms, 100, 3600000,
+                     "a request header must be complete within; beyond: 408")
+            .integer("idle_timeout_ms", &serving_config::idle_timeout_ms, 100, 86400000,
+                     "an idle keep-alive connection is closed after")
+            .integer("max_connections_per_client", &serving_config::max_connections_per_client, 1,
+                     1 << 20, "open connections per client address; beyond: 429 and closed"));
     t.push_back(table("scheduler", "Admission and placement of requests.")
                     .integer("max_queued", &serving_config::max_queued, 1, int64_t{1} << 20,
                              "requests admitted but not yet placed; beyond: 429"));

@@ -9,6 +9,8 @@
 //   [model]     path = "models/demo"   precision = "int8"   max_context = 4096
 //   [kv]        block_size = 16
 //   [gateway]   host = "127.0.0.1"  port = 8000  max_body_bytes = 1048576  max_pending = 1024
+//               api_keys_file = ""  allow_unauthenticated = false  default_max_tokens = 4096
+//               header_timeout_ms = 10000  idle_timeout_ms = 60000  max_connections_per_client = 64
 //   [scheduler] max_queued = 1024
 //   [prefill]   token_budget = 2048   kv_blocks = 0     # 0: enough for one budget of prompts
 //   [decode]    max_batch = 64   kv_blocks = 2048
@@ -44,8 +46,13 @@ struct serving_config {
   std::string http_host = "127.0.0.1";
   int http_port = 8000; // 0: any free port (tests)
   size_t max_body_bytes = size_t{1} << 20;
-  int64_t max_pending = 1024;      // requests in flight at a gateway; beyond: 429
-  int32_t default_max_tokens = 16; // completions without max_tokens (OpenAI's default)
+  int64_t max_pending = 1024;          // requests in flight at a gateway; beyond: 429
+  int32_t default_max_tokens = 4096;   // requests without max_tokens, capped by the context left
+  std::filesystem::path api_keys_file; // empty: no keys, the API is open (loopback only)
+  bool allow_unauthenticated = false;  // open API on any host (`serve --allow-unauthenticated`)
+  int64_t header_timeout_ms = 10000;   // a request header must arrive within; beyond: 408
+  int64_t idle_timeout_ms = 60000;     // an idle keep-alive connection is closed after
+  int64_t max_connections_per_client = 64; // per client address; beyond: 429 and closed
 
   int64_t max_queued = 1024; // admitted but not yet placed, at the scheduler; beyond: 429
 

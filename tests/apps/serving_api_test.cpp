@@ -21,7 +21,8 @@ protected:
     server = new serving_cluster("local.toml", tiny_model_dir(),
                                  {{{"model", "max_context", "1024"}},
                                   {{"gateway", "max_body_bytes", "16384"}},
-                                  {{"gateway", "max_pending", "1"}}});
+                                  {{"gateway", "max_pending", "1"}},
+                                  {{"gateway", "default_max_tokens", "7"}}});
   }
   static void TearDownTestSuite() {
     delete server;
@@ -179,6 +180,14 @@ TEST_F(serving_api, bad_requests_get_openai_errors_naming_the_problem) {
                "temperature");
   expect_error(post("/v1/chat/completions", R"({"model":"tiny","messages":"hi"})"), 400,
                "messages");
+  // Numbers beyond a double or beyond 64 bits: 400 naming the field, not a 500.
+  expect_error(post("/v1/completions", R"({"model":"tiny","prompt":"x","max_tokens":1e400})"), 400,
+               "max_tokens");
+  expect_error(post("/v1/completions", R"({"model":"tiny","prompt":"x","temperature":1e309})"), 400,
+               "temperature");
+  expect_error(post("/v1/chat/completions",
+                    R"({"model":"tiny","messages":[{"role":"user","content":"Hi"}],"seed":1e999})"),
+               400, "seed");
   json huge = {{"model", "tiny"}, {"prompt", std::string(20000, 'a')}};
   auto big = post("/v1/completions", huge.dump());
   EXPECT_EQ(big.status, 413u) << big.body;
@@ -219,4 +228,21 @@ TEST_F(serving_api, a_full_gateway_answers_429_and_a_client_leaving_mid_stream_f
   }
   auto after = post("/v1/completions", R"({"model":"tiny","prompt":"x","max_tokens":2})");
   EXPECT_EQ(after.status, 200u) << after.body;
+}
+
+// Without max_tokens a request generates [gateway] default_max_tokens (7 here), chat and
+// completions alike.
+TEST_F(serving_api, a_request_without_max_tokens_stops_at_default_max_tokens) {
+  ASSERT_TRUE(server->up());
+  auto r = post("/v1/completions",
+                R"({"model":"tiny","prompt":[1,2,3],"temperature":0,"ignore_eos":true})");
+  ASSERT_EQ(r.status, 200u) << r.body;
+  auto j = json::parse(r.body);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 7);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  auto c = post(
+      "/v1/chat/completions",
+      R"({"model":"tiny","messages":[{"role":"user","content":"Hi"}],"temperature":0,"ignore_eos":true})");
+  ASSERT_EQ(c.status, 200u) << c.body;
+  EXPECT_EQ(json::parse(c.body)["usage"]["completion_tokens"], 7);
 }

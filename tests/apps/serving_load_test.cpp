@@ -12,9 +12,11 @@
 using namespace supernode::testing;
 
 TEST(serving_load, two_hundred_concurrent_requests_on_pdc_2p2d_all_complete_and_free_their_kv) {
-  serving_cluster cluster("pdc-2p2d.toml", tiny_model_dir());
-  ASSERT_TRUE(cluster.up());
   constexpr size_t n = 200;
+  // All from this one address: above the per-client default of 64 connections.
+  serving_cluster cluster("pdc-2p2d.toml", tiny_model_dir(),
+                          {{{"gateway", "max_connections_per_client", std::to_string(n)}}});
+  ASSERT_TRUE(cluster.up());
   std::vector<served_prompt> prompts;
   for (size_t i = 0; i < n; ++i)
     prompts.push_back(

@@ -1,13 +1,16 @@
 // Error codes travel from the role that fails to the HTTP answer: the gateway and the scheduler
 // run over the inproc plane (no processes, no actors), a probe stands in for the decode
 // instance, and every refusal reaches the client with the status the gateway's one table gives
-// its code and the code's name in the OpenAI error body.
+// its code and the code's name in the OpenAI error body. Errors that come from the cluster name
+// the code and the gateway, never the addresses or files in their messages. API keys: 401 without
+// a valid one, 429 with Retry-After over a key's limits, and the loopback rule without keys.
 
 #include "../../model/tiny_model.hpp"
 #include "../../support/http_client.hpp"
 #include "../../support/probe_endpoint.hpp"
 #include "../../support/role_host.hpp"
 #include "../../transport/inbox.hpp"
+#include "services/beast.hpp"
 #include "services/gateway/error_mapping.hpp"
 #include "services/gateway/gateway_service.hpp"
 #include "services/scheduler/scheduler_service.hpp"
@@ -33,7 +36,8 @@ using supernode::testing::role_host;
 
 namespace {
 
-std::string config_text() {
+// `gateway_keys`: more lines of the [gateway] table.
+std::string config_text(const std::string& gateway_keys = "") {
   const std::string name = "gw-errors-" + std::to_string(::getpid());
   return "[cluster]\nname = \"" + name + "\"\nrun_dir = \"/tmp/" + name +
          "\"\nheartbeat_ms = 50\nmissed_heartbeats = 6\n"
@@ -41,7 +45,7 @@ std::string config_text() {
          "[process.all]\nroles = [\"gateway\", \"scheduler\", \"decode\"]\n"
          "[model]\npath = \"" +
          supernode::testing::tiny_model_dir().string() +
-         "\"\nmax_context = 1024\n[kv]\nblock_size = 16\n[gateway]\nport = 0\n"
+         "\"\nmax_context = 1024\n[kv]\nblock_size = 16\n[gateway]\nport = 0\n" + gateway_keys +
          "[scheduler]\nmax_queued = 1\n";
 }
 
@@ -62,11 +66,55 @@ void expect_error(const http_reply& r, unsigned status, const char* type, servin
   EXPECT_EQ(j["error"]["type"], type) << r.body;
   EXPECT_EQ(j["error"]["code"], want.name()) << r.body;
   EXPECT_EQ(j["error"]["supernode_code"], static_cast<int>(code)) << r.body;
-  EXPECT_FALSE(j["error"]["message"].get<std::string>().empty()) << r.body;
+  const auto message = j["error"]["message"].get<std::string>();
+  EXPECT_FALSE(message.empty()) << r.body;
+  for (const char* internal : {"ipc://", "tcp://", "/tmp/"})
+    EXPECT_EQ(message.find(internal), std::string::npos) << r.body;
+}
+
+// An answer with its headers, for requests that carry an API key.
+struct keyed_reply {
+  unsigned status = 0;
+  std::string retry_after, www_authenticate, body;
+  http_reply reply() const { return {status, "", body, ""}; }
+};
+
+keyed_reply keyed_call(uint16_t port, const std::string& method, const std::string& target,
+                       const std::string& key, const std::string& body = "") {
+  namespace net = boost::asio;
+  namespace http = boost::beast::http;
+  net::io_context io;
+  net::ip::tcp::socket socket(io);
+  socket.connect({net::ip::make_address("127.0.0.1"), port});
+  timeval patience{60, 0}; // a bound on every read: a server bug fails the test, not hangs it
+  ::setsockopt(socket.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &patience, sizeof patience);
+  http::request<http::string_body> req{http::string_to_verb(method), target, 11};
+  req.set(http::field::host, "test");
+  if (!key.empty()) req.set(http::field::authorization, "Bearer " + key);
+  if (!body.empty()) req.set(http::field::content_type, "application/json");
+  req.body() = body;
+  req.prepare_payload();
+  http::write(socket, req);
+  boost::beast::flat_buffer buffer;
+  http::response<http::string_body> res;
+  http::read(socket, buffer, res);
+  return {res.result_int(), std::string(res[http::field::retry_after]),
+          std::string(res[http::field::www_authenticate]), res.body()};
+}
+
+std::filesystem::path write_keys_file(const std::string& text) {
+  auto path =
+      std::filesystem::temp_directory_path() / ("gw-keys-" + std::to_string(::getpid()) + ".txt");
+  std::ofstream(path) << text;
+  std::filesystem::permissions(path, std::filesystem::perms::owner_read |
+                                         std::filesystem::perms::owner_write);
+  return path;
 }
 
 struct cluster {
-  cluster_file file = cluster_file::parse(config_text(), "test.toml");
+  explicit cluster(const std::string& gateway_keys = "") : gateway_keys(gateway_keys) {}
+  std::string gateway_keys;
+  cluster_file file = cluster_file::parse(config_text(gateway_keys), "test.toml");
   transport::cluster_config& config = file.cluster;
   serving_config& serving = file.serving;
   role_host<scheduler_service> scheduler{config, "scheduler-0",
@@ -130,8 +178,11 @@ TEST(gateway_errors, every_refusal_reaches_the_client_with_its_code) {
 
   // The decode instance leaves: the placed request ends with instance_down, the queued one and
   // every later one with no_decode_instance, all retryable elsewhere (503).
-  c.decode.ep.announce_leave("test over");
-  expect_error(a.get(), 503, "service_unavailable", serving_errc::instance_down);
+  // Its reason names an address: the client sees the code and the gateway, the log the rest.
+  c.decode.ep.announce_leave("left ipc:///tmp/gw-errors/decode-0.sock");
+  const auto lost = a.get();
+  expect_error(lost, 503, "service_unavailable", serving_errc::instance_down);
+  EXPECT_NE(lost.body.find("gateway-0"), std::string::npos) << lost.body;
   expect_error(b.get(), 503, "service_unavailable", serving_errc::no_decode_instance);
   expect_error(http_call(c.port(), "POST", "/v1/completions", completion(10, 10)), 503,
                "service_unavailable", serving_errc::no_decode_instance);
@@ -151,6 +202,25 @@ TEST(gateway_errors, the_table_maps_every_code_and_says_what_is_retryable) {
   EXPECT_EQ(protocol::describe_error(9999).name, std::string("unknown"));
 }
 
+TEST(gateway_errors, messages_from_the_cluster_lose_addresses_and_paths_but_keep_names) {
+  using gateway::without_internals;
+  EXPECT_EQ(without_internals("decode-0 went down (left ipc:///tmp/run/decode-0.sock)"),
+            "decode-0 went down (left <internal>)");
+  EXPECT_EQ(without_internals("cannot open /var/lib/models/x.safetensors: no such file"),
+            "cannot open <internal>: no such file");
+  EXPECT_EQ(without_internals("peer at tcp://10.0.0.7:5555 and 10.0.0.8:6000, ./relative"),
+            "peer at <internal> and <internal>, <internal>");
+  EXPECT_EQ(without_internals("rank 2 of decode-2 is silent: 30000 ms"),
+            "rank 2 of decode-2 is silent: 30000 ms");
+  const auto e = gateway::to_client_api_error(
+      {serving_errc::instance_down, "prefill-1 went down (heartbeat: ipc:///tmp/x)"}, "gateway-3");
+  EXPECT_EQ(std::string(e.what()),
+            "prefill-1 went down (heartbeat: <internal>) (instance_down 2009, answered by "
+            "gateway-3)");
+  EXPECT_EQ(e.status, 503u);
+  EXPECT_EQ(e.code, "instance_down");
+}
+
 TEST(gateway_errors, docs_list_every_code_as_the_table_renders_it) {
   std::ifstream in(std::filesystem::path(SUPERNODE_SOURCE_DIR) / "docs" / "errors.md");
   std::stringstream text;
@@ -163,4 +233,111 @@ TEST(gateway_errors, docs_list_every_code_as_the_table_renders_it) {
   EXPECT_EQ(doc.substr(from + begin.size(), to - from - begin.size()),
             gateway::error_table_markdown())
       << "docs/errors.md is stale: paste error_table_markdown()'s output between the markers";
+}
+
+namespace {
+constexpr const char* open_key = "sk-open-0123456789abcdef";
+constexpr const char* solo_key = "sk-solo-0123456789abcdef";
+constexpr const char* metered_key = "sk-meter-0123456789abcdef";
+
+// Waits (bounded) until the gateway holds `n` requests.
+bool wait_in_flight(cluster& c, size_t n) {
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (c.gateway.service().live_requests() != n)
+    if (std::chrono::steady_clock::now() > deadline)
+      return false;
+    else
+      std::this_thread::yield();
+  return true;
+}
+
+void expect_rate_limited(const keyed_reply& r, serving_errc code, int64_t max_wait) {
+  EXPECT_EQ(r.status, 429u) << r.body;
+  const auto j = nlohmann::json::parse(r.body);
+  EXPECT_EQ(j["error"]["type"], "rate_limit_error");
+  EXPECT_EQ(j["error"]["code"], protocol::error(code, "").name());
+  ASSERT_FALSE(r.retry_after.empty());
+  const int64_t seconds = std::stoll(r.retry_after); // whole seconds
+  EXPECT_GE(seconds, 1);
+  EXPECT_LE(seconds, max_wait);
+}
+} // namespace
+
+TEST(gateway_keys, v1_needs_a_known_key_and_each_key_keeps_its_limits) {
+  const auto keys = write_keys_file(std::string("# test keys\n") + open_key + " name=open\n" +
+                                    solo_key + " name=solo max_concurrent=1\n" + metered_key +
+                                    " name=metered tokens_per_minute=20\n");
+  std::future<keyed_reply> held_solo, held_metered; // before the cluster: they end with it
+  cluster c("api_keys_file = \"" + keys.string() + "\"\n");
+  c.report_capacity(64);
+
+  const auto missing = keyed_call(c.port(), "GET", "/v1/models", "");
+  expect_error(missing.reply(), 401, "authentication_error", serving_errc::invalid_api_key);
+  EXPECT_EQ(missing.www_authenticate, "Bearer");
+  const auto wrong = keyed_call(c.port(), "GET", "/v1/models", "sk-open-0123456789abcdeX");
+  expect_error(wrong.reply(), 401, "authentication_error", serving_errc::invalid_api_key);
+  const auto no_key_completion =
+      keyed_call(c.port(), "POST", "/v1/completions", "", completion(5, 2));
+  EXPECT_EQ(no_key_completion.status, 401u) << no_key_completion.body;
+  EXPECT_EQ(keyed_call(c.port(), "GET", "/v1/models", open_key).status, 200u);
+  // /health and /metrics stay open.
+  EXPECT_NE(keyed_call(c.port(), "GET", "/health", "").status, 401u);
+  EXPECT_EQ(keyed_call(c.port(), "GET", "/metrics", "").status, 200u);
+
+  // solo: one request in flight (the decode probe never finishes it); the next is refused.
+  held_solo = std::async(std::launch::async, [port = c.port()] {
+    return keyed_call(port, "POST", "/v1/completions", solo_key, completion(10, 6));
+  });
+  ASSERT_TRUE(wait_in_flight(c, 1));
+  expect_rate_limited(keyed_call(c.port(), "POST", "/v1/completions", solo_key, completion(5, 2)),
+                      serving_errc::key_concurrency_limit, 1);
+  // Another key is not held back by solo's limit.
+  // metered: its first prompt (30 tokens) is admitted below the limit and fills the window.
+  held_metered = std::async(std::launch::async, [port = c.port()] {
+    return keyed_call(port, "POST", "/v1/completions", metered_key, completion(30, 2));
+  });
+  ASSERT_TRUE(wait_in_flight(c, 2));
+  expect_rate_limited(
+      keyed_call(c.port(), "POST", "/v1/completions", metered_key, completion(5, 2)),
+      serving_errc::key_token_rate_limit, 60);
+
+  const auto metrics = keyed_call(c.port(), "GET", "/metrics", "").body;
+  EXPECT_NE(metrics.find(R"(supernode_api_key_requests_total{key="solo",status="429"} 1)"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find(R"(supernode_api_key_requests_total{key="open",status="200"} 1)"),
+            std::string::npos)
+      << metrics;
+  for (const char* key : {open_key, solo_key, metered_key})
+    EXPECT_EQ(metrics.find(key), std::string::npos) << "a key's text is in /metrics";
+  std::filesystem::remove(keys);
+}
+
+TEST(gateway_keys, without_keys_only_loopback_hosts_unless_allowed) {
+  EXPECT_TRUE(gateway::is_loopback_host("127.0.0.1"));
+  EXPECT_TRUE(gateway::is_loopback_host("127.3.2.1"));
+  EXPECT_TRUE(gateway::is_loopback_host("::1"));
+  EXPECT_TRUE(gateway::is_loopback_host("localhost"));
+  EXPECT_FALSE(gateway::is_loopback_host("0.0.0.0"));
+  EXPECT_FALSE(gateway::is_loopback_host("10.0.0.1"));
+  EXPECT_FALSE(gateway::is_loopback_host("example.com"));
+
+  auto file = cluster_file::parse(config_text("host = \"0.0.0.0\"\n"), "test.toml");
+  transport::endpoint ep(file.cluster, "gateway-0", transport::make_plane, 1);
+  gateway_service refused(file.serving);
+  try {
+    refused.start(ep);
+    ADD_FAILURE() << "listened on 0.0.0.0 without keys";
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("0.0.0.0"), std::string::npos) << what;
+    EXPECT_NE(what.find("--allow-unauthenticated"), std::string::npos) << what;
+    EXPECT_NE(what.find("allow_unauthenticated = true"), std::string::npos) << what;
+    EXPECT_NE(what.find("api_keys_file"), std::string::npos) << what;
+  }
+  file.serving.allow_unauthenticated = true; // what `serve --allow-unauthenticated` sets
+  gateway_service allowed(file.serving);
+  allowed.start(ep);
+  EXPECT_NE(allowed.http_port(), 0);
+  allowed.stop();
 }

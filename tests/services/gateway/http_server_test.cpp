@@ -17,6 +17,7 @@
 #include <mutex>
 #include <netinet/in.h>
 #include <nlohmann/json.hpp>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <thread>
 #include <unistd.h>
@@ -31,12 +32,20 @@ constexpr auto patience = std::chrono::seconds(20); // bound on every wait; neve
 
 class raw_client {
 public:
-  explicit raw_client(uint16_t port) {
+  // From `source` (another loopback address is another client to the server) when given.
+  explicit raw_client(uint16_t port, const char* source = nullptr) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     if (fd_ < 0) throw std::runtime_error("socket() failed");
     timeval tv{static_cast<time_t>(patience.count()), 0};
     ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    if (source) {
+      sockaddr_in from{};
+      from.sin_family = AF_INET;
+      ::inet_pton(AF_INET, source, &from.sin_addr);
+      if (::bind(fd_, reinterpret_cast<sockaddr*>(&from), sizeof from) != 0)
+        throw std::runtime_error(std::string("bind() failed: ") + std::strerror(errno));
+    }
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(port);
@@ -449,15 +458,21 @@ TEST(http_server, oversized_header_is_431) {
   expect_error_then_close(client, 431);
 }
 
-TEST(http_server, handler_exception_becomes_500) {
-  http_server server(test_options(), [](std::shared_ptr<http_exchange>, http_request) {
-    throw std::runtime_error("boom");
+TEST(http_server, handler_exception_becomes_500_without_its_text) {
+  http_server_options o = test_options();
+  o.log = supernode::log::logger("gateway-7");
+  http_server server(o, [](std::shared_ptr<http_exchange>, http_request) {
+    throw std::runtime_error("cannot open /tmp/secret/run/ipc.sock");
   });
   server.start();
   raw_client client(server.port());
   client.send(get("/"));
   const json j = read_json_response(client, 500);
-  EXPECT_NE(j["error"]["message"].get<std::string>().find("boom"), std::string::npos);
+  // The exception's text goes to the log; the client learns the instance and the code.
+  const auto message = j["error"]["message"].get<std::string>();
+  EXPECT_EQ(message.find("/tmp"), std::string::npos) << message;
+  EXPECT_NE(message.find("gateway-7"), std::string::npos) << message;
+  EXPECT_EQ(j["error"]["code"], "internal_error");
 }
 
 TEST(http_server, disconnect_mid_stream_fires_the_handler) {
@@ -550,6 +565,7 @@ TEST(http_server, a_finished_exchange_never_reports_a_disconnect) {
 TEST(http_server, two_hundred_concurrent_connections_on_one_thread) {
   http_server_options o = test_options();
   o.threads = 1;
+  o.max_connections_per_client = 200;
   inbox requests;
   http_server server(o, requests.handler());
   server.start();
@@ -657,4 +673,56 @@ TEST(http_server, restarts_after_stop) {
   raw_client client(server.port());
   client.send(get("/again"));
   EXPECT_EQ(read_json_response(client, 200)["target"], "/again");
+}
+
+// Half a request header, then nothing: 408 once header_timeout has passed since its first byte,
+// then the connection closes. A connection that sent nothing is idle, not slow: the header
+// timeout does not close it.
+TEST(http_server, a_header_not_complete_in_time_is_408_then_close) {
+  http_server_options o = test_options();
+  o.header_timeout = std::chrono::milliseconds(300);
+  o.idle_timeout = std::chrono::seconds(60);
+  http_server server(o, echo_handler());
+  server.start();
+  raw_client idle(server.port());
+  raw_client slow(server.port());
+  slow.send("GET /slow HTTP/1.1\r\nHost: te");
+  expect_error_then_close(slow, 408); // blocks until the server answers
+  idle.send(get("/idle"));
+  EXPECT_EQ(read_json_response(idle, 200)["target"], "/idle");
+}
+
+// One address opening 1,100 connections gets max_connections_per_client (64) of them; the rest
+// are answered 429 and closed, and count against nobody's max_connections (1024): a client from
+// another address (127.0.0.2, still loopback) is served.
+TEST(http_server, one_address_cannot_take_every_connection) {
+  constexpr size_t flood = 1100; // two descriptors each (both ends live in this process)
+  rlimit files{};
+  ::getrlimit(RLIMIT_NOFILE, &files);
+  if (files.rlim_cur < 2 * flood + 256) {
+    files.rlim_cur = std::min<rlim_t>(files.rlim_max, 2 * flood + 256);
+    ::setrlimit(RLIMIT_NOFILE, &files);
+  }
+  ASSERT_GE(files.rlim_cur, 2 * flood + 256) << "RLIMIT_NOFILE's hard limit is too low";
+  http_server_options o = test_options();
+  ASSERT_EQ(o.max_connections_per_client, 64u);
+  ASSERT_EQ(o.max_connections, 1024u);
+  http_server server(o, echo_handler());
+  server.start();
+  std::vector<std::unique_ptr<raw_client>> clients;
+  for (size_t i = 0; i < flood; ++i) clients.push_back(std::make_unique<raw_client>(server.port()));
+  // Accepted in order: once the last one has its 429, every earlier one was decided.
+  {
+    response_reader last(*clients.back());
+    last.finish();
+    EXPECT_EQ(last.status(), 429u) << last.message().body();
+  }
+  response_reader refused(*clients[64]);
+  refused.finish();
+  EXPECT_EQ(refused.status(), 429u);
+  raw_client other(server.port(), "127.0.0.2");
+  other.send(get("/other"));
+  EXPECT_EQ(read_json_response(other, 200)["target"], "/other");
+  clients[0]->send(get("/first")); // the admitted ones still work
+  EXPECT_EQ(read_json_response(*clients[0], 200)["target"], "/first");
 }

@@ -352,3 +352,30 @@ TEST(openai_api, models_response_shape) {
   EXPECT_EQ(j["data"][1]["owned_by"], "someone");
   EXPECT_EQ(json::parse(models_response({}))["data"], json::array());
 }
+
+// Numbers beyond a double (1e400 makes nlohmann's parser throw out_of_range) and integers beyond
+// 64 bits (parsed as doubles) are the client's mistake: 400 naming the field, never a 500.
+TEST(openai_api, overflowing_numbers_are_400_naming_the_field) {
+  const std::pair<std::string, std::string> cases[] = {
+      {R"("max_tokens":1e400)", "max_tokens"},
+      {R"("temperature":1e309)", "temperature"},
+      {R"("top_p":-1e999)", "top_p"},
+      {R"("n":1e400)", "n"},
+      {R"("seed":1e400)", "seed"},
+      {R"("max_tokens":100000000000000000000000)", "max_tokens"},
+      {R"("seed":18446744073709551616)", "seed"},
+      {R"("top_k":99999999999999999999999)", "top_k"},
+      {R"("n":100000000000000000000)", "n"},
+  };
+  for (const auto& [field, param] : cases) {
+    const std::string body = R"({"model":"m","prompt":"Hello",)" + field + "}";
+    const api_error e = parse_error(body);
+    EXPECT_EQ(e.status, 400u) << body;
+    EXPECT_EQ(e.param, param) << body;
+    EXPECT_NE(std::string(e.what()).find(param), std::string::npos) << e.what();
+  }
+  // In a nested object: the top-level field that holds it.
+  const api_error nested =
+      parse_error(R"({"model":"m","prompt":"x","stream":true,"stream_options":{"a":1e400}})");
+  EXPECT_EQ(nested.param, "stream_options");
+}

@@ -18,7 +18,10 @@ namespace {
 class recording_exchange : public http_exchange {
 public:
   explicit recording_exchange(const request_tracker& t) : tracker_(t) {}
-  void respond(unsigned status, std::string, std::string text) override {
+  void respond(unsigned status, std::string type, std::string text) override {
+    respond(status, std::move(type), std::move(text), {});
+  }
+  void respond(unsigned status, std::string, std::string text, const header_fields&) override {
     body = std::move(text);
     end(status);
   }

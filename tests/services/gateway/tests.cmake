@@ -3,6 +3,10 @@ supernode_add_test(openai_api_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/openai_api_test.cpp LIBS supernode_services LABEL unit)
 supernode_add_test(stop_matcher_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/stop_matcher_test.cpp LIBS supernode_services LABEL unit)
+supernode_add_test(api_keys_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/api_keys_test.cpp LIBS supernode_services LABEL unit)
+supernode_add_test(key_limiter_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/key_limiter_test.cpp LIBS supernode_services LABEL unit)
 supernode_add_test(metrics_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/metrics_test.cpp LIBS supernode_services LABEL unit)
 supernode_add_test(http_server_test
