@@ -12,12 +12,13 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # Boost (msgpack-cxx needs it; Beast serves HTTP); ccache so rebuilds and worktrees share objects;
 # clang-format for the format check .ci/run makes (scripts/check-format.sh).
 # spdlog (with Debian's external fmt) under log/, the leveled per-instance logs.
+# libsodium for the MACs that prove who created a shm ring (transport/shm_link_auth).
 PACKAGES=(g++ cmake ninja-build pkg-config git
           libgtest-dev libgmock-dev libbenchmark-dev
           nlohmann-json3-dev libpcre2-dev libdnnl-dev libopenblas-dev
           nodejs
           libcaf-dev libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libtomlplusplus-dev libboost-dev ccache
-          clang-format libspdlog-dev)
+          clang-format libspdlog-dev libsodium-dev)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
