@@ -27,6 +27,9 @@ TEST(serving_fault, a_killed_prefill_instance_fails_its_requests_and_frees_their
     EXPECT_EQ(fs::status(folder).permissions(), fs::perms::owner_all) << folder;
   EXPECT_EQ(fs::status(cluster.run_dir() / "pids" / "prefill-0.pid").permissions(), rw);
   EXPECT_EQ(fs::status(cluster.run_dir() / "logs" / "prefill-0.log").permissions(), rw);
+  // The keys its shm rings are signed with, made on start (the config sets no key_dir).
+  EXPECT_EQ(fs::status(cluster.run_dir() / "keys").permissions(), fs::perms::owner_all);
+  EXPECT_EQ(fs::status(cluster.run_dir() / "keys" / "prefill-0.secret").permissions(), rw);
 
   pid_t pid = 0;
   std::ifstream(cluster.run_dir() / "pids" / "prefill-0.pid") >> pid;

@@ -24,6 +24,7 @@
 #include <random>
 #include <sstream>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -162,8 +163,13 @@ TEST_F(shm_fixture, segment_validates_what_it_opens) {
   // Missing: nothing; wrong kind, garbage and truncated: errors that name the segment.
   EXPECT_FALSE(shm_segment::try_open(cluster, "nope", segment_kind::ring));
   {
+    const mode_t old_umask = ::umask(0); // 0600 whatever the umask lets through
     auto s = shm_segment::create(cluster, "seg", segment_kind::region, 100);
+    ::umask(old_umask);
     EXPECT_EQ(s.creator_pid(), getpid());
+    struct stat st {};
+    ASSERT_EQ(::stat(("/dev/shm" + s.name()).c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0600u) << "segments are this user's alone";
     auto o = shm_segment::open(cluster, "seg", segment_kind::region);
     EXPECT_EQ(o.data_bytes(), 100u);
     std::memcpy(s.data(), "hello", 5);
