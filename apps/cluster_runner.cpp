@@ -2,6 +2,7 @@
 
 #include "log/log.hpp"
 #include "services/cluster/role_launch.hpp"
+#include "transport/private_files.hpp"
 
 #include <chrono>
 #include <csignal>
@@ -63,8 +64,8 @@ int cluster_up(const serving_setup& setup, const fs::path& config_file) {
       throw std::runtime_error(s.name() + " is already running (pid " + std::to_string(pid) +
                                "): run `supernode cluster down --config " + setup.source +
                                "` first");
-  fs::create_directories(setup.cluster.run_dir / "logs");
-  fs::create_directories(setup.cluster.run_dir / "pids");
+  transport::ensure_private_dir(setup.cluster.run_dir / "logs");
+  transport::ensure_private_dir(setup.cluster.run_dir / "pids");
   const auto config = fs::absolute(config_file).string();
   const auto model = fs::absolute(setup.serving.model_path).string();
 
@@ -76,7 +77,7 @@ int cluster_up(const serving_setup& setup, const fs::path& config_file) {
   children.reserve(slots.size());
   for (auto& s : slots) {
     children.push_back(cl::launch_role({s.process, s.index, config, model, s.log, true}));
-    std::ofstream(s.pid_file) << children.back().pid() << "\n";
+    transport::write_private_file(s.pid_file, std::to_string(children.back().pid()) + "\n");
   }
   for (size_t i = 0; i < slots.size(); ++i)
     starting.push_back({slots[i].name(), &children[i], slots[i].log});

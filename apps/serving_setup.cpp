@@ -1,6 +1,7 @@
 #include "apps/serving_setup.hpp"
 
 #include "apps/commands.hpp"
+#include "transport/private_files.hpp"
 
 #include <stdexcept>
 
@@ -11,6 +12,10 @@ serving_setup parse_serving_setup(const std::string& text, const std::string& so
                                   bool model_required) {
   auto file = services::cluster_file::parse(text, source);
   serving_setup s{source, std::move(file.cluster), std::move(file.serving)};
+  // The run folder is the first trust boundary: sockets, keys, logs, pid files and the SSD tier
+  // live in it, so it is this user's alone (0700) or nothing starts. Every command that runs or
+  // finds a cluster's processes reads its setup here first, before anything binds or writes.
+  transport::ensure_private_dir(s.cluster.run_dir);
   if (model_override) {
     s.serving.model_path = *model_override;
   } else if (model_required && s.serving.model_path.lexically_normal() == "models/demo") {

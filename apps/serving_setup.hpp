@@ -17,8 +17,10 @@ struct serving_setup {
   services::serving_config serving;
 };
 
-// Throws naming the source when the model folder has no config.json, unless !model_required
-// (then the folder is left as written, and only a role that loads it complains).
+// Makes the run folder (0700) or refuses it (another owner, group/world write: the error names
+// its path, owner and mode). Throws naming the source when the model folder has no config.json,
+// unless !model_required (then the folder is left as written, and only a role that loads it
+// complains).
 serving_setup parse_serving_setup(const std::string& toml_text, const std::string& source,
                                   const std::optional<std::string>& model_override,
                                   bool model_required = true);

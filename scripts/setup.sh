@@ -12,7 +12,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # Boost (msgpack-cxx needs it; Beast serves HTTP); ccache so rebuilds and worktrees share objects;
 # clang-format for the format check .ci/run makes (scripts/check-format.sh).
 # spdlog (with Debian's external fmt) under log/, the leveled per-instance logs.
-# libsodium: the gateway keeps API keys as BLAKE2b digests and compares them in constant time.
+# libsodium: the gateway keeps API keys as BLAKE2b digests and compares them in constant time;
+# the MACs that prove who created a shm ring (transport/shm_link_auth).
 PACKAGES=(g++ cmake ninja-build pkg-config git
           libgtest-dev libgmock-dev libbenchmark-dev
           nlohmann-json3-dev libpcre2-dev libdnnl-dev libopenblas-dev

@@ -1,5 +1,6 @@
 #include "transport/plane_factory.hpp"
 
+#include "transport/cluster_keys.hpp"
 #include "transport/inproc_plane.hpp"
 #include "transport/shm_plane.hpp"
 #include "transport/zmq_plane.hpp"
@@ -8,6 +9,22 @@
 #include <stdexcept>
 
 namespace supernode::transport {
+
+namespace {
+
+// The keys shm rings are signed with. Unconfigured (<run_dir>/keys), every instance's pair is
+// made on start by whichever process comes first; a configured key_dir is made beforehand.
+std::shared_ptr<const cluster_keys> shm_keys_of(const cluster_config& cluster) {
+  auto keys = std::make_shared<const cluster_keys>(cluster.keys_dir());
+  if (cluster.keys_made_on_start()) {
+    std::vector<std::string> names;
+    for (auto& inst : cluster.instances()) names.push_back(inst.name);
+    keys->ensure(names);
+  }
+  return keys;
+}
+
+} // namespace
 
 std::shared_ptr<inproc_hub> process_inproc_hub() {
   static auto hub = inproc_hub::create();
@@ -37,6 +54,7 @@ std::unique_ptr<plane> make_plane(const cluster_config& cluster, const plane_con
   if (pc.kind == "shm") {
     shm_plane_options o;
     o.ring_bytes = pc.ring_bytes;
+    o.keys = shm_keys_of(cluster);
     return std::make_unique<shm_plane>(cluster.name, self.name, o);
   }
   throw std::runtime_error("plane '" + pc.name + "' of kind '" + pc.kind +

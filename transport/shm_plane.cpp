@@ -23,8 +23,10 @@ enum slot_state : uint32_t { slot_free = 0, slot_claiming = 1, slot_ready = 2, s
 
 struct alignas(64) inbox_slot {
   std::atomic<uint32_t> state;
+  std::atomic<uint32_t> generation; // bumped whenever the receiver frees the slot
   std::atomic<int32_t> claimer_pid;
   std::atomic<uint64_t> claimer_start;
+  std::byte challenge[link_nonce_bytes]; // the receiver's, fresh per free: the ring MAC covers it
   char sender[72];
   char ring[200]; // segment name of the sender's ring, after "/supernode.<cluster>."
 };
@@ -50,6 +52,7 @@ std::string field(const char (&f)[N]) {
 struct shm_plane::inbox_control {
   uint64_t magic;
   uint32_t slot_count;
+  std::byte nonce[link_nonce_bytes];   // this incarnation of the receiver: the ring MAC covers it
   alignas(64) doorbell bell;           // the receiving thread sleeps here
   std::atomic<uint32_t> slots_changed; // bumped on claim/close: rescan the slots
   alignas(64) inbox_slot slots[inbox_slot_count];
@@ -59,7 +62,7 @@ struct shm_plane::outbound {
   peer_id id;
   shm_segment inbox_segment;
   inbox_control* inbox = nullptr;
-  uint32_t slot = 0;
+  uint32_t slot = 0, slot_generation = 0;
   shm_ring ring;
   std::mutex mutex; // one producer per ring: senders of this process take turns
   struct queued {
@@ -79,6 +82,7 @@ struct shm_plane::inbound {
   std::shared_ptr<std::byte[]> assembly; // a fresh one per frame: the message may keep it
   size_t assembled = 0, expected = 0;
   bool assembling = false, discarding = false;
+  bool unreadable = false; // scribbled: dropped after this drain round
   uint64_t bad_frames = 0;
 };
 
@@ -147,11 +151,21 @@ shm_plane::shm_plane(std::string cluster, peer_id self, shm_plane_options option
   check_name_part("cluster", cluster_);
   check_name_part("peer", self_);
   options_.fragment_bytes = std::max<size_t>(4096, options_.fragment_bytes);
+  // Our secret first: a missing key fails before anything is created.
+  if (options_.keys) auth_ = std::make_unique<shm_link_auth>(options_.keys, self_);
   cleanup_stale_segments(cluster_);
   inbox_segment_ =
       shm_segment::create(cluster_, "inbox." + self_, segment_kind::inbox, sizeof(inbox_control));
   inbox_ = new (inbox_segment_.data()) inbox_control{};
   inbox_->slot_count = inbox_slot_count;
+  inbox_nonce_ = random_link_nonce();
+  std::memcpy(inbox_->nonce, inbox_nonce_.data(), inbox_nonce_.size());
+  slot_challenges_.resize(inbox_slot_count);
+  for (uint32_t i = 0; i < inbox_slot_count; ++i) {
+    slot_challenges_[i] = random_link_nonce();
+    std::memcpy(inbox_->slots[i].challenge, slot_challenges_[i].data(), link_nonce_bytes);
+  }
+  std::atomic_thread_fence(std::memory_order_release);
   inbox_->magic = inbox_magic;
 }
 
@@ -210,6 +224,8 @@ void shm_plane::stop() {
   }
   for (auto& [id, o] : out) close_outbound(*o);
   out.clear();
+  for (auto& o : claimed_for_test_) close_outbound(*o);
+  claimed_for_test_.clear();
   in_.clear();
   inbox_segment_.mark_closed();
   inbox_->bell.ring();
@@ -323,15 +339,37 @@ bool shm_plane::receiver_alive(const outbound& o) const {
   return !o.inbox_segment.closed() && o.inbox_segment.creator_alive();
 }
 
+bool shm_plane::link_dropped(const outbound& o) const {
+  return o.inbox->slots[o.slot].generation.load(std::memory_order_acquire) != o.slot_generation;
+}
+
+bool shm_plane::retire_dropped_locked(outbound& o) {
+  if (o.down || !link_dropped(o)) return false;
+  o.down = true;
+  o.pending.clear();
+  o.pending_bytes = o.front_offset = 0;
+  log_.limited(peer_lines_, log::level::warn, "link dropped by " + o.id,
+               "shm {}: {} stopped reading our ring {}; connecting again", cluster_, o.id,
+               o.ring.name());
+  return true;
+}
+
+bool shm_plane::retire_dropped(outbound& o) {
+  std::lock_guard lock(o.mutex);
+  return retire_dropped_locked(o);
+}
+
 bool shm_plane::close_outbound(outbound& o) {
   std::lock_guard lock(o.mutex);
   if (o.down.exchange(true)) return false;
   o.pending.clear();
   o.pending_bytes = o.front_offset = 0;
   // Hand the slot back so the receiver frees it; the ring goes when the last user drops `o`.
+  // Not when the receiver freed it already: it may hold another sender's ring by now.
   auto& slot = o.inbox->slots[o.slot];
   uint32_t ready = slot_ready;
-  slot.state.compare_exchange_strong(ready, slot_closed, std::memory_order_acq_rel);
+  if (!link_dropped(o))
+    slot.state.compare_exchange_strong(ready, slot_closed, std::memory_order_acq_rel);
   o.inbox->slots_changed.fetch_add(1, std::memory_order_release);
   o.inbox->bell.ring();
   return true;
@@ -349,21 +387,25 @@ std::shared_ptr<shm_plane::outbound> shm_plane::connection(const peer_id& to, se
     if (it != out_.end()) {
       // Only the inbox's closed flag here (one shared read); the creator's liveness costs a
       // /proc read and is checked by the sweep and when the ring is full.
-      if (!it->second->down && !it->second->inbox_segment.closed()) return it->second;
+      if (!it->second->down && !it->second->inbox_segment.closed() && !link_dropped(*it->second))
+        return it->second;
       stale = it->second;
       out_.erase(it);
     }
   }
-  if (stale) mark_down(*stale); // reports once; the peer may have come back, so connect afresh
+  // A dropped link is not a dead peer: nothing is reported, a fresh ring replaces it below.
+  // Otherwise reported once; the peer may have come back, so connect afresh.
+  if (stale && !retire_dropped(*stale)) mark_down(*stale);
   std::lock_guard lock(out_mutex_);
   auto it = out_.find(to);
   if (it != out_.end()) return it->second;
-  auto o = connect(to, status);
+  auto o = connect(to, status, self_);
   if (o) out_[to] = o;
   return o;
 }
 
-std::shared_ptr<shm_plane::outbound> shm_plane::connect(const peer_id& to, send_status& status) {
+std::shared_ptr<shm_plane::outbound> shm_plane::connect(const peer_id& to, send_status& status,
+                                                        const peer_id& from) {
   status = send_status::unknown_peer;
   try {
     check_name_part("peer", to);
@@ -398,7 +440,7 @@ std::shared_ptr<shm_plane::outbound> shm_plane::connect(const peer_id& to, send_
   }
   auto o = std::make_shared<outbound>();
   o->id = to;
-  const std::string rname = ring_name(to, self_);
+  const std::string rname = ring_name(to, from);
   o->ring = shm_ring::create(cluster_, rname, options_.ring_bytes, ring_role::producer);
   o->inbox = inbox;
   bool claimed = false;
@@ -407,10 +449,19 @@ std::shared_ptr<shm_plane::outbound> shm_plane::connect(const peer_id& to, send_
     uint32_t expected = slot_free;
     if (!slot.state.compare_exchange_strong(expected, slot_claiming, std::memory_order_acq_rel))
       continue;
+    o->slot_generation = slot.generation.load(std::memory_order_acquire);
+    if (std::string why; !sign_ring(*o, *inbox, i, from, rname, why)) {
+      // Nothing was published for this challenge: the slot goes back as it was.
+      slot.state.store(slot_free, std::memory_order_release);
+      log_.limited(peer_lines_, log::level::warn, "cannot sign for " + to,
+                   "shm {}: cannot reach {}: {}", cluster_, to, why);
+      status = send_status::unknown_peer;
+      return nullptr;
+    }
     slot.claimer_start.store(process_start_time(getpid()), std::memory_order_relaxed);
     slot.claimer_pid.store(getpid(), std::memory_order_relaxed);
     std::memset(slot.sender, 0, sizeof slot.sender);
-    std::memcpy(slot.sender, self_.data(), self_.size());
+    std::memcpy(slot.sender, from.data(), from.size());
     std::memset(slot.ring, 0, sizeof slot.ring);
     std::memcpy(slot.ring, rname.data(), std::min(rname.size(), sizeof slot.ring - 1));
     slot.state.store(slot_ready, std::memory_order_release);
@@ -432,6 +483,52 @@ std::shared_ptr<shm_plane::outbound> shm_plane::connect(const peer_id& to, send_
   }
   status = send_status::ok;
   return o;
+}
+
+bool shm_plane::sign_ring(outbound& o, const inbox_control& inbox, uint32_t slot,
+                          const peer_id& from, const std::string& ring, std::string& why) {
+  if (!auth_) return true;
+  const auto& s = inbox.slots[slot];
+  link_nonce inbox_nonce, challenge;
+  std::memcpy(inbox_nonce.data(), inbox.nonce, link_nonce_bytes);
+  std::memcpy(challenge.data(), s.challenge, link_nonce_bytes);
+  const link_claim claim{cluster_,
+                         from,
+                         o.id,
+                         ring,
+                         inbox_nonce,
+                         challenge,
+                         slot,
+                         o.ring.segment().creator_pid(),
+                         o.ring.segment().creator_start()};
+  const auto mac = auth_->sign(claim, why);
+  if (!mac) return false;
+  std::memcpy(o.ring.credential().data(), mac->data(), mac->size());
+  return true;
+}
+
+send_status shm_plane::send_claiming_for_test(const peer_id& from, const peer_id& to,
+                                              const envelope& message) {
+  send_status status = send_status::ok;
+  std::lock_guard lock(out_mutex_);
+  auto o = connect(to, status, from);
+  if (!o) return status;
+  const auto frame = message.encode();
+  if (o->ring.try_push(whole, frame.bytes(), {}, false) != ring_status::ok)
+    return send_status::queue_full;
+  o->inbox->bell.ring();
+  claimed_for_test_.push_back(o); // its ring lives until this plane stops
+  return send_status::ok;
+}
+
+send_status shm_plane::corrupt_ring_for_test(const peer_id& to) {
+  send_status status = send_status::ok;
+  auto o = connection(to, status);
+  if (!o) return status;
+  std::lock_guard lock(o->mutex);
+  o->ring.push_corrupt_record_for_test();
+  o->inbox->bell.ring();
+  return send_status::ok;
 }
 
 // ---- the writer thread: streams frames too big for one record ---------------------------
@@ -461,6 +558,7 @@ bool shm_plane::flush(outbound& o, bool& still_pending) {
   bool pushed = false;
   const size_t piece_limit = std::min(options_.fragment_bytes, o.ring.max_record_bytes());
   std::vector<std::span<const std::byte>> record;
+  retire_dropped_locked(o); // nobody reads the ring any more: what is queued is lost with it
   while (!o.down && !o.pending.empty()) {
     const auto& frame = o.pending.front();
     size_t piece = 0;
@@ -552,6 +650,7 @@ void shm_plane::receive_loop() {
     bool worked = false;
     if (handler)
       for (size_t i = 0; i < in_.size(); ++i) worked |= drain(*in_[i], handler, 64);
+    drop_unreadable_rings();
     if (clock::now() >= next_sweep) {
       sweep();
       next_sweep = clock::now() + options_.liveness_interval;
@@ -582,8 +681,7 @@ void shm_plane::scan_slots() {
       if (in_[k]->slot == i) index = k;
     const bool known = index < in_.size();
     if (state == slot_claiming) {
-      if (!process_alive(slot.claimer_pid.load(), slot.claimer_start.load()))
-        slot.state.store(slot_free, std::memory_order_release);
+      if (!process_alive(slot.claimer_pid.load(), slot.claimer_start.load())) free_slot(i);
     } else if (state == slot_ready && !known) {
       auto in = std::make_unique<inbound>();
       in->slot = i;
@@ -603,7 +701,15 @@ void shm_plane::scan_slots() {
         log_.limited(peer_lines_, log::level::warn, "unusable inbox slot from " + in->from,
                      "shm {}: ignoring inbox slot {} from '{}': {}", cluster_, i, in->from,
                      e.what());
-        slot.state.store(slot_free, std::memory_order_release);
+        free_slot(i);
+        continue;
+      }
+      if (std::string why; !ring_proven(*in, rname, why)) {
+        counters_.identity_mismatch.fetch_add(1, std::memory_order_relaxed);
+        log_.limited(peer_lines_, log::level::warn, "unproven ring from " + in->from,
+                     "shm {}: refusing ring {} in inbox slot {} claiming to be from {}: {}",
+                     cluster_, rname, i, in->from, why);
+        free_slot(i); // never read; the slot's next claimer gets a fresh challenge
         continue;
       }
       {
@@ -624,16 +730,42 @@ void shm_plane::scan_slots() {
         remove_inbound(index, false);
         report_down(from);
       } else {
-        slot.state.store(slot_free, std::memory_order_release);
+        free_slot(i);
       }
     }
   }
 }
 
+bool shm_plane::ring_proven(inbound& in, const std::string& ring, std::string& why) {
+  if (!auth_) return true;
+  const auto& seg = in.ring.segment();
+  const link_claim claim{cluster_, in.from,           self_,
+                         ring,     inbox_nonce_,      slot_challenges_[in.slot],
+                         in.slot,  seg.creator_pid(), seg.creator_start()};
+  // Copied out first: the creator may rewrite its header while we check it.
+  link_mac mac;
+  std::memcpy(mac.data(), in.ring.credential().data(), mac.size());
+  return auth_->verify(claim, mac, why);
+}
+
+void shm_plane::free_slot(uint32_t index) {
+  auto& slot = inbox_->slots[index];
+  slot_challenges_[index] = random_link_nonce();
+  std::memcpy(slot.challenge, slot_challenges_[index].data(), link_nonce_bytes);
+  // The sender that held the slot sees the new generation and connects again.
+  slot.generation.fetch_add(1, std::memory_order_release);
+  slot.state.store(slot_free, std::memory_order_release);
+}
+
+void shm_plane::drop_unreadable_rings() {
+  for (size_t i = in_.size(); i-- > 0;)
+    if (in_[i]->unreadable) remove_inbound(i, false);
+}
+
 void shm_plane::remove_inbound(size_t index, bool unlink_ring) {
   auto& in = *in_[index];
   if (unlink_ring) in.ring.segment().unlink();
-  inbox_->slots[in.slot].state.store(slot_free, std::memory_order_release);
+  free_slot(in.slot);
   in_.erase(in_.begin() + static_cast<std::ptrdiff_t>(index));
 }
 
@@ -680,15 +812,16 @@ void shm_plane::report_bad_frame(inbound& in, const std::string& why) {
 
 bool shm_plane::drain(inbound& in, const message_handler& handler, size_t budget) {
   size_t n = 0;
+  if (in.unreadable) return false;
   for (; n < budget; ++n) {
     std::optional<ring_record> r;
     try {
       r = in.ring.peek();
     } catch (const shm_error& e) {
-      // A scribbled ring cannot be resynchronised: count it and stop reading from this sender.
+      // A scribbled ring cannot be resynchronised: count it and stop reading it. Its slot is
+      // freed after this round, and the sender, which lives, connects again with a fresh ring.
       bad_frame(in, frame_error::truncated, e.what());
-      inbox_->slots[in.slot].state.store(slot_closed, std::memory_order_release);
-      inbox_->slots_changed.fetch_add(1, std::memory_order_release);
+      in.unreadable = true;
       return n > 0;
     }
     if (!r) break;

@@ -19,13 +19,27 @@
 // So send() never blocks: it either copies into the ring, or queues a big frame (bounded by
 // outbound_limit_bytes), or answers queue_full.
 //
+// Identity: a ring's name and slot only claim who sent it. With the cluster's keys, the creator
+// proves the claim: its ring header carries a MAC (shm_link_auth) over the receiver's inbox nonce,
+// the slot's one-time challenge and who it is, keyed by the shared secret of its key pair and the
+// receiver's. The receiver verifies it before reading a record; a ring that fails is never read,
+// counted (identity_mismatch), logged (rate-limited) and its slot freed with a fresh challenge.
+// Segments of another user are never opened at all.
+//
+// Healing: a receiver that stops reading a ring (scribbled records, a failed proof) frees its slot
+// and bumps the slot's generation. The sender sees that on its next send and connects again with
+// a fresh ring, which the receiver accepts like any first connection: one bad link never makes a
+// live peer unreachable. (Frames that fail to decode are only counted; the ring stays.)
+//
 // Liveness: ring and inbox headers carry the creator's pid and start time. The receiving thread
 // checks its senders and receivers every liveness_interval (also while waiting), and a full ring
 // checks its receiver at once; a dead or cleanly closed peer is reported once through the
 // disconnect handler, its partial frame is dropped and the segments it can no longer remove are
 // unlinked. The handler runs on the receiving thread or inside send().
 
+#include "transport/cluster_keys.hpp"
 #include "transport/plane.hpp"
+#include "transport/shm_link_auth.hpp"
 #include "transport/shm_ring.hpp"
 #include "transport/shm_segment.hpp"
 
@@ -49,6 +63,9 @@ struct shm_plane_options {
   size_t outbound_limit_bytes = 256u << 20;           // queued big frames per peer
   std::chrono::microseconds spin{50};                 // busy-wait before sleeping on the futex
   std::chrono::milliseconds liveness_interval{100};
+  // The cluster's key pairs: rings are signed and verified with them. Null: unauthenticated
+  // (unit tests and benches only; a receiver without keys believes any ring's claim).
+  std::shared_ptr<const cluster_keys> keys;
 };
 
 using disconnect_handler = std::function<void(const peer_id&)>;
@@ -67,6 +84,13 @@ public:
   send_status send_frame(const peer_id& to, std::span<const std::byte> frame);
   void set_handler(message_handler handler) override;
   void set_disconnect_handler(disconnect_handler handler);
+  // Test-only: makes the ring to `to` unreadable (a record header pointing past its end), as a
+  // scribbling sender would.
+  send_status corrupt_ring_for_test(const peer_id& to);
+  // Test-only: sends `message` to `to` over a ring of its own that claims to come from `from`,
+  // signed with this plane's key: what a peer speaking for another would do.
+  send_status send_claiming_for_test(const peer_id& from, const peer_id& to,
+                                     const envelope& message);
   void start() override;
   void stop() override;
 
@@ -82,8 +106,22 @@ private:
   using pieces_view = std::span<const std::span<const std::byte>>;
   send_status send_pieces(const peer_id& to, pieces_view pieces, encoded_frame* owned);
   std::shared_ptr<outbound> connection(const peer_id& to, send_status& status);
-  std::shared_ptr<outbound> connect(const peer_id& to, send_status& status);
+  // A fresh ring to `to` claiming to come from `from` (always self_, but for the test hook).
+  std::shared_ptr<outbound> connect(const peer_id& to, send_status& status, const peer_id& from);
   bool receiver_alive(const outbound& o) const;
+  // The receiver freed our slot (it stopped reading the ring): connect again, the peer lives.
+  bool link_dropped(const outbound& o) const;
+  // Retires `o` when its link was dropped (true), with o.mutex held; false when it was not.
+  bool retire_dropped_locked(outbound& o);
+  bool retire_dropped(outbound& o);
+  // Signs the ring of `o` for the slot just claimed; false (why says) when it cannot.
+  bool sign_ring(outbound& o, const inbox_control& inbox, uint32_t slot, const peer_id& from,
+                 const std::string& ring, std::string& why);
+  // Whether the ring `in` reads proves it was made by in.from for this slot.
+  bool ring_proven(inbound& in, const std::string& ring, std::string& why);
+  // Frees an inbox slot (receiver only): a fresh challenge, the next generation.
+  void free_slot(uint32_t index);
+  void drop_unreadable_rings();
   bool close_outbound(outbound& o);
   void mark_down(outbound& o);
   void report_down(const peer_id& peer);
@@ -103,11 +141,16 @@ private:
   std::string cluster_;
   peer_id self_;
   shm_plane_options options_;
+  std::unique_ptr<shm_link_auth> auth_; // null: unauthenticated
   shm_segment inbox_segment_;
   inbox_control* inbox_ = nullptr;
+  // Our copies of what we wrote into the inbox: a sender can overwrite the shared ones.
+  link_nonce inbox_nonce_{};
+  std::vector<link_nonce> slot_challenges_; // by slot; receiving thread only after start
 
   std::mutex out_mutex_;
   std::map<peer_id, std::shared_ptr<outbound>> out_;
+  std::vector<std::shared_ptr<outbound>> claimed_for_test_;
   std::vector<std::unique_ptr<inbound>> in_; // receiving thread only
   std::shared_ptr<buffer_pool> reassembly_pool_;
 

@@ -24,6 +24,7 @@ struct shm_ring::control {
   doorbell space_bell;
   alignas(64) std::atomic<int32_t> pid[2]; // by ring_role
   std::atomic<uint64_t> start[2];
+  alignas(64) std::byte credential[credential_bytes];
 };
 
 const char* to_string(ring_status s) {
@@ -89,6 +90,18 @@ void shm_ring::attach(ring_role role) {
   tail_ = next_tail_ = ctl_->tail.load(std::memory_order_acquire);
   cached_other_ = role == ring_role::producer ? tail_ : head_;
   if (role == ring_role::producer) tail_ = cached_other_;
+}
+
+std::span<std::byte, shm_ring::credential_bytes> shm_ring::credential() {
+  return std::span<std::byte, credential_bytes>(ctl_->credential, credential_bytes);
+}
+
+void shm_ring::push_corrupt_record_for_test() {
+  const uint32_t hdr[2] = {static_cast<uint32_t>(capacity_), 0};
+  std::memcpy(data_ + (head_ & (capacity_ - 1)), hdr, sizeof hdr);
+  head_ += align8(record_header_bytes);
+  ctl_->head.store(head_, std::memory_order_release);
+  ctl_->data_bell.ring();
 }
 
 bool shm_ring::peer_alive() const {

@@ -75,6 +75,14 @@ public:
   bool wait_for_data(std::chrono::nanoseconds timeout,
                      std::chrono::nanoseconds spin = default_spin);
 
+  // The creator's proof of who it is (the shm plane's ring MAC), in the ring's header: written
+  // by the producer before it announces the ring, read by the consumer before it reads a record.
+  static constexpr size_t credential_bytes = 32;
+  std::span<std::byte, credential_bytes> credential();
+
+  // Test-only: a record header pointing past the ring, as a scribbling producer would leave.
+  void push_corrupt_record_for_test();
+
   // The process at the other end is still running (true while the other end never attached).
   bool peer_alive() const;
   const std::string& name() const { return segment_.name(); }

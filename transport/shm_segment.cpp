@@ -80,12 +80,19 @@ mapped map_existing(const std::string& full, int fd, uint32_t kind) {
   return {base, size, st.st_ino};
 }
 
-enum class leftover { missing, alive, stale, garbage_young, garbage_old };
+enum class leftover { missing, foreign, alive, stale, garbage_young, garbage_old };
 
-// What a segment name currently holds, without keeping it mapped.
+// What a segment name currently holds, without keeping it mapped. A segment of another user is
+// never judged stale: this user removes only its own (another user's process may live in a pid
+// namespace we cannot see, and its segments are not ours to delete).
 leftover inspect(const std::string& full, std::string* detail = nullptr) {
   const int fd = shm_open(full.c_str(), O_RDWR, 0);
-  if (fd < 0) return leftover::missing;
+  if (fd < 0) return errno == EACCES ? leftover::foreign : leftover::missing;
+  if (struct stat st{}; fstat(fd, &st) == 0 && st.st_uid != geteuid()) {
+    if (detail) *detail = "owned by uid " + std::to_string(st.st_uid);
+    close(fd);
+    return leftover::foreign;
+  }
   leftover result;
   try {
     auto m = map_existing(full, fd, 0);
@@ -160,7 +167,8 @@ void shm_segment::unlink() {
   // Only our own inode: after a crash another process may own a new segment of this name.
   struct stat st {};
   const std::string path = "/dev/shm" + name_;
-  if (::stat(path.c_str(), &st) == 0 && st.st_ino == inode_) shm_unlink(name_.c_str());
+  if (::stat(path.c_str(), &st) == 0 && st.st_ino == inode_ && st.st_uid == geteuid())
+    shm_unlink(name_.c_str());
   creator_ = false;
 }
 
@@ -178,6 +186,9 @@ shm_segment shm_segment::create(std::string_view cluster, std::string_view name,
     case leftover::alive:
       throw shm_error("shm segment " + full + " already exists and its creator (" + detail +
                       ") is alive");
+    case leftover::foreign:
+      throw shm_error("shm segment " + full + " already exists and belongs to another user (" +
+                      (detail.empty() ? "not readable by this one" : detail) + ")");
     case leftover::garbage_young:
       throw shm_error("shm segment " + full + " already exists and is unreadable (" + detail +
                       "); another process may be creating it");
@@ -233,6 +244,11 @@ std::optional<shm_segment> shm_segment::try_open(std::string_view cluster, std::
   }
   mapped m;
   try {
+    // Every process of a cluster runs as its user: a segment of another user under the cluster's
+    // name is someone else's plant, never a peer.
+    if (struct stat st{}; fstat(fd, &st) == 0 && st.st_uid != geteuid())
+      throw shm_error("shm segment " + full + " belongs to uid " + std::to_string(st.st_uid) +
+                      ", not to this user (uid " + std::to_string(geteuid()) + "): not opened");
     m = map_existing(full, fd, static_cast<uint32_t>(kind));
   } catch (...) {
     close(fd);
@@ -255,6 +271,10 @@ shm_segment shm_segment::open(std::string_view cluster, std::string_view name, s
 
 pid_t shm_segment::creator_pid() const {
   return header_of(base_)->creator_pid;
+}
+
+uint64_t shm_segment::creator_start() const {
+  return header_of(base_)->creator_start;
 }
 
 bool shm_segment::creator_alive() const {

@@ -3,7 +3,8 @@
 // stamps its pid and process start time into a header page; a segment whose creator is dead is
 // stale and `cleanup_stale_segments` removes it, so a crashed run leaves nothing behind once the
 // next run starts. A clean exit unlinks in the creator's destructor. Openers never trust the
-// file: size, magic, layout version and kind are checked and a mismatch names the segment.
+// file: owner (this user), size, magic, layout version and kind are checked and a mismatch
+// names the segment. Segments are created 0600, and only this user's are ever removed.
 
 #include <cstddef>
 #include <cstdint>
@@ -54,6 +55,7 @@ public:
   const std::string& name() const { return name_; }
   bool is_creator() const { return creator_; }
   pid_t creator_pid() const;
+  uint64_t creator_start() const; // the creator's start time, with its pid naming one process
   bool creator_alive() const;
   // A flag openers read to learn the creator has shut down cleanly.
   void mark_closed();
@@ -72,7 +74,8 @@ private:
 };
 
 // Removes the segments of `cluster` whose creator process is dead (and unreadable leftovers
-// older than a few seconds, from a crash between create and header write). Returns how many.
+// older than a few seconds, from a crash between create and header write), of this user only:
+// another user's segments stay whatever they hold. Returns how many.
 size_t cleanup_stale_segments(std::string_view cluster);
 
 // The segment names of `cluster` currently in /dev/shm (without the leading '/').

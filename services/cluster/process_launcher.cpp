@@ -1,5 +1,7 @@
 #include "services/cluster/process_launcher.hpp"
 
+#include "transport/private_files.hpp"
+
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -98,11 +100,9 @@ child_fds open_child_fds(const launch_spec& spec) {
   child_fds fds;
   const bool logs = spec.stdout_to == output_to::file || spec.stderr_to == output_to::file;
   if (logs) {
-    fds.log =
-        owned_fd(::open(spec.log_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (fds.log.get() < 0)
-      throw std::runtime_error("cannot create " + spec.log_file.string() + ": " +
-                               errno_text(errno));
+    // Logs name requests, peers and errors: this user's alone (0600, also when the file was
+    // there before).
+    fds.log = owned_fd(transport::open_private_file(spec.log_file, O_TRUNC));
   }
   const bool needs_null =
       spec.stdin_null || spec.stdout_to == output_to::null || spec.stderr_to == output_to::null;

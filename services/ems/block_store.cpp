@@ -2,6 +2,7 @@
 
 #include "services/ems/block_checksum.hpp"
 #include "services/ems/hash_ring.hpp"
+#include "transport/private_files.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -122,11 +123,13 @@ block_store::block_store(block_store_options options)
     : options_(checked(std::move(options))),
       arena_(options_.dram_memory.empty() ? dram_arena(options_.dram_bytes, options_.huge_pages)
                                           : dram_arena(options_.dram_memory)) {
-  std::error_code ec;
-  std::filesystem::create_directories(options_.ssd_dir, ec);
-  if (ec)
-    throw std::runtime_error("block_store: cannot create ssd_dir " + options_.ssd_dir.string() +
-                             ": " + ec.message());
+  // Blocks are other requests' context: the folder is this user's alone (0700, refused when
+  // another user owns it or anyone may write to it), and every block file is 0600.
+  try {
+    transport::ensure_private_dir(options_.ssd_dir);
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(std::string("block_store: ssd_dir: ") + e.what());
+  }
   dir_fd_ = ::open(options_.ssd_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd_ < 0)
     throw std::runtime_error("block_store: cannot open ssd_dir " + options_.ssd_dir.string() +
@@ -321,7 +324,7 @@ std::string block_store::write_file(const std::string& name, const entry& e,
 
   const auto tmp = options_.ssd_dir / (name + std::string(temp_suffix));
   const auto final_path = options_.ssd_dir / name;
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return "open " + tmp.string() + ": " + errno_text();
   auto fail = [&](const std::string& what) {
     const std::string error = what + " " + tmp.string() + ": " + errno_text();

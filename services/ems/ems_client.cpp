@@ -211,7 +211,7 @@ std::shared_ptr<transport::shm_region> ems_client::region_of(const std::string& 
                                                              const std::string& name) {
   std::lock_guard lock(mutex_);
   if (auto it = regions_.find(server); it != regions_.end()) return it->second;
-  if (unmappable_[server]) return nullptr;
+  if (unmappable_locked(server)) return nullptr;
   try {
     if (auto r = transport::shm_region::try_open(out_.cluster().name, name)) {
       auto shared = std::make_shared<transport::shm_region>(std::move(*r));
@@ -226,6 +226,20 @@ std::shared_ptr<transport::shm_region> ems_client::region_of(const std::string& 
 void ems_client::forget_region(const std::string& server) {
   std::lock_guard lock(mutex_);
   regions_.erase(server);
+}
+
+namespace {
+constexpr auto remap_after = std::chrono::seconds(1);
+}
+
+bool ems_client::unmappable_locked(const std::string& server) const {
+  const auto it = unmappable_until_.find(server);
+  return it != unmappable_until_.end() && std::chrono::steady_clock::now() < it->second;
+}
+
+void ems_client::mark_unmappable(const std::string& server) {
+  std::lock_guard lock(mutex_);
+  unmappable_until_[server] = std::chrono::steady_clock::now() + remap_after;
 }
 
 // ---- data calls --------------------------------------------------------------------------------
@@ -346,7 +360,7 @@ void ems_client::get_round(const std::string& ns, std::span<const std::string> k
     bool by_reference = allow_reference && config_.read_over_ub;
     if (by_reference) {
       std::lock_guard lock(mutex_);
-      by_reference = !unmappable_[server];
+      by_reference = !unmappable_locked(server);
     }
     calls.push_back(ask(server, at, by_reference));
   }
@@ -399,10 +413,7 @@ void ems_client::get_round(const std::string& ns, std::span<const std::string> k
         if (!region) region = region_of(c.server, reply->region);
         const auto offset = static_cast<uint64_t>(reply->offsets[j]);
         if (!region || offset > region->size() || n > region->size() - offset) {
-          if (!region) {
-            std::lock_guard lock(mutex_);
-            unmappable_[c.server] = true;
-          }
+          if (!region) mark_unmappable(c.server);
           again.push_back(c.at[j]);
           continue;
         }

@@ -113,6 +113,7 @@ private:
   std::shared_ptr<transport::shm_region> region_of(const std::string& server,
                                                    const std::string& name);
   void forget_region(const std::string& server);
+  void mark_unmappable(const std::string& server);
 
   transport::endpoint& out_;
   ems_config config_;
@@ -125,7 +126,10 @@ private:
   uint64_t ring_version_ = 0;
   bool ring_moved_ = false; // the servers on the ring changed since the first view
   std::map<std::string, std::shared_ptr<transport::shm_region>> regions_; // by server
-  std::map<std::string, bool> unmappable_; // servers whose region this host cannot map
+  // Servers whose region this host could not map, until when: read by value meanwhile, then
+  // mapped again (a server that was restarting when we tried is on this host after all).
+  std::map<std::string, std::chrono::steady_clock::time_point> unmappable_until_;
+  bool unmappable_locked(const std::string& server) const;
   ems_client_stats stats_;
 };
 

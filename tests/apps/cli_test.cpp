@@ -178,3 +178,63 @@ TEST(cli, a_misspelled_config_key_stops_serve_before_anything_starts) {
   EXPECT_NE(r.out.find("ok"), std::string::npos) << r.out;
   std::filesystem::remove_all(dir);
 }
+
+namespace {
+
+// configs/local.toml with its run folder at `run_dir`, written into `dir`.
+std::filesystem::path config_with_run_dir(const std::filesystem::path& dir,
+                                          const std::filesystem::path& run_dir) {
+  std::ifstream in(std::filesystem::path(SUPERNODE_SOURCE_DIR) / "configs" / "local.toml");
+  std::stringstream text;
+  text << in.rdbuf();
+  const auto config = dir / "run_dir.toml";
+  std::string quoted = "\"";
+  quoted += run_dir.string();
+  quoted += '"';
+  std::ofstream(config) << transport::set_toml_key(text.str(), "cluster", "run_dir", quoted);
+  return config;
+}
+
+// The refusal both `serve` and a role process print for `run_dir`: exit 1, the text that must
+// be in it, and no instance listening.
+void expect_refused(const std::filesystem::path& config, const std::string& must_say) {
+  for (const auto& args :
+       {with_model({"serve", "--config", config.string(), "--port", "0"}),
+        std::vector<std::string>{"role", "all", "--config", config.string(), "--id", "0"}}) {
+    auto r = run(args);
+    EXPECT_EQ(r.exit_code, 1) << args[0] << ": " << r.out;
+    EXPECT_NE(r.out.find(must_say), std::string::npos) << args[0] << ": " << r.out;
+    EXPECT_EQ(r.out.find("listening"), std::string::npos) << args[0] << ": " << r.out;
+  }
+}
+
+} // namespace
+
+TEST(cli, a_run_folder_of_another_user_is_refused_naming_its_path_and_owner) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to make a folder as another user (nobody)";
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("supernode-cli-rd-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::filesystem::permissions(dir, std::filesystem::perms::all); // nobody may create in it
+  const auto run_dir = dir / "theirs";
+  services::cluster::launch_spec mkdir_as_nobody;
+  mkdir_as_nobody.argv = {"runuser", "-u", "nobody", "--", "mkdir", "-m", "0700", run_dir.string()};
+  ASSERT_TRUE(services::cluster::child_process::launch(mkdir_as_nobody).wait().success());
+  const auto config = config_with_run_dir(dir, run_dir);
+  expect_refused(config, "refusing folder " + run_dir.string() + ": it belongs to nobody");
+  EXPECT_TRUE(std::filesystem::is_empty(run_dir)) << "something was made in the refused folder";
+  std::filesystem::remove_all(dir);
+}
+
+TEST(cli, a_run_folder_anyone_may_write_is_refused_naming_its_mode) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("supernode-cli-rw-" + std::to_string(::getpid()));
+  const auto run_dir = dir / "open";
+  std::filesystem::create_directories(run_dir);
+  std::filesystem::permissions(run_dir, std::filesystem::perms::all);
+  const auto config = config_with_run_dir(dir, run_dir);
+  expect_refused(config, "refusing folder " + run_dir.string());
+  expect_refused(config, "mode 0777");
+  EXPECT_TRUE(std::filesystem::is_empty(run_dir)) << "something was made in the refused folder";
+  std::filesystem::remove_all(dir);
+}

@@ -5,6 +5,7 @@
 #include "serving_fixture.hpp"
 
 #include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <gtest/gtest.h>
 #include <thread>
@@ -17,6 +18,18 @@ TEST(serving_fault, a_killed_prefill_instance_fails_its_requests_and_frees_their
   served_prompt p{test_prompt(40, 9), 8};
   auto ok = http_call(cluster.port(), "POST", "/v1/completions", completion_body(p));
   ASSERT_EQ(ok.status, 200u) << ok.body;
+
+  // The run folder and what `cluster up` put in it are this user's alone.
+  namespace fs = std::filesystem;
+  const auto rw = fs::perms::owner_read | fs::perms::owner_write;
+  for (const auto& folder :
+       {cluster.run_dir(), cluster.run_dir() / "logs", cluster.run_dir() / "pids"})
+    EXPECT_EQ(fs::status(folder).permissions(), fs::perms::owner_all) << folder;
+  EXPECT_EQ(fs::status(cluster.run_dir() / "pids" / "prefill-0.pid").permissions(), rw);
+  EXPECT_EQ(fs::status(cluster.run_dir() / "logs" / "prefill-0.log").permissions(), rw);
+  // The keys its shm rings are signed with, made on start (the config sets no key_dir).
+  EXPECT_EQ(fs::status(cluster.run_dir() / "keys").permissions(), fs::perms::owner_all);
+  EXPECT_EQ(fs::status(cluster.run_dir() / "keys" / "prefill-0.secret").permissions(), rw);
 
   pid_t pid = 0;
   std::ifstream(cluster.run_dir() / "pids" / "prefill-0.pid") >> pid;

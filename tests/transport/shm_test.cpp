@@ -3,6 +3,7 @@
 // region flags; every wait has a timeout, nothing sleeps to synchronise.
 
 #include "log/log.hpp"
+#include "transport/cluster_keys.hpp"
 #include "transport/control_messages.hpp"
 #include "transport/shm_plane.hpp"
 #include "transport/shm_region.hpp"
@@ -15,12 +16,15 @@
 #include <csignal>
 #include <cstring>
 #include <fcntl.h>
+#include <filesystem>
 #include <functional>
 #include <gtest/gtest.h>
 #include <mutex>
+#include <pwd.h>
 #include <random>
 #include <sstream>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -112,6 +116,35 @@ send_status send_retrying(shm_plane& p, const peer_id& to, const envelope& e,
   return s;
 }
 
+// Until `done` holds, or false at the deadline: for counters another thread moves.
+bool eventually(const std::function<bool()>& done, std::chrono::milliseconds timeout = 20s) {
+  const auto deadline = clock_type::now() + timeout;
+  while (!done()) {
+    if (clock_type::now() >= deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+// A key folder of its own with a pair for each of `instances`; removed with the object.
+struct key_folder {
+  std::filesystem::path dir;
+  std::shared_ptr<const cluster_keys> keys;
+  explicit key_folder(const std::vector<std::string>& instances) {
+    static int n = 0;
+    dir = std::filesystem::temp_directory_path() /
+          ("sn-shm-keys-" + std::to_string(getpid()) + "-" + std::to_string(n++));
+    keys = std::make_shared<const cluster_keys>(dir);
+    keys->ensure(instances);
+  }
+  ~key_folder() { std::filesystem::remove_all(dir); }
+  shm_plane_options options() const {
+    shm_plane_options o;
+    o.keys = keys;
+    return o;
+  }
+};
+
 class shm_fixture : public ::testing::Test {
 protected:
   void SetUp() override { register_control_messages(); }
@@ -130,8 +163,13 @@ TEST_F(shm_fixture, segment_validates_what_it_opens) {
   // Missing: nothing; wrong kind, garbage and truncated: errors that name the segment.
   EXPECT_FALSE(shm_segment::try_open(cluster, "nope", segment_kind::ring));
   {
+    const mode_t old_umask = ::umask(0); // 0600 whatever the umask lets through
     auto s = shm_segment::create(cluster, "seg", segment_kind::region, 100);
+    ::umask(old_umask);
     EXPECT_EQ(s.creator_pid(), getpid());
+    struct stat st {};
+    ASSERT_EQ(::stat(("/dev/shm" + s.name()).c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0600u) << "segments are this user's alone";
     auto o = shm_segment::open(cluster, "seg", segment_kind::region);
     EXPECT_EQ(o.data_bytes(), 100u);
     std::memcpy(s.data(), "hello", 5);
@@ -195,6 +233,36 @@ TEST_F(shm_fixture, stale_segments_of_a_dead_creator_are_cleaned_up) {
   ASSERT_EQ(wait_child(again), 0);
   auto replaced = shm_segment::create(cluster, "leak1", segment_kind::region, 4096);
   EXPECT_EQ(replaced.creator_pid(), getpid());
+}
+
+TEST_F(shm_fixture, stale_cleanup_leaves_another_users_segment_alone) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to give a segment to another user (nobody)";
+  const passwd* nobody = ::getpwnam("nobody");
+  ASSERT_NE(nobody, nullptr);
+  // Two leftovers of a dead creator: one stays ours, one is handed to nobody.
+  const pid_t child = fork_child([&] {
+    new shm_segment(shm_segment::create(cluster, "ours", segment_kind::region, 4096));
+    new shm_segment(shm_segment::create(cluster, "theirs", segment_kind::region, 4096));
+    return 0;
+  });
+  ASSERT_EQ(wait_child(child), 0);
+  const std::string theirs = "/dev/shm" + shm_segment::full_name(cluster, "theirs");
+  ASSERT_EQ(::chown(theirs.c_str(), nobody->pw_uid, nobody->pw_gid), 0);
+  EXPECT_EQ(cleanup_stale_segments(cluster), 1u);
+  EXPECT_EQ(list_segments(cluster),
+            std::vector<std::string>{shm_segment::full_name(cluster, "theirs").substr(1)});
+  // Nor is it opened as a peer's, or replaced by a creator of the same name.
+  try {
+    shm_segment::try_open(cluster, "theirs", segment_kind::region);
+    ADD_FAILURE() << "another user's segment opened";
+  } catch (const shm_error& e) {
+    EXPECT_NE(std::string(e.what()).find("belongs to uid " + std::to_string(nobody->pw_uid)),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(shm_segment::create(cluster, "theirs", segment_kind::region, 4096), shm_error);
+  EXPECT_EQ(list_segments(cluster).size(), 1u);
+  ::unlink(theirs.c_str());
 }
 
 // ---- the ring ---------------------------------------------------------------------------
@@ -593,4 +661,87 @@ TEST_F(shm_fixture, a_peer_killed_mid_transfer_is_reported_and_leaves_nothing_be
   sync = shm_region();
   cleanup_stale_segments(cluster);
   EXPECT_TRUE(list_segments(cluster).empty());
+}
+
+// ---- identity and healing -------------------------------------------------------------
+
+TEST_F(shm_fixture, a_ring_claiming_another_instance_is_refused_and_the_real_one_still_heard) {
+  key_folder keys({"prefill-0", "decode-0", "decode-1"});
+  std::ostringstream logged;
+  supernode::log::redirect_for_testing(&logged);
+  shm_plane prefill(cluster, "prefill-0", keys.options());
+  inbox_log log;
+  prefill.set_handler(log.handler());
+  prefill.start();
+  const auto& refused = prefill.counters().identity_mismatch;
+  {
+    // decode-0 under the wrong identity's keys: a pair of its own, not the cluster's (with the
+    // cluster's public key of prefill-0, which anyone may read).
+    key_folder other({"decode-0"});
+    std::filesystem::copy_file(keys.dir / "prefill-0.public", other.dir / "prefill-0.public");
+    shm_plane impostor(cluster, "decode-0", other.options());
+    ASSERT_EQ(impostor.send("prefill-0", make_envelope(ping{1, 0, {}})), send_status::ok);
+    ASSERT_TRUE(eventually([&] { return refused.load() == 1; }));
+  }
+  // The real decode-0 is heard, while decode-1 signs rings claiming to be decode-0 beside it.
+  shm_plane decode0(cluster, "decode-0", keys.options());
+  shm_plane decode1(cluster, "decode-1", keys.options());
+  ASSERT_EQ(decode0.send("prefill-0", make_envelope(ping{2, 0, {}})), send_status::ok);
+  ASSERT_TRUE(log.wait_for(1));
+  ASSERT_EQ(decode1.send_claiming_for_test("decode-0", "prefill-0", make_envelope(ping{3, 0, {}})),
+            send_status::ok);
+  ASSERT_TRUE(eventually([&] { return refused.load() == 2; }));
+  // An unauthenticated ring (no keys at all) is refused the same way.
+  shm_plane keyless(cluster, "decode-2");
+  ASSERT_EQ(keyless.send("prefill-0", make_envelope(ping{4, 0, {}})), send_status::ok);
+  ASSERT_TRUE(eventually([&] { return refused.load() == 3; }));
+  ASSERT_EQ(decode0.send("prefill-0", make_envelope(ping{5, 0, {}})), send_status::ok);
+  ASSERT_TRUE(log.wait_for(2));
+  {
+    std::lock_guard lock(log.m);
+    ASSERT_EQ(log.got.size(), 2u) << "a refused ring was read";
+    for (auto& [from, e] : log.got) EXPECT_EQ(from, "decode-0");
+    EXPECT_EQ(log.got[0].second.get<ping>()->seq, 2u);
+    EXPECT_EQ(log.got[1].second.get<ping>()->seq, 5u);
+  }
+  EXPECT_EQ(prefill.counters().bad_frames.total(), 0u);
+  prefill.stop();
+  supernode::log::redirect_for_testing(nullptr);
+  EXPECT_NE(logged.str().find("claiming to be from decode-0: its MAC does not verify"),
+            std::string::npos)
+      << logged.str();
+}
+
+TEST_F(shm_fixture, a_sender_whose_ring_was_dropped_for_garbage_is_heard_again) {
+  key_folder keys({"a", "b"});
+  shm_plane a(cluster, "a", keys.options()), b(cluster, "b", keys.options());
+  inbox_log log;
+  std::atomic<int> downs{0};
+  b.set_disconnect_handler([&](const peer_id&) { ++downs; });
+  b.set_handler(log.handler());
+  b.start();
+  ASSERT_EQ(a.send("b", make_envelope(ping{1, 0, {}})), send_status::ok);
+  ASSERT_TRUE(log.wait_for(1));
+  // A scribbled ring: b stops reading it and frees its slot.
+  ASSERT_EQ(a.corrupt_ring_for_test("b"), send_status::ok);
+  ASSERT_TRUE(eventually([&] { return b.counters().bad_frames.get(frame_error::truncated) == 1; }));
+  // a's next sends go over a fresh ring (one sent before b freed the slot may be lost with the
+  // old ring: the loop sends until one arrives).
+  uint64_t seq = 2;
+  const auto deadline = clock_type::now() + 20s;
+  while (!log.wait_for(2, 10ms) && clock_type::now() < deadline)
+    ASSERT_EQ(a.send("b", make_envelope(ping{seq++, 0, {}})), send_status::ok);
+  ASSERT_TRUE(log.wait_for(2)) << "a is never heard again";
+  // From here every frame arrives, in order, and b never took a for dead.
+  const size_t before = log.got.size();
+  for (uint64_t i = 0; i < 20; ++i)
+    ASSERT_EQ(send_retrying(a, "b", make_envelope(ping{1000 + i, 0, {}})), send_status::ok);
+  ASSERT_TRUE(log.wait_for(before + 20));
+  {
+    std::lock_guard lock(log.m);
+    for (uint64_t i = 0; i < 20; ++i)
+      EXPECT_EQ(log.got[before + i].second.get<ping>()->seq, 1000 + i);
+  }
+  EXPECT_EQ(downs.load(), 0);
+  EXPECT_EQ(b.counters().identity_mismatch.load(), 0u);
 }

@@ -6,6 +6,7 @@
 
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <gtest/gtest.h>
 #include <stdexcept>
 #include <sys/wait.h>
@@ -107,9 +108,14 @@ TEST_F(launcher_fixture, a_log_file_takes_stdout_and_stderr) {
   auto spec = shell("echo out; echo err >&2", cl::output_to::file);
   spec.stderr_to = cl::output_to::file;
   spec.log_file = dir_ / "child.log";
+  // A log of an earlier run that others could read is truncated and becomes private too.
+  { std::ofstream(spec.log_file) << "old run\n"; }
+  std::filesystem::permissions(spec.log_file, std::filesystem::perms::all);
   auto child = cl::child_process::launch(spec);
   EXPECT_TRUE(child.wait().success());
   EXPECT_EQ(cl::read_text_file(spec.log_file), "out\nerr\n");
+  EXPECT_EQ(std::filesystem::status(spec.log_file).permissions(),
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
 }
 
 TEST_F(launcher_fixture, stderr_can_share_the_stdout_pipe) {

@@ -10,6 +10,7 @@
 #include "services/ems/pool_session.hpp"
 #include "services/serving/cluster_file.hpp"
 #include "transport/free_ports.hpp"
+#include "transport/shm_plane.hpp"
 
 #include <atomic>
 #include <condition_variable>
@@ -177,6 +178,48 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(read_path_case{"ub", ub_planes, "read_path = \"ub\"\n", true},
                       read_path_case{"vpc", vpc_planes, "read_path = \"vpc\"\n", false}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// The client's ring to a server scribbled over: the server stops reading it, and the client's
+// next calls go over a fresh ring, so stores and reads work again instead of failing from then on.
+TEST(ems_pool, stores_and_gets_work_again_after_the_server_dropped_the_clients_link) {
+  pool_cluster c(ub_planes, 1, "read_path = \"ub\"\n");
+  ASSERT_TRUE(c.wait_ring({"mp_server-0"}));
+  std::vector<std::string> keys = {"before"};
+  std::vector<std::vector<std::byte>> values = {value_of("before")};
+  const std::vector<ems::pool_put> first = {{keys[0], values[0]}};
+  ASSERT_TRUE(c.client->put("ctx", first).at(0).stored);
+  // The test reaches into its own endpoint's UB plane (a plane it owns, so the cast is sound).
+  auto* ub = const_cast<transport::shm_plane*>(
+      dynamic_cast<const transport::shm_plane*>(c.session->endpoint().plane_named("ub")));
+  ASSERT_NE(ub, nullptr);
+  ASSERT_EQ(ub->corrupt_ring_for_test("mp_server-0"), transport::send_status::ok);
+
+  // A call sent before the server freed the ring's slot is lost with the ring (it times out);
+  // the ones after it are served.
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  bool stored = false;
+  for (int i = 0; !stored && std::chrono::steady_clock::now() < deadline; ++i) {
+    const auto key = key_name("retry", i);
+    const auto value = value_of(key);
+    const std::vector<ems::pool_put> one = {{key, value}};
+    stored = c.client->put("ctx", one).at(0).stored;
+  }
+  ASSERT_TRUE(stored) << "stores never worked again";
+  for (int i = 0; i < 50; ++i) {
+    keys.push_back(key_name("after", i));
+    values.push_back(value_of(keys.back()));
+  }
+  std::vector<ems::pool_put> items;
+  for (size_t i = 1; i < keys.size(); ++i) items.push_back({keys[i], values[i]});
+  for (auto& o : c.client->put("ctx", items)) ASSERT_TRUE(o.stored) << o.error;
+  const auto got = c.client->get("ctx", keys);
+  EXPECT_EQ(got.errors, 0u) << got.first_error;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_TRUE(got.blocks[i].has_value()) << keys[i];
+    EXPECT_EQ(*got.blocks[i], values[i]) << keys[i];
+  }
+  EXPECT_EQ(c.client->stats().ub_reads, keys.size()) << "reads fell back from UB";
+}
 
 TEST(ems_pool, namespaces_are_isolated_and_a_put_over_quota_fails_evicting_nothing) {
   // 256 KiB over the pool: 128 KiB on each of the two servers.

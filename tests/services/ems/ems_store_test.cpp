@@ -314,6 +314,30 @@ TEST_F(EmsStore, PutGetRoundTrip) {
   EXPECT_NE(store.describe().find("plain pages"), std::string::npos) << store.describe();
 }
 
+TEST_F(EmsStore, TheSsdTierIsPrivateFoldersAndFiles) {
+  // Made by the store: 0700 folders (missing parents too), 0600 block files.
+  auto o = options(1 << 16);
+  o.ssd_dir = dir_ / "ems" / "mp_server-0";
+  {
+    block_store store(o);
+    ASSERT_TRUE(store.put("ctx", "a", block(100, 1)).persisted);
+    const auto file = store.ssd_path_for_test("ctx", "a");
+    ASSERT_TRUE(file);
+    EXPECT_EQ(fs::status(*file).permissions(), fs::perms::owner_read | fs::perms::owner_write);
+    EXPECT_EQ(fs::status(o.ssd_dir).permissions(), fs::perms::owner_all);
+    EXPECT_EQ(fs::status(dir_ / "ems").permissions(), fs::perms::owner_all);
+  }
+  // A folder anyone may write to is refused, naming it and its mode.
+  fs::permissions(o.ssd_dir, fs::perms::all);
+  try {
+    block_store store(o);
+    ADD_FAILURE() << "a world-writable SSD tier was used";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(o.ssd_dir.string()), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("mode 0777"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(EmsStore, BatchForms) {
   block_store store(options(1 << 16));
   const auto x = block(100, 1), y = block(200, 2);
