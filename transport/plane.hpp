@@ -31,6 +31,10 @@ struct plane_counters {
   std::atomic<uint64_t> messages_sent{0}, messages_received{0};
   std::atomic<uint64_t> bytes_sent{0}, bytes_received{0};
   std::atomic<uint64_t> queue_full{0};
+  // Trust (zmq under CURVE): handshakes the plane refused (no CURVE, a key of no instance, a
+  // wrong server key), and messages dropped because the instance a connection proved is not the
+  // one the message claims to be from.
+  std::atomic<uint64_t> handshakes_refused{0}, identity_mismatch{0};
   frame_error_counters bad_frames;
 };
 

@@ -25,6 +25,8 @@
 
 namespace supernode::transport {
 
+class cluster_keys;
+
 class rank_fabric {
 public:
   virtual ~rank_fabric() = default;
@@ -76,6 +78,12 @@ struct rank_fabric_options {
   // binds addresses[r] and connects to the others.
   std::vector<std::string> addresses;
   log::logger log; // the rank's instance and incarnation, for the fabric's and the group's lines
+  // ZeroMQ trust: with keys, every connection is CurveZMQ (zmq_curve.hpp) and a message counts
+  // as from rank r only when its connection proved the key of instances[r] (the instance names
+  // by rank; this rank's own key pair is that of instances[rank]). Null: no security (ranks as
+  // threads of one process, tests).
+  std::shared_ptr<const cluster_keys> keys;
+  std::vector<std::string> instances;
 };
 
 // Registers this rank's region in shared memory (peers on the same host open it by name).
