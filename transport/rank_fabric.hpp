@@ -13,6 +13,7 @@
 
 #include "log/log.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -55,6 +56,9 @@ public:
   virtual void leave() = 0;
   // Bytes this rank wrote into peers' regions (its own excluded), for bandwidth figures.
   uint64_t bytes_sent() const { return bytes_sent_; }
+  // ZeroMQ with keys: handshakes refused and messages dropped because their connection proved
+  // another instance than the rank they name (nobody else can make them). Any thread.
+  uint64_t trust_rejections() const { return trust_rejections_.load(); }
   // Who the group's lines name: the rank's instance (rank_fabric_options::log).
   const log::logger& log() const { return log_; }
 
@@ -64,6 +68,7 @@ protected:
   int rank_, ranks_;
   size_t bytes_, flags_;
   uint64_t bytes_sent_ = 0;
+  std::atomic<uint64_t> trust_rejections_{0};
   log::logger log_;
 };
 

@@ -418,6 +418,7 @@ private:
         if (items[1].revents) return;
         if (items[2].revents)
           handshakes_->drain([this](const std::string& where, const std::string& why) {
+            trust_rejections_.fetch_add(1);
             log_.limited(peer_lines_, log::level::warn, "refused a handshake",
                          "zmq rank fabric {} rank {}: refused a handshake from {}: {}", group_,
                          rank_, where, why);
@@ -550,6 +551,7 @@ private:
     if (!keys_) return true;
     const auto proven = detail::proven_sender(first);
     if (proven && *proven == instances_[from]) return true;
+    trust_rejections_.fetch_add(1);
     const std::string key = proven ? *proven : "(no key)";
     log_.limited(peer_lines_, log::level::warn, "identity mismatch: " + key,
                  "zmq rank fabric {} rank {}: dropped a message from routing id '{}' (rank {}, {}) "

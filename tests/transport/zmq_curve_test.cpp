@@ -2,6 +2,7 @@
 // whoever does not hold an instance's key — or holds one but claims to be another instance —
 // is refused, counted and never delivered, while the real planes keep talking.
 
+#include "eventually.hpp"
 #include "plane_collector.hpp"
 #include "transport/cluster_keys.hpp"
 #include "transport/control_messages.hpp"
@@ -10,27 +11,16 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
-#include <functional>
 #include <gtest/gtest.h>
-#include <thread>
 #include <unistd.h>
 #include <zmq.hpp>
 
 using namespace supernode::transport;
 using supernode::testing::collector;
+using supernode::testing::eventually;
 using namespace std::chrono_literals;
 
 namespace {
-
-// Polls `condition` until it holds or `timeout` passes (counters have no condition variable).
-bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds timeout = 10s) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!condition()) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
 
 std::vector<std::byte> encoded(const envelope& e) {
   auto b = e.encode();
