@@ -1,10 +1,13 @@
 #include "transport/plane_factory.hpp"
 
+#include "transport/cluster_keys.hpp"
 #include "transport/inproc_plane.hpp"
 #include "transport/shm_plane.hpp"
 #include "transport/zmq_plane.hpp"
 
 #include <filesystem>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 
 namespace supernode::transport {
@@ -12,6 +15,22 @@ namespace supernode::transport {
 std::shared_ptr<inproc_hub> process_inproc_hub() {
   static auto hub = inproc_hub::create();
   return hub;
+}
+
+std::shared_ptr<const cluster_keys> cluster_keys_for(const cluster_config& cluster) {
+  static std::mutex mutex;
+  static std::map<std::filesystem::path, std::shared_ptr<const cluster_keys>> made;
+  const auto dir = cluster.keys_dir();
+  std::lock_guard lock(mutex);
+  auto& keys = made[dir];
+  if (!keys) keys = std::make_shared<const cluster_keys>(dir);
+  // Every time: instances a later config adds get their pairs too (a few stat calls).
+  if (cluster.keys_made_on_start()) {
+    std::vector<std::string> names;
+    for (const auto& inst : cluster.instances()) names.push_back(inst.name);
+    keys->ensure(names);
+  }
+  return keys;
 }
 
 std::unique_ptr<plane> make_plane(const cluster_config& cluster, const plane_config& pc,
@@ -25,6 +44,7 @@ std::unique_ptr<plane> make_plane(const cluster_config& cluster, const plane_con
     o.control_endpoint = cluster.address(self, pc, "control");
     o.bulk_endpoint = cluster.address(self, pc, "bulk");
     o.queue_limit = pc.queue_limit;
+    o.keys = cluster_keys_for(cluster);
     auto p = std::make_unique<zmq_plane>(o);
     // Every instance of the config is reachable from the start; zmq connects before the peer
     // binds and delivers once it does.
