@@ -11,7 +11,8 @@
 // message kept alive until zmq has written the last part. The receiver judges the parts as one
 // frame (decode_frame over parts: total length against the header and the type's limit, each
 // body right after a bin32 header of its size) and the decoded message references the received
-// zmq messages. So a payload is copied only by the kernel socket path.
+// zmq messages. So a payload is copied only by the kernel socket path — without CURVE: with it,
+// libzmq copies each message into its box and out of it on the I/O threads (docs/benchmarks.md).
 //
 // Trust: with keys (what plane_factory always passes), both paths run CurveZMQ (zmq_curve.hpp):
 // a peer connects only with the key of an instance of the cluster, and a message is delivered
