@@ -8,71 +8,117 @@ std::string layer_prefix(int64_t layer) {
 
 namespace {
 
-void add_mlp(std::vector<tensor_spec>& out, const std::string& p, int64_t hidden, int64_t inter) {
-  out.push_back({p + "gate_proj.weight", {inter, hidden}, tensor_role::linear});
-  out.push_back({p + "up_proj.weight", {inter, hidden}, tensor_role::linear});
-  out.push_back({p + "down_proj.weight", {hidden, inter}, tensor_role::output_proj});
-}
+// One dimension of a tensor and the config field (or expression of fields) it comes from.
+struct dim {
+  int64_t size;
+  std::string field;
+};
 
-void add_block(std::vector<tensor_spec>& out, const model_config& c, int64_t layer) {
-  const std::string p = layer_prefix(layer);
-  const int64_t h = c.hidden_size, nh = c.num_attention_heads;
-  out.push_back({p + "input_layernorm.weight", {h}, tensor_role::norm});
-  const std::string a = p + "self_attn.";
-  if (c.q_lora_rank > 0) {
-    out.push_back({a + "q_a_proj.weight", {c.q_lora_rank, h}, tensor_role::linear});
-    out.push_back({a + "q_a_layernorm.weight", {c.q_lora_rank}, tensor_role::norm});
-    out.push_back(
-        {a + "q_b_proj.weight", {nh * c.qk_head_dim(), c.q_lora_rank}, tensor_role::linear});
-  } else {
-    out.push_back({a + "q_proj.weight", {nh * c.qk_head_dim(), h}, tensor_role::linear});
+struct layout_writer {
+  const model_config& c;
+  const std::function<void(const tensor_spec&)>& emit;
+
+  void add(std::string name, std::initializer_list<dim> dims, tensor_role role) {
+    tensor_spec s{std::move(name), {}, role, {}};
+    for (auto& d : dims) {
+      s.shape.push_back(d.size);
+      s.shape_fields.push_back(d.field);
+    }
+    emit(s);
   }
-  out.push_back({a + "kv_a_proj_with_mqa.weight",
-                 {c.kv_lora_rank + c.qk_rope_head_dim, h},
-                 tensor_role::linear});
-  out.push_back({a + "kv_a_layernorm.weight", {c.kv_lora_rank}, tensor_role::norm});
-  out.push_back({a + "kv_b_proj.weight",
-                 {nh * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank},
-                 tensor_role::linear});
-  out.push_back({a + "o_proj.weight", {h, nh * c.v_head_dim}, tensor_role::output_proj});
-  out.push_back({p + "post_attention_layernorm.weight", {h}, tensor_role::norm});
-  if (c.is_moe_layer(layer)) {
+
+  dim hidden() const { return {c.hidden_size, "hidden_size"}; }
+  dim vocab() const { return {c.vocab_size, "vocab_size"}; }
+  dim experts() const { return {c.n_routed_experts, "n_routed_experts"}; }
+
+  void add_mlp(const std::string& p, dim inter) {
+    add(p + "gate_proj.weight", {inter, hidden()}, tensor_role::linear);
+    add(p + "up_proj.weight", {inter, hidden()}, tensor_role::linear);
+    add(p + "down_proj.weight", {hidden(), inter}, tensor_role::output_proj);
+  }
+
+  void add_block(int64_t layer) {
+    const std::string p = layer_prefix(layer);
+    const int64_t nh = c.num_attention_heads;
+    add(p + "input_layernorm.weight", {hidden()}, tensor_role::norm);
+    const std::string a = p + "self_attn.";
+    const dim q_heads{nh * c.qk_head_dim(),
+                      "num_attention_heads * (qk_nope_head_dim + qk_rope_head_dim)"};
+    if (c.q_lora_rank > 0) {
+      const dim q_lora{c.q_lora_rank, "q_lora_rank"};
+      add(a + "q_a_proj.weight", {q_lora, hidden()}, tensor_role::linear);
+      add(a + "q_a_layernorm.weight", {q_lora}, tensor_role::norm);
+      add(a + "q_b_proj.weight", {q_heads, q_lora}, tensor_role::linear);
+    } else {
+      add(a + "q_proj.weight", {q_heads, hidden()}, tensor_role::linear);
+    }
+    const dim kv_lora{c.kv_lora_rank, "kv_lora_rank"};
+    add(a + "kv_a_proj_with_mqa.weight",
+        {{c.kv_lora_rank + c.qk_rope_head_dim, "kv_lora_rank + qk_rope_head_dim"}, hidden()},
+        tensor_role::linear);
+    add(a + "kv_a_layernorm.weight", {kv_lora}, tensor_role::norm);
+    add(a + "kv_b_proj.weight",
+        {{nh * (c.qk_nope_head_dim + c.v_head_dim),
+          "num_attention_heads * (qk_nope_head_dim + v_head_dim)"},
+         kv_lora},
+        tensor_role::linear);
+    add(a + "o_proj.weight", {hidden(), {nh * c.v_head_dim, "num_attention_heads * v_head_dim"}},
+        tensor_role::output_proj);
+    add(p + "post_attention_layernorm.weight", {hidden()}, tensor_role::norm);
+    if (!c.is_moe_layer(layer)) {
+      add_mlp(p + "mlp.", {c.intermediate_size, "intermediate_size"});
+      return;
+    }
     const std::string m = p + "mlp.";
-    out.push_back({m + "gate.weight", {c.n_routed_experts, h}, tensor_role::gate});
+    add(m + "gate.weight", {experts(), hidden()}, tensor_role::gate);
     if (c.topk_method == "noaux_tc")
-      out.push_back(
-          {m + "gate.e_score_correction_bias", {c.n_routed_experts}, tensor_role::gate_bias});
+      add(m + "gate.e_score_correction_bias", {experts()}, tensor_role::gate_bias);
+    const dim expert_inter{c.moe_intermediate_size, "moe_intermediate_size"};
     for (int64_t e = 0; e < c.n_routed_experts; ++e)
-      add_mlp(out, m + "experts." + std::to_string(e) + ".", h, c.moe_intermediate_size);
+      add_mlp(m + "experts." + std::to_string(e) + ".", expert_inter);
     if (c.n_shared_experts > 0)
-      add_mlp(out, m + "shared_experts.", h, c.moe_intermediate_size * c.n_shared_experts);
-  } else {
-    add_mlp(out, p + "mlp.", h, c.intermediate_size);
+      add_mlp(m + "shared_experts.", {c.moe_intermediate_size * c.n_shared_experts,
+                                      "moe_intermediate_size * n_shared_experts"});
   }
-}
+
+  void add_all() {
+    add("model.embed_tokens.weight", {vocab(), hidden()}, tensor_role::embedding);
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) add_block(l);
+    for (int64_t l = c.num_hidden_layers; l < c.num_hidden_layers + c.num_nextn_predict_layers;
+         ++l) {
+      // DeepSeek-V3's MTP module: its own copies of the embedding and head, two norms and the
+      // projection that mixes the next token's embedding with the main model's hidden state.
+      const std::string p = layer_prefix(l);
+      add(p + "embed_tokens.weight", {vocab(), hidden()}, tensor_role::embedding);
+      add(p + "enorm.weight", {hidden()}, tensor_role::norm);
+      add(p + "hnorm.weight", {hidden()}, tensor_role::norm);
+      add(p + "eh_proj.weight", {hidden(), {2 * c.hidden_size, "2 * hidden_size"}},
+          tensor_role::mtp_proj);
+      add_block(l);
+      add(p + "shared_head.norm.weight", {hidden()}, tensor_role::norm);
+      add(p + "shared_head.head.weight", {vocab(), hidden()}, tensor_role::head);
+    }
+    add("model.norm.weight", {hidden()}, tensor_role::norm);
+    add("lm_head.weight", {vocab(), hidden()}, tensor_role::head);
+  }
+};
 
 } // namespace
 
+void for_each_tensor_spec(const model_config& c, const std::function<void(const tensor_spec&)>& f) {
+  layout_writer{c, f}.add_all();
+}
+
 std::vector<tensor_spec> checkpoint_layout(const model_config& c) {
   std::vector<tensor_spec> out;
-  const int64_t h = c.hidden_size, v = c.vocab_size;
-  out.push_back({"model.embed_tokens.weight", {v, h}, tensor_role::embedding});
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) add_block(out, c, l);
-  for (int64_t l = c.num_hidden_layers; l < c.num_hidden_layers + c.num_nextn_predict_layers; ++l) {
-    // DeepSeek-V3's MTP module: its own copies of the embedding and head, two norms and the
-    // projection that mixes the next token's embedding with the main model's hidden state.
-    const std::string p = layer_prefix(l);
-    out.push_back({p + "embed_tokens.weight", {v, h}, tensor_role::embedding});
-    out.push_back({p + "enorm.weight", {h}, tensor_role::norm});
-    out.push_back({p + "hnorm.weight", {h}, tensor_role::norm});
-    out.push_back({p + "eh_proj.weight", {h, 2 * h}, tensor_role::mtp_proj});
-    add_block(out, c, l);
-    out.push_back({p + "shared_head.norm.weight", {h}, tensor_role::norm});
-    out.push_back({p + "shared_head.head.weight", {v, h}, tensor_role::head});
-  }
-  out.push_back({"model.norm.weight", {h}, tensor_role::norm});
-  out.push_back({"lm_head.weight", {v, h}, tensor_role::head});
+  for_each_tensor_spec(c, [&](const tensor_spec& s) { out.push_back(s); });
   return out;
+}
+
+std::vector<int64_t> fp8_scale_shape(const model_config& c, std::span<const int64_t> shape) {
+  const auto& q = c.quantization;
+  return {(shape[0] + q.block_rows - 1) / q.block_rows,
+          (shape[1] + q.block_cols - 1) / q.block_cols};
 }
 
 } // namespace supernode::model

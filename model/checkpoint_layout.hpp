@@ -6,6 +6,8 @@
 #include "model/config.hpp"
 
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -26,11 +28,20 @@ struct tensor_spec {
   std::string name;
   std::vector<int64_t> shape;
   tensor_role role;
+  // The config.json fields each dimension comes from ("hidden_size",
+  // "num_attention_heads * v_head_dim"), so a mismatch names the field to fix.
+  std::vector<std::string> shape_fields;
   int64_t fan_in() const { return shape.size() > 1 ? shape[1] : shape[0]; }
 };
 
 std::string layer_prefix(int64_t layer); // "model.layers.N."
 
+// The tensors in checkpoint order, one at a time: a checker can stop at the first bad one
+// without building the list of a config that asks for millions.
+void for_each_tensor_spec(const model_config& c, const std::function<void(const tensor_spec&)>& f);
 std::vector<tensor_spec> checkpoint_layout(const model_config& c);
+
+// The `<name>_scale_inv` shape of an FP8 matrix: one scale per weight_block_size block.
+std::vector<int64_t> fp8_scale_shape(const model_config& c, std::span<const int64_t> shape);
 
 } // namespace supernode::model

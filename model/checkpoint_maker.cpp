@@ -146,18 +146,12 @@ bool stored_as_fp8(const tensor_spec& s, const model_config& c) {
          (s.role == tensor_role::linear || s.role == tensor_role::output_proj);
 }
 
-std::vector<int64_t> scale_shape(const tensor_spec& s, const model_config& c) {
-  const auto& q = c.quantization;
-  return {(s.shape[0] + q.block_rows - 1) / q.block_rows,
-          (s.shape[1] + q.block_cols - 1) / q.block_cols};
-}
-
 // DeepSeek's block scheme: every block_rows x block_cols tile has one scale, amax / 448.
 void quantize_fp8_blocks(const tensor_spec& s, const model_config& c, const std::vector<float>& w,
                          std::vector<uint8_t>& q, std::vector<float>& scale_inv) {
   const int64_t rows = s.shape[0], cols = s.shape[1];
   const int64_t br = c.quantization.block_rows, bc = c.quantization.block_cols;
-  auto ss = scale_shape(s, c);
+  auto ss = fp8_scale_shape(c, s.shape);
   scale_inv.assign(ss[0] * ss[1], 1.0f);
   q.resize(rows * cols);
   kernels::thread_pool::shared().parallel_for(ss[0], [&](int64_t bi) {
@@ -201,7 +195,7 @@ void make_checkpoint(const make_options& o) {
                                                : dtype::bf16;
     entries.push_back({s.name, t, s.shape});
     if (t == dtype::f8_e4m3)
-      entries.push_back({s.name + "_scale_inv", dtype::f32, scale_shape(s, c)});
+      entries.push_back({s.name + "_scale_inv", dtype::f32, fp8_scale_shape(c, s.shape)});
     int64_t n = 1;
     for (auto d : s.shape) n *= d;
     total_elements += static_cast<uint64_t>(n);

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
+#include <type_traits>
 
 namespace supernode::model {
 
@@ -31,6 +32,13 @@ void read(const nlohmann::json& j, const char* key, T& out, bool required) {
     if (required) throw std::runtime_error(std::string("config.json: missing field '") + key + "'");
     return;
   }
+  // A float where an integer belongs (1e30 does not fit int64 either) is a wrong type, not a
+  // silent truncation.
+  if constexpr (std::is_same_v<T, int64_t>)
+    if (!it->is_number_integer())
+      throw std::runtime_error(std::string("config.json: field '") + key +
+                               "' has the wrong type (expected an integer, got " + it->dump() +
+                               ")");
   try {
     out = it->get<T>();
   } catch (const nlohmann::json::exception& e) {
@@ -39,11 +47,27 @@ void read(const nlohmann::json& j, const char* key, T& out, bool required) {
   }
 }
 
-void require_positive(int64_t v, const char* key) {
-  if (v <= 0)
-    throw std::runtime_error(std::string("config.json: field '") + key +
-                             "' must be positive, got " + std::to_string(v));
+// A value outside [lo, hi] names the field, the value and the range. The bounds hold every
+// released DeepSeek-style model with room to spare (V3: 61 layers, 256 experts, hidden 7168)
+// and keep every size the loader derives from them far from overflow; without them a typo like
+// num_hidden_layers = 1000000 surfaces as a bad_alloc after seconds of work.
+template<class T>
+void require_range(T v, const char* key, T lo, T hi) {
+  if (v >= lo && v <= hi) return; // false for NaN too
+  std::ostringstream out;
+  out << "config.json: field '" << key << "' = " << v << " is out of range [" << lo << ", " << hi
+      << "]";
+  throw std::runtime_error(out.str());
 }
+
+constexpr int64_t max_layers = 1024;
+constexpr int64_t max_width = int64_t{1} << 16;     // hidden size, LoRA ranks
+constexpr int64_t max_ffn_width = int64_t{1} << 18; // MLP intermediate sizes
+constexpr int64_t max_vocab = int64_t{1} << 22;
+constexpr int64_t max_heads = 1024;
+constexpr int64_t max_head_dim = 4096;
+constexpr int64_t max_experts = 4096;
+constexpr int64_t max_positions = int64_t{1} << 24;
 
 } // namespace
 
@@ -111,37 +135,69 @@ model_config model_config::from_json(const nlohmann::json& j) {
 }
 
 void model_config::validate() const {
-  require_positive(vocab_size, "vocab_size");
-  require_positive(hidden_size, "hidden_size");
-  require_positive(num_hidden_layers, "num_hidden_layers");
-  require_positive(num_attention_heads, "num_attention_heads");
-  require_positive(kv_lora_rank, "kv_lora_rank");
-  require_positive(qk_nope_head_dim, "qk_nope_head_dim");
-  require_positive(v_head_dim, "v_head_dim");
-  if (qk_rope_head_dim <= 0 || qk_rope_head_dim % 2 != 0)
-    throw std::runtime_error("config.json: qk_rope_head_dim must be positive and even");
-  if (first_k_dense_replace < num_hidden_layers || num_nextn_predict_layers > 0)
-    require_positive(intermediate_size, "intermediate_size");
+  require_range<int64_t>(vocab_size, "vocab_size", 1, max_vocab);
+  require_range<int64_t>(hidden_size, "hidden_size", 1, max_width);
+  require_range<int64_t>(num_hidden_layers, "num_hidden_layers", 1, max_layers);
+  require_range<int64_t>(num_nextn_predict_layers, "num_nextn_predict_layers", 0, 16);
+  require_range<int64_t>(num_attention_heads, "num_attention_heads", 1, max_heads);
+  require_range<int64_t>(q_lora_rank, "q_lora_rank", 0, max_width);
+  require_range<int64_t>(kv_lora_rank, "kv_lora_rank", 1, max_width);
+  require_range<int64_t>(qk_nope_head_dim, "qk_nope_head_dim", 1, max_head_dim);
+  require_range<int64_t>(qk_rope_head_dim, "qk_rope_head_dim", 2, max_head_dim);
+  if (qk_rope_head_dim % 2 != 0)
+    throw std::runtime_error("config.json: field 'qk_rope_head_dim' = " +
+                             std::to_string(qk_rope_head_dim) + " must be even (rotary pairs)");
+  require_range<int64_t>(v_head_dim, "v_head_dim", 1, max_head_dim);
+  require_range<int64_t>(n_routed_experts, "n_routed_experts", 0, max_experts);
+  require_range<int64_t>(first_k_dense_replace, "first_k_dense_replace", 0, num_hidden_layers);
+  if (n_routed_experts > 0)
+    require_range<int64_t>(moe_layer_freq, "moe_layer_freq", 1, num_hidden_layers);
+  bool has_dense = false; // a layer (or MTP module) with the dense MLP needs intermediate_size
+  for (int64_t l = 0; l < num_hidden_layers + num_nextn_predict_layers; ++l)
+    has_dense |= !is_moe_layer(l);
+  require_range<int64_t>(intermediate_size, "intermediate_size", has_dense ? 1 : 0, max_ffn_width);
   if (n_routed_experts > 0) {
-    require_positive(moe_intermediate_size, "moe_intermediate_size");
-    require_positive(num_experts_per_tok, "num_experts_per_tok");
-    require_positive(n_group, "n_group");
-    require_positive(moe_layer_freq, "moe_layer_freq");
+    require_range<int64_t>(moe_intermediate_size, "moe_intermediate_size", 1, max_ffn_width);
+    require_range<int64_t>(n_shared_experts, "n_shared_experts", 0, 64);
+    require_range<int64_t>(moe_intermediate_size * n_shared_experts,
+                           "moe_intermediate_size * n_shared_experts", 0, max_ffn_width);
+    require_range<int64_t>(num_experts_per_tok, "num_experts_per_tok", 1, n_routed_experts);
+    require_range<int64_t>(n_group, "n_group", 1, n_routed_experts);
     if (n_routed_experts % n_group != 0)
       throw std::runtime_error("config.json: n_routed_experts must be a multiple of n_group");
-    if (topk_group <= 0 || topk_group > n_group)
-      throw std::runtime_error("config.json: topk_group must be in [1, n_group]");
+    require_range<int64_t>(topk_group, "topk_group", 1, n_group);
     if (num_experts_per_tok > topk_group * (n_routed_experts / n_group))
       throw std::runtime_error(
           "config.json: num_experts_per_tok exceeds the experts of the selected groups");
+    require_range<double>(routed_scaling_factor, "routed_scaling_factor", 1e-6, 1e6);
     if (scoring_func != "sigmoid" && scoring_func != "softmax")
       throw std::runtime_error("config.json: scoring_func '" + scoring_func + "' is not supported");
   }
+  require_range<double>(rms_norm_eps, "rms_norm_eps", 1e-12, 1.0);
+  require_range<double>(rope_theta, "rope_theta", 1.0, 1e12);
+  require_range<int64_t>(max_position_embeddings, "max_position_embeddings", 1, max_positions);
+  require_range<int64_t>(bos_token_id, "bos_token_id", 0, vocab_size - 1);
+  require_range<int64_t>(eos_token_id, "eos_token_id", 0, vocab_size - 1);
   if (rope_scaling.type != "none" && rope_scaling.type != "yarn" && rope_scaling.type != "default")
     throw std::runtime_error("config.json: rope_scaling type '" + rope_scaling.type +
                              "' is not supported (yarn only)");
-  if (quantization.enabled && (quantization.block_rows <= 0 || quantization.block_cols <= 0))
-    throw std::runtime_error("config.json: weight_block_size must be positive");
+  if (rope_scaling.type == "yarn") {
+    const auto& r = rope_scaling;
+    require_range<double>(r.factor, "rope_scaling.factor", 1.0, 1e4);
+    require_range<int64_t>(r.original_max_position_embeddings,
+                           "rope_scaling.original_max_position_embeddings", 1,
+                           max_position_embeddings);
+    require_range<double>(r.beta_fast, "rope_scaling.beta_fast", 1e-6, 1e6);
+    require_range<double>(r.beta_slow, "rope_scaling.beta_slow", 1e-6, 1e6);
+    require_range<double>(r.mscale, "rope_scaling.mscale", 0.0, 1e3);
+    require_range<double>(r.mscale_all_dim, "rope_scaling.mscale_all_dim", 0.0, 1e3);
+  }
+  if (quantization.enabled) {
+    require_range<int64_t>(quantization.block_rows, "quantization_config.weight_block_size[0]", 1,
+                           max_width);
+    require_range<int64_t>(quantization.block_cols, "quantization_config.weight_block_size[1]", 1,
+                           max_width);
+  }
 }
 
 model_config model_config::load(const std::filesystem::path& path) {
@@ -156,7 +212,10 @@ model_config model_config::load(const std::filesystem::path& path) {
   try {
     return from_json(j);
   } catch (const std::runtime_error& e) {
-    throw std::runtime_error(path.string() + ": " + e.what());
+    // The path replaces from_json's generic "config.json: " prefix.
+    std::string what = e.what();
+    if (what.starts_with("config.json: ")) what.erase(0, 13);
+    throw std::runtime_error(path.string() + ": " + what);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <sys/mman.h>
@@ -140,35 +141,133 @@ int64_t tensor_view::numel() const {
   return n;
 }
 
+namespace {
+
+// A float is non-finite when its exponent bits are all ones (NaN or an infinity); E4M3 has no
+// infinities, and its only NaN is S.1111.111. Converting loops OR these tests into one flag, so
+// the check rides along the pass that already touches every value, without a branch per value.
+constexpr bool f32_non_finite(uint32_t bits) {
+  return (bits & 0x7F800000u) == 0x7F800000u;
+}
+constexpr bool bf16_non_finite(uint16_t bits) {
+  return (bits & 0x7F80u) == 0x7F80u;
+}
+constexpr bool f16_non_finite(uint16_t bits) {
+  return (bits & 0x7C00u) == 0x7C00u;
+}
+constexpr bool e4m3_non_finite(uint8_t bits) {
+  return (bits & 0x7Fu) == 0x7Fu;
+}
+
+template<class Bits, class Convert, class NonFinite>
+bool convert_checked(const std::byte* data, int64_t n, float* out, Convert convert,
+                     NonFinite non_finite) {
+  bool bad = false;
+  for (int64_t i = 0; i < n; ++i) {
+    Bits v;
+    std::memcpy(&v, data + sizeof(Bits) * i, sizeof(Bits));
+    bad |= non_finite(v);
+    out[i] = convert(v);
+  }
+  return bad;
+}
+
+} // namespace
+
+int64_t first_non_finite(std::span<const float> values) {
+  for (size_t i = 0; i < values.size(); ++i)
+    if (!std::isfinite(values[i])) return static_cast<int64_t>(i);
+  return -1;
+}
+
+std::string non_finite_report(std::span<const float> values, std::span<const int64_t> shape) {
+  const int64_t at = first_non_finite(values);
+  if (at < 0) return "no non-finite value";
+  const float v = values[at];
+  std::string what = std::isnan(v) ? "NaN" : (v > 0 ? "+Inf" : "-Inf");
+  // The flat index as coordinates, last dimension fastest (row-major, as safetensors stores).
+  std::vector<int64_t> coords(shape.size());
+  int64_t rest = at;
+  for (size_t d = shape.size(); d-- > 0;) {
+    coords[d] = shape[d] > 0 ? rest % shape[d] : 0;
+    rest = shape[d] > 0 ? rest / shape[d] : 0;
+  }
+  return what + " at index " + std::to_string(at) + " " + shape_string(coords);
+}
+
+std::string shape_string(std::span<const int64_t> s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+// Lambdas, not function pointers, so each loop inlines its conversion and test.
 void tensor_view::to_float(float* out) const {
   const int64_t n = numel();
+  bool bad = false;
   switch (type) {
   case dtype::f32:
-    std::memcpy(out, data, n * sizeof(float));
-    return;
+    bad = convert_checked<uint32_t>(
+        data, n, out, [](uint32_t v) { return std::bit_cast<float>(v); },
+        [](uint32_t v) { return f32_non_finite(v); });
+    break;
   case dtype::bf16:
-    for (int64_t i = 0; i < n; ++i) {
-      uint16_t v;
-      std::memcpy(&v, data + 2 * i, 2);
-      out[i] = bf16_to_float(v);
-    }
-    return;
+    bad = convert_checked<uint16_t>(
+        data, n, out, [](uint16_t v) { return bf16_to_float(v); },
+        [](uint16_t v) { return bf16_non_finite(v); });
+    break;
   case dtype::f16:
-    for (int64_t i = 0; i < n; ++i) {
-      uint16_t v;
-      std::memcpy(&v, data + 2 * i, 2);
-      out[i] = f16_to_float(v);
-    }
-    return;
+    bad = convert_checked<uint16_t>(
+        data, n, out, [](uint16_t v) { return f16_to_float(v); },
+        [](uint16_t v) { return f16_non_finite(v); });
+    break;
   case dtype::f8_e4m3:
-    for (int64_t i = 0; i < n; ++i) out[i] = e4m3_table[static_cast<uint8_t>(data[i])];
-    return;
+    bad = convert_checked<uint8_t>(
+        data, n, out, [](uint8_t v) { return e4m3_table[v]; },
+        [](uint8_t v) { return e4m3_non_finite(v); });
+    break;
   case dtype::i8:
     for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(static_cast<int8_t>(data[i]));
     return;
   default:
     fail(file, "tensor '" + name + "' of dtype " + dtype_name(type) + " cannot be read as floats");
   }
+  if (bad)
+    fail(file, "tensor '" + name + "' (" + dtype_name(type) + " " + shape_string(shape) +
+                   ") holds " + non_finite_report({out, static_cast<size_t>(n)}, shape) +
+                   "; a checkpoint's weights must be finite");
+}
+
+void tensor_view::to_float_scaled(float* out, std::span<const float> scales, int64_t block_rows,
+                                  int64_t block_cols, const std::string& scale_name) const {
+  if (type != dtype::f8_e4m3 || shape.size() != 2)
+    fail(file, "tensor '" + name + "' is not an F8_E4M3 matrix");
+  const int64_t rows = shape[0], cols = shape[1];
+  const int64_t scale_cols = (cols + block_cols - 1) / block_cols;
+  if (static_cast<int64_t>(scales.size()) != (rows + block_rows - 1) / block_rows * scale_cols)
+    fail(file, "tensor '" + name + "' given " + std::to_string(scales.size()) + " scales from '" +
+                   scale_name + "', not one per block");
+  const auto* codes = reinterpret_cast<const uint8_t*>(data);
+  // One pass: decode, scale by the block's scale_inv, and test the product, which is NaN for
+  // E4M3's NaN code and infinite when a finite scale overflows a finite weight.
+  bool bad = false;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row_scales = scales.data() + (r / block_rows) * scale_cols;
+    for (int64_t c0 = 0; c0 < cols; c0 += block_cols) {
+      const float s = row_scales[c0 / block_cols];
+      const int64_t c1 = std::min(cols, c0 + block_cols);
+      for (int64_t c = c0; c < c1; ++c) {
+        const float x = e4m3_table[codes[r * cols + c]] * s;
+        bad |= !(std::fabs(x) <= std::numeric_limits<float>::max());
+        out[r * cols + c] = x;
+      }
+    }
+  }
+  if (bad)
+    fail(file, "tensor '" + name + "' (" + dtype_name(type) + " " + shape_string(shape) +
+                   ") dequantized with '" + scale_name + "' holds " +
+                   non_finite_report({out, static_cast<size_t>(rows * cols)}, shape) +
+                   "; a checkpoint's weights must be finite");
 }
 
 std::shared_ptr<safetensors_file> safetensors_file::open(const std::filesystem::path& path) {
@@ -283,20 +382,12 @@ const tensor_view& checkpoint_reader::get(const std::string& name) const {
   return *it->second;
 }
 
-namespace {
-std::string shape_str(std::span<const int64_t> s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-} // namespace
-
 const tensor_view& checkpoint_reader::get(const std::string& name,
                                           std::span<const int64_t> expected) const {
   const auto& t = get(name);
   if (!std::equal(t.shape.begin(), t.shape.end(), expected.begin(), expected.end()))
     throw std::runtime_error(t.file.string() + ": tensor '" + name + "' has shape " +
-                             shape_str(t.shape) + ", expected " + shape_str(expected));
+                             shape_string(t.shape) + ", expected " + shape_string(expected));
   return t;
 }
 

@@ -29,7 +29,14 @@ struct tensor_view {
 
   int64_t numel() const;
   // Converts to FP32 (F32, F16, BF16, F8_E4M3 and I8 sources). `out` must hold numel() floats.
+  // Throws naming the file, the tensor and the first bad index when a value is NaN or infinite:
+  // one such weight silently poisons every activation downstream.
   void to_float(float* out) const;
+  // An F8_E4M3 matrix times its per-block scales (DeepSeek's weight_scale_inv, `scales` of
+  // [ceil(rows / block_rows)][ceil(cols / block_cols)]), decoded and checked in one pass; a NaN
+  // or a product that overflows is refused like to_float's, naming `scale_name` too.
+  void to_float_scaled(float* out, std::span<const float> scales, int64_t block_rows,
+                       int64_t block_cols, const std::string& scale_name) const;
 };
 
 // One memory-mapped .safetensors file.
@@ -92,6 +99,13 @@ private:
   struct impl;
   std::unique_ptr<impl> impl_;
 };
+
+// "[2, 3]".
+std::string shape_string(std::span<const int64_t> shape);
+// The first NaN or infinity of `values`, or -1.
+int64_t first_non_finite(std::span<const float> values);
+// "NaN at index 7 [0, 7]": the first non-finite value of a tensor of `shape`, for errors.
+std::string non_finite_report(std::span<const float> values, std::span<const int64_t> shape);
 
 // Conversions used by the writer and by tensor_view::to_float.
 uint16_t float_to_bf16(float f); // round to nearest even

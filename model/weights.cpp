@@ -1,6 +1,7 @@
 #include "model/weights.hpp"
 
 #include "kernels/thread_pool.hpp"
+#include "model/checkpoint_check.hpp"
 #include "model/checkpoint_layout.hpp"
 #include "model/progress.hpp"
 #include "model/safetensors.hpp"
@@ -15,22 +16,15 @@ std::vector<float> read_tensor_float(const checkpoint_reader& ckpt, const model_
                                      const std::string& name, std::vector<int64_t> shape) {
   const auto& t = ckpt.get(name, shape);
   std::vector<float> out(t.numel());
-  t.to_float(out.data());
-  if (t.type != dtype::f8_e4m3) return out;
-  // DeepSeek's FP8 release: weight [rows][cols] E4M3 with a [ceil(rows/br)][ceil(cols/bc)]
-  // tensor `<name>_scale_inv`; the real value is e4m3 * scale_inv of its block.
-  if (shape.size() != 2)
-    throw std::runtime_error(t.file.string() + ": FP8 tensor '" + name + "' is not a matrix");
-  const int64_t br = config.quantization.block_rows, bc = config.quantization.block_cols;
-  const int64_t rows = shape[0], cols = shape[1];
-  std::vector<int64_t> sshape{(rows + br - 1) / br, (cols + bc - 1) / bc};
-  const std::string scale_name = name + "_scale_inv";
-  if (!ckpt.contains(scale_name))
-    throw std::runtime_error(t.file.string() + ": FP8 tensor '" + name + "' has no '" + scale_name +
-                             "'");
-  std::vector<float> scale = read_tensor_float(ckpt, config, scale_name, sshape);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] *= scale[(r / br) * sshape[1] + c / bc];
+  if (t.type != dtype::f8_e4m3) {
+    t.to_float(out.data());
+    return out;
+  }
+  const auto& scale_view = fp8_scale_of(ckpt, config, t);
+  std::vector<float> scales(scale_view.numel());
+  scale_view.to_float(scales.data());
+  t.to_float_scaled(out.data(), scales, config.quantization.block_rows,
+                    config.quantization.block_cols, scale_view.name);
   return out;
 }
 
@@ -140,15 +134,17 @@ std::shared_ptr<const model_weights> model_weights::load(const std::filesystem::
   auto ckpt = checkpoint_reader::open(dir);
   const int64_t n_mtp = o.load_mtp ? c.num_nextn_predict_layers : 0;
 
-  // The progress total is the layout of the layers actually loaded (MTP modules optional).
+  // What is loaded: the main model and, optionally, the MTP modules. Every tensor of it is
+  // checked against the headers before the first weight is allocated.
   model_config loaded = c;
   loaded.num_nextn_predict_layers = n_mtp;
+  check_checkpoint(ckpt, loaded);
   uint64_t total = 0;
-  for (auto& s : checkpoint_layout(loaded)) {
+  for_each_tensor_spec(loaded, [&](const tensor_spec& s) {
     uint64_t n = 1;
     for (auto d : s.shape) n *= static_cast<uint64_t>(d);
     total += n;
-  }
+  });
   progress_bar bar("loading " + dir.filename().string(), total, o.progress);
   loader ld{ckpt, c, o.prec, bar, {}};
 

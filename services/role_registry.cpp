@@ -20,12 +20,14 @@ role_instance make_role(const role_context& c) {
   if (role == "scheduler") return std::make_shared<scheduler_service>(c.serving, c.cluster);
   if (role == "gateway") return std::make_shared<gateway_service>(c.serving);
   if (role == "prefill") {
+    c.serving.check_sizes_against_model(); // before the weights and the KV pool are allocated
     auto weights = shared_weights(c.serving.model_path, c.serving.precision);
     auto group =
         ep_membership_of(c.cluster, c.serving, c.instance, weights->config, weights->prec, c.log);
     return std::make_shared<prefill_instance>(weights, c.serving, std::move(group));
   }
   if (role == "decode") {
+    c.serving.check_sizes_against_model(); // before the weights and the KV pool are allocated
     auto weights = shared_weights(c.serving.model_path, c.serving.precision);
     auto group =
         ep_membership_of(c.cluster, c.serving, c.instance, weights->config, weights->prec, c.log);

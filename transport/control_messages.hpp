@@ -83,7 +83,8 @@ struct member_leave {
   static constexpr uint32_t max_bytes = 4096;
   std::string peer;
   std::string reason;
-  MSGPACK_DEFINE_MAP(peer, reason);
+  uint64_t incarnation = 0; // the leaving process: a late leave of a replaced one is refused
+  MSGPACK_DEFINE_MAP(peer, reason, incarnation);
 };
 
 // Registers the types above; idempotent.

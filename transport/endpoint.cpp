@@ -103,7 +103,7 @@ void endpoint::count_unexpected(const peer_id& from, uint16_t type, const std::s
   // A peer can flood these: only a counter moves per frame; the name is looked up once.
   bool first = false;
   {
-    std::lock_guard lock(unexpected_mutex_);
+    std::lock_guard lock(refused_mutex_);
     first = unexpected_[type]++ == 0;
   }
   if (first)
@@ -113,15 +113,69 @@ void endpoint::count_unexpected(const peer_id& from, uint16_t type, const std::s
 }
 
 std::map<std::string, uint64_t> endpoint::unexpected_messages() const {
-  std::lock_guard lock(unexpected_mutex_);
+  std::lock_guard lock(refused_mutex_);
   std::map<std::string, uint64_t> by_name;
   for (auto& [type, n] : unexpected_) by_name[type_name_of(type)] += n;
   return by_name;
 }
 
+void endpoint::reject(const peer_id& from, const std::string& reason, const std::string& detail) {
+  {
+    std::lock_guard lock(refused_mutex_);
+    ++rejected_[reason];
+  }
+  log_.limited(rejected_lines_, log::level::warn, reason,
+               "rejected a message from {}: {} ({}); counted in "
+               "supernode_rejected_messages_total{{reason=\"{}\"}}",
+               from, detail, reason, reason);
+}
+
+std::map<std::string, uint64_t> endpoint::rejected_messages() const {
+  std::map<std::string, uint64_t> out;
+  {
+    std::lock_guard lock(refused_mutex_);
+    out = rejected_;
+  }
+  return out;
+}
+
+std::string endpoint::role_of(const peer_id& peer) const {
+  std::lock_guard lock(mutex_);
+  const member* m = membership_.find(peer);
+  return m ? m->role : std::string();
+}
+
+bool endpoint::expect_role(const peer_id& from, const std::string& role, const char* what) {
+  if (role_of(from) == role) return true;
+  reject(from, "not_from_" + role, std::string(what) + " is only taken from a " + role);
+  return false;
+}
+
+// Membership messages speak for their sender only: a heartbeat, join or leave naming another
+// member, or a leave of an earlier process of this one, is refused. Returns the refusal reason.
+std::string endpoint::membership_refusal(const peer_id& from, const envelope& message) const {
+  if (auto* h = message.get<heartbeat>()) return h->sender == from ? "" : "heartbeat_for_another";
+  if (auto* j = message.get<member_join>()) return j->peer == from ? "" : "join_for_another";
+  if (auto* l = message.get<member_leave>()) {
+    if (l->peer != from) return "leave_for_another";
+    std::lock_guard lock(mutex_);
+    const member* m = membership_.find(from);
+    if (m && m->incarnation != 0 && l->incarnation != m->incarnation) return "stale_incarnation";
+  }
+  return "";
+}
+
 void endpoint::on_message(const peer_id& from, envelope message) {
   const auto now = std::chrono::steady_clock::now();
   std::vector<membership_event> events;
+  if (message.is<heartbeat>() || message.is<member_join>() || message.is<member_leave>()) {
+    if (const auto refusal = membership_refusal(from, message); !refusal.empty()) {
+      reject(from, refusal,
+             std::string(message_registry::instance().find(message.type())->name) +
+                 " speaking for another member or process");
+      return;
+    }
+  }
   if (auto* h = message.get<heartbeat>()) {
     std::lock_guard lock(mutex_);
     events = membership_.on_heartbeat(*h, now);
@@ -148,7 +202,10 @@ void endpoint::on_message(const peer_id& from, envelope message) {
     const auto* info = message_registry::instance().find(message.type());
     if (info && info->reply_to) {
       if (const uint64_t id = info->reply_to(message.object().get()); id != 0) {
-        pending_.complete(id, std::move(message));
+        if (pending_.complete(id, from, std::move(message)) ==
+            pending_requests::reply_outcome::wrong_sender)
+          reject(from, "reply_from_another",
+                 std::string(info->name) + " answering a request asked of another peer");
         return;
       }
     }
@@ -200,7 +257,7 @@ void endpoint::announce_join(const peer_id& peer) {
 }
 
 void endpoint::announce_leave(const std::string& reason) {
-  auto msg = make_envelope(member_leave{self_.name, reason});
+  auto msg = make_envelope(member_leave{self_.name, reason, incarnation_});
   for (auto& inst : cluster_.instances())
     if (inst.name != self_.name) send("control", inst.name, msg);
 }

@@ -55,6 +55,20 @@ public:
   void count_unexpected(const peer_id& from, uint16_t type, const std::string& role);
   // Type name -> messages of that type received outside the role's interface, since start.
   std::map<std::string, uint64_t> unexpected_messages() const;
+  // A message refused because of who sent it (a leave naming another member, tokens from an
+  // instance the request is not on, a reply from a peer that was not asked): counted by
+  // `reason` (a fixed word: it labels a metric) and logged, at most once a second per reason,
+  // naming the sender. The caller drops the message. Any thread.
+  void reject(const peer_id& from, const std::string& reason, const std::string& detail);
+  // Reason -> messages refused since start: reject()'s and the planes' own (a connection whose
+  // proven identity differs from the name it uses, a refused handshake).
+  std::map<std::string, uint64_t> rejected_messages() const;
+  // The role a member has in the config or announced when it joined; "" for a stranger.
+  std::string role_of(const peer_id& peer) const;
+  // True when `from` is a member with `role`; otherwise rejects the message (reason
+  // "not_from_<role>", naming `what`) and returns false. For handlers: `if (!out.expect_role(
+  // from, "scheduler", "decode_assign")) return;`
+  bool expect_role(const peer_id& from, const std::string& role, const char* what);
   // Sends a heartbeat to every live member over the control flow and declares silent members
   // down. Call every cluster().heartbeat_interval.
   void tick(steady_time now);
@@ -68,6 +82,7 @@ public:
 
 private:
   void on_message(const peer_id& from, envelope message);
+  std::string membership_refusal(const peer_id& from, const envelope& message) const;
   void emit(const std::vector<membership_event>& events);
   void log_membership(const membership_event& e);
 
@@ -82,8 +97,10 @@ private:
   membership membership_;
   pending_requests pending_;
   retrying_sender retry_;
-  mutable std::mutex unexpected_mutex_;
-  std::map<uint16_t, uint64_t> unexpected_; // by type id; named when read
+  mutable std::mutex refused_mutex_;         // guards unexpected_ and rejected_
+  std::map<uint16_t, uint64_t> unexpected_;  // by type id; named when read
+  std::map<std::string, uint64_t> rejected_; // by reason
+  log::rate_limiter rejected_lines_;
   message_handler on_message_;
   event_handler on_event_;
 };

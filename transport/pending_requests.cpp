@@ -22,11 +22,19 @@ pending_requests::completion pending_requests::take(uint64_t id) {
   return done;
 }
 
-bool pending_requests::complete(uint64_t id, envelope reply) {
-  completion done = take(id);
-  if (!done) return false;
+pending_requests::reply_outcome pending_requests::complete(uint64_t id, const std::string& from,
+                                                           envelope reply) {
+  completion done;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = entries_.find(id);
+    if (it == entries_.end()) return reply_outcome::late;
+    if (it->second.peer != from) return reply_outcome::wrong_sender;
+    done = std::move(it->second.done);
+    entries_.erase(it);
+  }
   done(std::move(reply), "");
-  return true;
+  return reply_outcome::delivered;
 }
 
 template<class Pred>

@@ -25,8 +25,14 @@ public:
   // Returns the request id, or nothing when `limit` requests are already waiting (the caller
   // reports the overload instead of queueing without bound).
   std::optional<uint64_t> add(const std::string& peer, steady_time deadline, completion done);
-  // False when the id is unknown (already completed, failed or expired): late replies are dropped.
-  bool complete(uint64_t id, envelope reply);
+  enum class reply_outcome : uint8_t {
+    delivered,
+    late,         // the id is unknown (already completed, failed or expired): dropped
+    wrong_sender, // the id waits for a reply from another peer: dropped, the request still waits
+  };
+  // Delivers `reply` from `from` to the request `id` asked of `from`. Ids are small numbers
+  // anybody can guess, so the sender is what proves a reply answers the request.
+  reply_outcome complete(uint64_t id, const std::string& from, envelope reply);
   // Fails one request (its send failed, so no reply will come); false when it already ended.
   bool fail(uint64_t id, const std::string& reason);
   size_t fail_peer(const std::string& peer, const std::string& reason);

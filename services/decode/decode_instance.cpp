@@ -99,23 +99,38 @@ void decode_instance::end_unbatched(std::unique_ptr<decode_sequence> s, protocol
   send_updates({protocol::final_update(s->key, std::move(why))});
 }
 
+bool decode_instance::from_asked_prefill(const transport::peer_id& from,
+                                         const protocol::request_key& key, const char* what,
+                                         transport::endpoint& out) {
+  auto it = awaiting_.find(key);
+  if (it == awaiting_.end()) return false; // cancelled meanwhile, or never asked: nothing to do
+  if (it->second.seq->prefill == from) return true;
+  out.reject(from, "not_from_asked_prefill",
+             std::string(what) + " for a request asked of " + it->second.seq->prefill);
+  return false;
+}
+
 void decode_instance::on(const transport::peer_id& from, const protocol::prefill_failed& f,
-                         transport::endpoint&) {
+                         transport::endpoint& out) {
+  if (!from_asked_prefill(from, f.key, "prefill_failed", out)) return;
   cancel(f.key, {f.why.code, "prefill on " + from + " failed: " + f.why.message});
 }
 
-void decode_instance::on(const transport::peer_id&, const protocol::cancel_request& c,
-                         transport::endpoint&) {
+void decode_instance::on(const transport::peer_id& from, const protocol::cancel_request& c,
+                         transport::endpoint& out) {
+  if (from != c.key.gateway && !out.expect_role(from, "scheduler", "cancel_request")) return;
   cancel(c.key, c.why);
 }
 
-void decode_instance::on(const transport::peer_id&, const protocol::ems_ring_view& v,
-                         transport::endpoint&) {
+void decode_instance::on(const transport::peer_id& from, const protocol::ems_ring_view& v,
+                         transport::endpoint& out) {
+  if (!out.expect_role(from, "mp_controller", "ems_ring_view")) return;
   if (cache_) cache_->on_ring_view(v);
 }
 
 void decode_instance::on(const transport::peer_id& scheduler, const protocol::decode_assign& a,
                          transport::endpoint& out) {
+  if (!out.expect_role(scheduler, "scheduler", "decode_assign")) return;
   protocol::decode_assign_result result;
   result.key = a.key;
   auto seq = std::make_unique<decode_sequence>();
@@ -162,11 +177,13 @@ void decode_instance::on(const transport::peer_id& scheduler, const protocol::de
   ++waiting_;
 }
 
-void decode_instance::on(const transport::peer_id&,
-                         std::shared_ptr<const protocol::kv_transfer> run, transport::endpoint&) {
+void decode_instance::on(const transport::peer_id& from,
+                         std::shared_ptr<const protocol::kv_transfer> run,
+                         transport::endpoint& out) {
   const auto& kv = *run;
+  // Cancelled meanwhile (its blocks are already free), or from a prefill instance not asked.
+  if (!from_asked_prefill(from, kv.key, "kv_transfer", out)) return;
   auto it = awaiting_.find(kv.key);
-  if (it == awaiting_.end()) return; // cancelled meanwhile: its blocks are already free
   auto& w = it->second;
   const auto& layout = pool_.layout();
   const auto prompt = static_cast<int64_t>(w.seq->spec.prompt.size());

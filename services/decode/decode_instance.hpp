@@ -54,6 +54,10 @@ public:
   int64_t kv_blocks_total() const { return pool_.num_blocks(); }
 
 private:
+  // True when `key` waits for its KV and `from` is the prefill instance asked for it; a message
+  // about it from anyone else is rejected.
+  bool from_asked_prefill(const transport::peer_id& from, const protocol::request_key& key,
+                          const char* what, transport::endpoint& out);
   struct awaiting_kv {
     std::unique_ptr<decode_sequence> seq;
     std::vector<bool> received; // per prompt block

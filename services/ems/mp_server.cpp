@@ -70,8 +70,8 @@ void mp_server::reply(const transport::peer_id& to, transport::envelope m) {
 }
 
 void mp_server::on(const transport::peer_id& from, const pr::ems_ring_view& v,
-                   transport::endpoint&) {
-  (void)from;
+                   transport::endpoint& out) {
+  if (!out.expect_role(from, "mp_controller", "ems_ring_view")) return;
   if (v.version < ring_version_) return; // an older push overtaken by a newer one
   ring_version_ = v.version;
   auto quotas = v.quotas;

@@ -65,12 +65,19 @@ void render_cache_stats(metrics_registry& metrics, const protocol::instance_stat
   }
 }
 
-void render_unexpected(metrics_registry& metrics, const std::string& instance,
-                       const std::map<std::string, uint64_t>& counts) {
-  for (auto& [type, n] : counts)
+// The messages an instance refused: outside its role's interface (by type), and for their
+// sender (by reason).
+void render_refused(metrics_registry& metrics, const std::string& instance,
+                    const std::map<std::string, uint64_t>& unexpected,
+                    const std::map<std::string, uint64_t>& rejected) {
+  for (auto& [type, n] : unexpected)
     metrics.set_gauge("supernode_unexpected_messages_total",
                       "Messages received outside the receiving role's interface, by type",
                       static_cast<double>(n), {{"instance", instance}, {"type", type}});
+  for (auto& [reason, n] : rejected)
+    metrics.set_gauge("supernode_rejected_messages_total",
+                      "Messages refused because of who sent them, by reason",
+                      static_cast<double>(n), {{"instance", instance}, {"reason", reason}});
 }
 
 } // namespace
@@ -117,9 +124,10 @@ void render_cluster_metrics(metrics_registry& metrics, const cluster_snapshot& s
     metrics.set_gauge("supernode_plane_bad_frames", "Malformed frames dropped (running total)",
                       static_cast<double>(t.bad_frames), l);
   }
-  render_unexpected(metrics, snap.gateway, snap.gateway_unexpected);
-  render_unexpected(metrics, stats.scheduler, stats.scheduler_unexpected);
-  for (auto& s : stats.instances) render_unexpected(metrics, s.name, s.unexpected_messages);
+  render_refused(metrics, snap.gateway, snap.gateway_unexpected, snap.gateway_rejected);
+  render_refused(metrics, stats.scheduler, stats.scheduler_unexpected, stats.scheduler_rejected);
+  for (auto& s : stats.instances)
+    render_refused(metrics, s.name, s.unexpected_messages, s.rejected_messages);
 }
 
 } // namespace supernode::services::gateway

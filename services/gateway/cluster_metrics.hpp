@@ -18,6 +18,7 @@ struct cluster_snapshot {
   size_t gateway_requests_in_flight = 0;
   std::vector<protocol::plane_traffic> gateway_planes;
   std::map<std::string, uint64_t> gateway_unexpected;
+  std::map<std::string, uint64_t> gateway_rejected;
 };
 
 void render_cluster_metrics(metrics_registry& metrics, const cluster_snapshot& snapshot);

@@ -32,7 +32,10 @@ gateway_service::gateway_service(const serving_config& config)
           metrics_, config.max_pending,
           {[this](const protocol::admit_request& m) { return send_admit(m); },
            [this](const tracked_request& r, const std::string& why) { cancel_upstream(r, why); },
-           [this](int32_t token) { return token_text(token); }}) {
+           [this](int32_t token) { return token_text(token); },
+           [this](const std::string& from, const std::string& reason, const std::string& detail) {
+             if (out_) out_->reject(from, reason, detail);
+           }}) {
   protocol::register_serving_messages();
 }
 
@@ -235,23 +238,27 @@ void gateway_service::cancel_upstream(const tracked_request& r, const std::strin
     out_->send("control", s, msg);
 }
 
-void gateway_service::on(const transport::peer_id&, std::shared_ptr<const protocol::token_batch> b,
-                         transport::endpoint&) {
-  tracker_.tokens(std::move(b));
+void gateway_service::on(const transport::peer_id& from,
+                         std::shared_ptr<const protocol::token_batch> b, transport::endpoint&) {
+  tracker_.tokens(from, std::move(b)); // checked against each request's placement there
 }
 
-void gateway_service::on(const transport::peer_id&, const protocol::request_placed& p,
-                         transport::endpoint&) {
+void gateway_service::on(const transport::peer_id& from, const protocol::request_placed& p,
+                         transport::endpoint& out) {
+  if (!out.expect_role(from, "scheduler", "request_placed")) return;
   tracker_.placed(p);
 }
 
-void gateway_service::on(const transport::peer_id&, const protocol::admit_rejected& rej,
-                         transport::endpoint&) {
+void gateway_service::on(const transport::peer_id& from, const protocol::admit_rejected& rej,
+                         transport::endpoint& out) {
+  if (!out.expect_role(from, "scheduler", "admit_rejected")) return;
   tracker_.rejected(rej);
 }
 
-void gateway_service::on(const transport::peer_id&,
-                         std::shared_ptr<const protocol::cluster_stats> s, transport::endpoint&) {
+void gateway_service::on(const transport::peer_id& from,
+                         std::shared_ptr<const protocol::cluster_stats> s,
+                         transport::endpoint& out) {
+  if (!out.expect_role(from, "scheduler", "cluster_stats")) return;
   std::lock_guard lock(stats_mutex_);
   stats_ = std::move(s);
 }
@@ -277,6 +284,7 @@ std::string gateway_service::render_metrics() {
     snap.gateway = out_->self();
     snap.gateway_planes = plane_traffic_of(*out_);
     snap.gateway_unexpected = out_->unexpected_messages();
+    snap.gateway_rejected = out_->rejected_messages();
   }
   gateway::render_cluster_metrics(metrics_, snap);
   return metrics_.render();

@@ -2,6 +2,8 @@
 
 #include "services/gateway/error_mapping.hpp"
 
+#include <random>
+
 namespace supernode::services::gateway {
 
 namespace {
@@ -12,8 +14,16 @@ std::string endpoint_label(api_kind kind) {
   return kind == api_kind::chat ? "/v1/chat/completions" : "/v1/completions";
 }
 
+namespace {
+uint64_t random_id_prefix() {
+  std::random_device rd;
+  return (uint64_t{rd()} | 1u) << 32; // never 0: 0 is no request
+}
+} // namespace
+
 request_tracker::request_tracker(metrics_registry& metrics, int64_t max_in_flight, upstream up)
-    : metrics_(metrics), max_in_flight_(max_in_flight), up_(std::move(up)) {}
+    : metrics_(metrics), max_in_flight_(max_in_flight), up_(std::move(up)),
+      next_id_(random_id_prefix()) {}
 
 request_tracker::~request_tracker() {
   stop({protocol::serving_errc::shutting_down, "gateway shutting down"});
@@ -56,23 +66,41 @@ void request_tracker::client_gone(uint64_t id) {
   });
 }
 
-void request_tracker::tokens(std::shared_ptr<const protocol::token_batch> batch) {
-  thread_.post([this, batch = std::move(batch)] {
+void request_tracker::tokens(std::string from, std::shared_ptr<const protocol::token_batch> batch) {
+  thread_.post([this, from = std::move(from), batch = std::move(batch)] {
     for (auto& u : batch->updates) {
       auto it = live_.find(u.key.id);
       if (it == live_.end()) continue; // finished or cancelled here already
       auto r = it->second;             // finish() drops the map's reference
-      apply_update(*r, u);
+      if (r->placed()) {
+        apply_update_from(from, *r, u);
+      } else if (r->before_placement.size() < max_updates_before_placement) {
+        r->before_placement.emplace_back(from, u);
+      } else {
+        up_.reject(from, "updates_before_placement",
+                   "more token updates than a request can have before its placement");
+      }
     }
   });
 }
 
+void request_tracker::apply_update_from(const std::string& from, tracked_request& r,
+                                        const protocol::token_update& u) {
+  if (from == r.decode) return apply_update(r, u);
+  up_.reject(from, "not_from_placed_decode",
+             "tokens for request " + std::to_string(r.id) + ", which is placed on " + r.decode);
+}
+
 void request_tracker::placed(protocol::request_placed p) {
   thread_.post([this, p = std::move(p)] {
-    if (auto it = live_.find(p.key.id); it != live_.end()) {
-      it->second->decode = p.decode;
-      it->second->prefill = p.prefill;
-    }
+    auto it = live_.find(p.key.id);
+    if (it == live_.end()) return;
+    auto r = it->second; // an early update may finish it
+    r->decode = p.decode;
+    r->prefill = p.prefill;
+    auto early = std::move(r->before_placement);
+    for (auto& [from, u] : early)
+      if (!r->done) apply_update_from(from, *r, u);
   });
 }
 

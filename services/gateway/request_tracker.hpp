@@ -36,6 +36,9 @@ struct tracked_request {
   std::string decode, prefill; // known once the scheduler placed it
   bool done = false;
   bool placed() const { return !decode.empty(); }
+  // Updates that came before the placement did (the decode instance hears of the request first),
+  // with their senders: applied once the placement names the decode instance, refused otherwise.
+  std::vector<std::pair<std::string, protocol::token_update>> before_placement;
   clock::time_point arrived, first_token, last_token;
   completion_result meta;
 };
@@ -52,12 +55,19 @@ public:
     // Tells wherever the request is (its decode instance, else the scheduler) to drop it.
     std::function<void(const tracked_request&, const std::string& why)> cancel;
     std::function<std::string(int32_t token)> token_text;
+    // A message refused for its sender (endpoint::reject).
+    std::function<void(const std::string& from, const std::string& reason,
+                       const std::string& detail)>
+        reject;
   };
+  // Updates held per request until its placement arrives; more are refused.
+  static constexpr size_t max_updates_before_placement = 256;
   request_tracker(metrics_registry& metrics, int64_t max_in_flight, upstream up);
   ~request_tracker();
 
   // HTTP front, before posting: a slot for one more request (false: the limit is reached) and
-  // its id. A reserved slot is given back by whatever ends the request.
+  // its id. A reserved slot is given back by whatever ends the request. Ids start at a random
+  // 32-bit prefix of this gateway's (a peer cannot guess another gateway's ids) and count up.
   bool reserve();
   void unreserve();
   uint64_t next_id() { return next_id_++; }
@@ -66,7 +76,8 @@ public:
   // Events, from any thread; each runs on the tracker's thread in the order posted.
   void admit(std::shared_ptr<tracked_request> r, protocol::admit_request message);
   void client_gone(uint64_t id);
-  void tokens(std::shared_ptr<const protocol::token_batch> batch);
+  // Tokens from `from`: applied only to requests placed on `from`.
+  void tokens(std::string from, std::shared_ptr<const protocol::token_batch> batch);
   void placed(protocol::request_placed placement);
   void rejected(protocol::admit_rejected rejection);
   // `peer` left or died; with `no_scheduler`, requests not yet placed have nobody either.
@@ -79,6 +90,9 @@ public:
 private:
   using clock = tracked_request::clock;
   void apply_update(tracked_request& r, const protocol::token_update& u);
+  // Applies `u` when `from` is the decode instance `r` is placed on; refuses it otherwise.
+  void apply_update_from(const std::string& from, tracked_request& r,
+                         const protocol::token_update& u);
   void finish(tracked_request& r, const std::string& finish_reason);
   void fail(tracked_request& r, const protocol::error& why);
   void forget(tracked_request& r); // ends its life here: out of live_, its slot given back
@@ -87,7 +101,7 @@ private:
   const int64_t max_in_flight_;
   upstream up_;
   std::atomic<int64_t> in_flight_{0};
-  std::atomic<uint64_t> next_id_{1};
+  std::atomic<uint64_t> next_id_;
   // The tracker thread's.
   std::map<uint64_t, std::shared_ptr<tracked_request>> live_;
   serial_executor thread_; // last: stops before the state its tasks use goes

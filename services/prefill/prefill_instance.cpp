@@ -42,6 +42,8 @@ void prefill_instance::stop() {
 
 void prefill_instance::on(const transport::peer_id& from, const protocol::prefill_request& r,
                           transport::endpoint& out) {
+  // The asker receives the prompt's KV: only a decode instance may ask.
+  if (!out.expect_role(from, "decode", "prefill_request")) return;
   auto q = std::make_unique<queued>();
   q->decode = from;
   q->job.key = r.key;
@@ -63,15 +65,17 @@ void prefill_instance::on(const transport::peer_id& from, const protocol::prefil
   worker_.notify();
 }
 
-void prefill_instance::on(const transport::peer_id&, const protocol::cancel_request& c,
-                          transport::endpoint&) {
+void prefill_instance::on(const transport::peer_id& from, const protocol::cancel_request& c,
+                          transport::endpoint& out) {
+  if (from != c.key.gateway && !out.expect_role(from, "scheduler", "cancel_request")) return;
   std::lock_guard lock(worker_.mutex());
   cancelled_.insert(c.key);
   worker_.notify();
 }
 
-void prefill_instance::on(const transport::peer_id&, const protocol::ems_ring_view& v,
-                          transport::endpoint&) {
+void prefill_instance::on(const transport::peer_id& from, const protocol::ems_ring_view& v,
+                          transport::endpoint& out) {
+  if (!out.expect_role(from, "mp_controller", "ems_ring_view")) return;
   if (cache_) cache_->on_ring_view(v);
 }
 

@@ -125,9 +125,11 @@ struct load_report {
   cache_stats cache;
   // Messages received outside the role's interface since start, by type name.
   std::map<std::string, uint64_t> unexpected_messages;
+  // Messages refused for their sender since start, by reason (endpoint::rejected_messages).
+  std::map<std::string, uint64_t> rejected_messages;
   MSGPACK_DEFINE_MAP(role, kv_blocks_total, kv_blocks_released, prompt_tokens_completed, running,
                      waiting, finished, planes, unavailable, ep_stage_seconds, ep_forwards, cache,
-                     unexpected_messages);
+                     unexpected_messages, rejected_messages);
 };
 
 // Also sent to the decode instance of a placed request, and to a prefill instance.
@@ -201,9 +203,10 @@ struct instance_stats {
   uint64_t ep_forwards = 0;
   cache_stats cache;
   std::map<std::string, uint64_t> unexpected_messages; // see load_report
+  std::map<std::string, uint64_t> rejected_messages;   // see load_report
   MSGPACK_DEFINE_MAP(name, role, alive, running, waiting, kv_blocks_used, kv_blocks_total,
                      outstanding_prompt_tokens, unavailable, ep_stage_seconds, ep_forwards, cache,
-                     unexpected_messages);
+                     unexpected_messages, rejected_messages);
 };
 
 struct cluster_stats {
@@ -215,7 +218,9 @@ struct cluster_stats {
   std::vector<std::pair<std::string, plane_traffic>> planes; // per instance
   std::string scheduler;                                     // who sent it
   std::map<std::string, uint64_t> scheduler_unexpected;      // its own, see load_report
-  MSGPACK_DEFINE_MAP(queued, instances, planes, scheduler, scheduler_unexpected);
+  std::map<std::string, uint64_t> scheduler_rejected;        // its own, see load_report
+  MSGPACK_DEFINE_MAP(queued, instances, planes, scheduler, scheduler_unexpected,
+                     scheduler_rejected);
 };
 
 // ---- to a decode instance --------------------------------------------------------------------

@@ -20,6 +20,9 @@ void scheduler_service::on(const transport::peer_id& from, const protocol::decod
                            transport::endpoint& out) {
   auto it = placed_.find(r.key);
   if (it == placed_.end()) return;
+  if (it->second.decode != from)
+    return out.reject(from, "not_from_placed_decode",
+                      "decode_assign_result for a request placed on " + it->second.decode);
   if (r.accepted()) {
     it->second.request = {}; // no longer needed
     return;
@@ -31,6 +34,10 @@ void scheduler_service::on(const transport::peer_id& from, const protocol::decod
 
 void scheduler_service::on(const transport::peer_id& from, const protocol::load_report& l,
                            transport::endpoint& out) {
+  if (const auto role = out.role_of(from); l.role != role)
+    return out.reject(from, "role_mismatch",
+                      "load_report as a " + l.role + " from a member whose role is " +
+                          (role.empty() ? "unknown" : role));
   if (l.role == "decode") {
     auto& d = decodes_[from];
     d.reported = true;
@@ -48,8 +55,11 @@ void scheduler_service::on(const transport::peer_id& from, const protocol::load_
   place_queued(out);
 }
 
-void scheduler_service::on(const transport::peer_id&, const protocol::cancel_request& c,
+void scheduler_service::on(const transport::peer_id& from, const protocol::cancel_request& c,
                            transport::endpoint& out) {
+  if (from != c.key.gateway)
+    return out.reject(from, "not_from_request_gateway",
+                      "cancel_request for a request of " + c.key.gateway);
   for (auto it = queue_.begin(); it != queue_.end(); ++it)
     if (it->key == c.key) {
       queue_.erase(it);
@@ -60,8 +70,13 @@ void scheduler_service::on(const transport::peer_id&, const protocol::cancel_req
     out.send("control", it->second.decode, transport::make_envelope(c));
 }
 
-void scheduler_service::on(const transport::peer_id&, const protocol::admit_request& a,
+void scheduler_service::on(const transport::peer_id& from, const protocol::admit_request& a,
                            transport::endpoint& out) {
+  // The key names the gateway the tokens go to: only that gateway may admit under it.
+  if (from != a.key.gateway)
+    return out.reject(from, "not_from_request_gateway",
+                      "admit_request under the key of " + a.key.gateway);
+  if (!out.expect_role(from, "gateway", "admit_request")) return;
   if (static_cast<int64_t>(queue_.size()) >= config_.max_queued) {
     out.send("control", a.key.gateway,
              transport::make_envelope(protocol::admit_rejected{
@@ -206,6 +221,7 @@ void scheduler_service::on_tick(transport::endpoint& out) {
     s.ep_forwards = last.ep_forwards;
     s.cache = last.cache;
     s.unexpected_messages = last.unexpected_messages;
+    s.rejected_messages = last.rejected_messages;
     for (auto& t : last.planes) stats.planes.emplace_back(name, t);
     stats.instances.push_back(s);
     return stats.instances.back();
@@ -221,6 +237,8 @@ void scheduler_service::on_tick(transport::endpoint& out) {
   }
   stats.scheduler = out.self();
   stats.scheduler_unexpected = out.unexpected_messages();
+  stats.scheduler_rejected = out.rejected_messages();
+  for (auto& t : plane_traffic_of(out)) stats.planes.emplace_back(out.self(), t);
   auto message = transport::make_envelope(std::move(stats));
   for (auto& g : instances_with_role(out.cluster(), "gateway")) out.send("control", g, message);
 }

@@ -1,8 +1,14 @@
 #include "services/serving/serving_config.hpp"
 
+#include "model/config.hpp"
+#include "model/kv_cache.hpp"
 #include "services/ems/model_blocks.hpp"
 #include "services/ems/object_store.hpp"
 #include "transport/config_schema.hpp"
+
+#include <cstdio>
+#include <stdexcept>
+#include <unistd.h>
 
 namespace supernode::services {
 
@@ -110,6 +116,52 @@ int64_t serving_config::prefill_pool_blocks() const {
   // A budget's worth of tokens, a partial block for each prompt in it, and room for the one
   // prompt longer than the budget that is chunked over several steps.
   return (prefill_token_budget + max_context) / block_size + 64;
+}
+
+namespace {
+
+std::string gib(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f GiB", bytes / double(uint64_t{1} << 30));
+  return text;
+}
+
+void require_fits(const std::string& key, int64_t value, double bytes, const std::string& what,
+                  uint64_t memory_bytes) {
+  if (bytes <= static_cast<double>(memory_bytes)) return;
+  throw std::runtime_error(key + " = " + std::to_string(value) + " asks for " + gib(bytes) + " (" +
+                           what + "), more than the " + gib(static_cast<double>(memory_bytes)) +
+                           " of memory here");
+}
+
+} // namespace
+
+void serving_config::check_sizes(const model::model_config& model, uint64_t memory_bytes) const {
+  // The pool layout of prefill_instance and decode_instance: the main model's layers only.
+  const model::kv_block_layout kv{model.num_hidden_layers, block_size, model.kv_lora_rank,
+                                  model.qk_rope_head_dim};
+  const double block_bytes = static_cast<double>(kv.block_bytes());
+  const std::string per_block = std::to_string(kv.block_bytes()) +
+                                " bytes per block: " + std::to_string(kv.layers) + " layers x " +
+                                std::to_string(block_size) + " tokens x " +
+                                std::to_string(kv.token_floats()) + " floats";
+  require_fits("[decode] kv_blocks", decode_kv_blocks, decode_kv_blocks * block_bytes,
+               "KV pool, " + per_block, memory_bytes);
+  const int64_t prefill_blocks = prefill_pool_blocks();
+  require_fits(prefill_kv_blocks > 0 ? "[prefill] kv_blocks"
+                                     : "[prefill] kv_blocks (0: from token_budget and "
+                                       "[model] max_context)",
+               prefill_blocks, prefill_blocks * block_bytes, "KV pool, " + per_block, memory_bytes);
+  require_fits("[decode] max_batch", decode_max_batch,
+               static_cast<double>(decode_max_batch) * static_cast<double>(model.vocab_size) * 4,
+               "one step's logits, vocab_size " + std::to_string(model.vocab_size) + " floats each",
+               memory_bytes);
+}
+
+void serving_config::check_sizes_against_model() const {
+  const auto pages = ::sysconf(_SC_PHYS_PAGES), page_bytes = ::sysconf(_SC_PAGESIZE);
+  check_sizes(model::model_config::load(model_path / "config.json"),
+              static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_bytes));
 }
 
 serving_config serving_config::from(const transport::config_document& file) {

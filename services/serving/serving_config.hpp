@@ -24,6 +24,10 @@
 #include <string>
 #include <vector>
 
+namespace supernode::model {
+struct model_config; // model/config.hpp
+} // namespace supernode::model
+
 namespace supernode::transport {
 class config_document;   // config_document.hpp
 struct config_table_doc; // config_schema.hpp
@@ -71,6 +75,15 @@ struct serving_config {
   std::string cache_model_key() const;
   // prefill_kv_blocks, or enough for a full budget plus one partly filled block per prompt.
   int64_t prefill_pool_blocks() const;
+
+  // The allocations these values size, checked against the model before a role loads weights
+  // or allocates a pool: each KV pool ([decode] kv_blocks; [prefill] kv_blocks, or what
+  // token_budget and max_context make of 0) and a full decode batch's logits ([decode]
+  // max_batch) must fit in `memory_bytes`. Throws std::runtime_error naming the key, its value
+  // and the bytes it asks for, instead of a bad_alloc (or the OOM killer) later.
+  void check_sizes(const model::model_config& model, uint64_t memory_bytes) const;
+  // The same for model_path's config.json and this machine's physical memory.
+  void check_sizes_against_model() const;
 
   // Reads the serving tables of a parsed file. Strict (transport/config_document.hpp): throws
   // std::runtime_error naming the file, line, table and key of an unknown key, a wrong type or a

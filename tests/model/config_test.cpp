@@ -61,3 +61,41 @@ TEST(config, missing_and_inconsistent_fields_are_named) {
   EXPECT_NE(error_of(k).find("gptq"), std::string::npos);
   EXPECT_THROW(preset_config("huge"), std::invalid_argument);
 }
+
+TEST(config, values_out_of_bounds_name_the_field_value_and_range) {
+  const auto j = preset_config("tiny").to_json();
+  struct bad {
+    const char* field;
+    nlohmann::json value;
+    const char* expected;
+  };
+  for (const auto& b : std::vector<bad>{
+           {"num_hidden_layers", 1000000,
+            "'num_hidden_layers' = 1000000 is out of range [1, 1024]"},
+           {"num_hidden_layers", 0, "'num_hidden_layers' = 0 is out of range [1, 1024]"},
+           {"vocab_size", int64_t{1} << 40, "'vocab_size' = 1099511627776 is out of range"},
+           {"hidden_size", -4, "'hidden_size' = -4 is out of range [1, 65536]"},
+           {"num_attention_heads", 5000, "'num_attention_heads' = 5000 is out of range"},
+           {"n_routed_experts", 100000, "'n_routed_experts' = 100000 is out of range [0, 4096]"},
+           {"num_experts_per_tok", 65, "'num_experts_per_tok' = 65 is out of range [1, 64]"},
+           {"v_head_dim", 0, "'v_head_dim' = 0 is out of range [1, 4096]"},
+           {"max_position_embeddings", 0, "'max_position_embeddings' = 0 is out of range"},
+           {"eos_token_id", 129280, "'eos_token_id' = 129280 is out of range [0, 129279]"},
+           {"first_k_dense_replace", 5, "'first_k_dense_replace' = 5 is out of range [0, 4]"},
+           {"rms_norm_eps", 0.0, "'rms_norm_eps' = 0 is out of range"},
+           {"num_hidden_layers", 1e30, "'num_hidden_layers' has the wrong type"},
+       }) {
+    auto k = j;
+    k[b.field] = b.value;
+    EXPECT_NE(error_of(k).find(b.expected), std::string::npos) << b.field << ": " << error_of(k);
+  }
+  auto k = j;
+  k["rope_scaling"]["factor"] = 0.5;
+  EXPECT_NE(error_of(k).find("'rope_scaling.factor' = 0.5 is out of range [1, 10000]"),
+            std::string::npos)
+      << error_of(k);
+  k = j;
+  k["quantization_config"]["weight_block_size"] = {0, 128};
+  EXPECT_NE(error_of(k).find("'quantization_config.weight_block_size[0]' = 0"), std::string::npos)
+      << error_of(k);
+}

@@ -186,3 +186,36 @@ TEST_F(safetensors_fixture, sharded_checkpoints_are_one_namespace) {
   auto msg = error_of([&] { checkpoint_reader::open(dir_); });
   EXPECT_NE(msg.find("'c' appears in both"), std::string::npos) << msg;
 }
+
+TEST_F(safetensors_fixture, non_finite_values_name_the_tensor_and_first_index) {
+  // F16 +Inf (0x7C00) and F32 NaN; the finite values before them convert as usual.
+  {
+    safetensors_writer w(dir_ / "model.safetensors",
+                         {{"half", dtype::f16, {2, 2}}, {"single", dtype::f32, {3}}});
+    std::vector<uint16_t> half{0x3C00, 0x3C00, 0x3C00, 0x7C00};
+    std::vector<float> single{1.0f, std::numeric_limits<float>::quiet_NaN(), 2.0f};
+    w.write_next(std::as_bytes(std::span(half)));
+    w.write_next(std::as_bytes(std::span(single)));
+    w.finish();
+  }
+  auto ckpt = checkpoint_reader::open(dir_);
+  std::vector<float> out(4);
+  auto msg = error_of([&] { ckpt.get("half").to_float(out.data()); });
+  EXPECT_NE(msg.find("model.safetensors: tensor 'half' (F16 [2, 2]) holds +Inf at index 3 [1, 1]"),
+            std::string::npos)
+      << msg;
+  msg = error_of([&] { ckpt.get("single").to_float(out.data()); });
+  EXPECT_NE(msg.find("tensor 'single' (F32 [3]) holds NaN at index 1 [1]"), std::string::npos)
+      << msg;
+  // Large finite values are weights like any other.
+  EXPECT_EQ(error_of([&] {
+              std::vector<float> big{std::numeric_limits<float>::max()};
+              safetensors_writer w(dir_ / "big.safetensors", {{"big", dtype::f32, {1}}});
+              w.write_next(std::as_bytes(std::span(big)));
+              w.finish();
+              auto f = safetensors_file::open(dir_ / "big.safetensors");
+              f->tensors().at("big").to_float(out.data());
+            }),
+            "");
+  EXPECT_EQ(out[0], std::numeric_limits<float>::max());
+}

@@ -128,10 +128,10 @@ TEST(cluster_config, documents_every_key_it_reads) {
     for (auto& k : tables[i].keys) keys.push_back(k.name);
     return keys;
   };
-  EXPECT_EQ(keys_of(0),
-            (std::vector<std::string>{"name", "run_dir", "heartbeat_ms", "missed_heartbeats"}));
+  EXPECT_EQ(keys_of(0), (std::vector<std::string>{"name", "run_dir", "key_dir", "heartbeat_ms",
+                                                  "missed_heartbeats"}));
   EXPECT_EQ(keys_of(2),
             (std::vector<std::string>{"default", "control", "bulk", "dispatch", "ems"}));
-  EXPECT_EQ(tables[0].keys[2].default_value, "`100`");
+  EXPECT_EQ(tables[0].keys[3].default_value, "`100`");
   EXPECT_EQ(tables[1].keys[0].range, "required; inproc, shm, zmq");
 }

@@ -3,7 +3,9 @@
 #include "transport/endpoint.hpp"
 #include "transport/plane_factory.hpp"
 
+#include <future>
 #include <gtest/gtest.h>
+#include <thread>
 
 using namespace supernode::transport;
 using namespace std::chrono_literals;
@@ -71,4 +73,111 @@ TEST(endpoint, messages_heartbeats_and_down_peers) {
   }));
   EXPECT_NE(outcome.find("peer beta-0 is down"), std::string::npos) << outcome;
   EXPECT_EQ(a->send("control", "beta-0", make_envelope(ping{})), send_status::peer_down);
+}
+
+namespace {
+
+constexpr const char* three_instances = R"(
+[cluster]
+name = "endpoint-forgery"
+heartbeat_ms = 20
+missed_heartbeats = 1000
+[planes.local]
+kind = "inproc"
+[flows]
+default = "local"
+[process.a]
+roles = ["alpha"]
+[process.b]
+roles = ["beta"]
+[process.c]
+roles = ["gamma"]
+)";
+
+// A reply type of this test's own: endpoints hand replies to the request that asked.
+struct test_reply {
+  static constexpr uint16_t type_id = 990;
+  static constexpr const char* type_name = "test_reply";
+  static constexpr uint32_t max_bytes = 256;
+  uint64_t reply_to = 0;
+  std::string text;
+  MSGPACK_DEFINE_MAP(reply_to, text);
+};
+
+struct three_endpoints {
+  cluster_config cluster = cluster_config::parse(three_instances, "three.toml");
+  endpoint alpha{cluster, "alpha-0", make_plane, 100}, beta{cluster, "beta-0", make_plane, 200},
+      gamma{cluster, "gamma-0", make_plane, 300};
+  inbox alpha_mail;
+  three_endpoints() {
+    register_message<test_reply>();
+    alpha_mail.attach(alpha);
+    for (auto* e : {&alpha, &beta, &gamma}) e->start();
+  }
+  uint64_t rejected(const std::string& reason) {
+    const auto all = alpha.rejected_messages();
+    auto it = all.find(reason);
+    return it == all.end() ? 0 : it->second;
+  }
+  // Waits until alpha counted `n` rejections for `reason` (nothing is delivered to wake a
+  // waiter: the count is the only trace, so it is polled, with a deadline).
+  bool wait_rejected(const std::string& reason, uint64_t n) {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (rejected(reason) < n)
+      if (std::chrono::steady_clock::now() > deadline)
+        return false;
+      else
+        std::this_thread::yield();
+    return true;
+  }
+};
+
+} // namespace
+
+TEST(endpoint, membership_messages_speak_only_for_their_sender) {
+  three_endpoints t;
+  // beta's heartbeat tells alpha beta's incarnation; the ping after it (same plane, in order)
+  // says when alpha has taken it.
+  t.beta.tick(std::chrono::steady_clock::now());
+  t.beta.send("control", "alpha-0", make_envelope(ping{1, 0, {}}));
+  ASSERT_TRUE(t.alpha_mail.wait_for([&] { return t.alpha_mail.count<ping>() == 1; }));
+
+  // gamma speaks for beta: a leave, a heartbeat of a "restarted" beta, a join with its addresses.
+  ASSERT_EQ(
+      t.gamma.send("control", "alpha-0", make_envelope(member_leave{"beta-0", "forged", 200})),
+      send_status::ok);
+  ASSERT_TRUE(t.wait_rejected("leave_for_another", 1));
+  t.gamma.send("control", "alpha-0", make_envelope(heartbeat{"beta-0", 999, 1}));
+  ASSERT_TRUE(t.wait_rejected("heartbeat_for_another", 1));
+  t.gamma.send("control", "alpha-0", make_envelope(member_join{"beta-0", "beta", 999, {}}));
+  ASSERT_TRUE(t.wait_rejected("join_for_another", 1));
+  // beta's own connection, but a leave of an earlier process of beta.
+  t.beta.send("control", "alpha-0", make_envelope(member_leave{"beta-0", "stale", 150}));
+  ASSERT_TRUE(t.wait_rejected("stale_incarnation", 1));
+
+  EXPECT_TRUE(t.alpha.is_alive("beta-0"));
+  {
+    std::lock_guard lock(t.alpha_mail.m);
+    for (auto& e : t.alpha_mail.events)
+      EXPECT_NE(e.peer, "beta-0") << "a forged message moved beta's membership: " << e.reason;
+  }
+  // beta's real leave is taken.
+  t.beta.announce_leave("done");
+  ASSERT_TRUE(t.alpha_mail.wait_for([&] { return !t.alpha.is_alive("beta-0"); }));
+}
+
+TEST(endpoint, a_reply_counts_only_from_the_peer_asked) {
+  three_endpoints t;
+  std::promise<std::string> answer;
+  auto id = t.alpha.pending().add("beta-0", std::chrono::steady_clock::now() + 10s,
+                                  [&](std::optional<envelope> reply, const std::string& error) {
+                                    answer.set_value(reply ? reply->get<test_reply>()->text
+                                                           : "error: " + error);
+                                  });
+  ASSERT_TRUE(id);
+  // Ids are small and guessable: gamma answers first.
+  t.gamma.send("control", "alpha-0", make_envelope(test_reply{*id, "forged"}));
+  ASSERT_TRUE(t.wait_rejected("reply_from_another", 1));
+  t.beta.send("control", "alpha-0", make_envelope(test_reply{*id, "real"}));
+  EXPECT_EQ(answer.get_future().get(), "real");
 }

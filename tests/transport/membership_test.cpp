@@ -93,10 +93,12 @@ TEST(pending_requests, replies_timeouts_and_dead_peers) {
   ASSERT_TRUE(a && b && c);
   EXPECT_FALSE(p.add("d2", t0, record)); // bounded
   EXPECT_EQ(*p.next_deadline(), t0 + 50ms);
-  EXPECT_TRUE(p.complete(*a, make_envelope(pong{})));
-  EXPECT_FALSE(p.complete(*a, make_envelope(pong{}))); // late duplicate dropped
-  EXPECT_EQ(p.expire(t0 + 60ms), 1u);                  // b
-  EXPECT_EQ(p.fail_peer("d1", "no heartbeat"), 1u);    // c
+  using outcome = pending_requests::reply_outcome;
+  EXPECT_EQ(p.complete(*a, "other", make_envelope(pong{})), outcome::wrong_sender);
+  EXPECT_EQ(p.complete(*a, "d0", make_envelope(pong{})), outcome::delivered);
+  EXPECT_EQ(p.complete(*a, "d0", make_envelope(pong{})), outcome::late); // late duplicate dropped
+  EXPECT_EQ(p.expire(t0 + 60ms), 1u);                                    // b
+  EXPECT_EQ(p.fail_peer("d1", "no heartbeat"), 1u);                      // c
   ASSERT_EQ(outcomes.size(), 3u);
   EXPECT_EQ(outcomes[0], "reply");
   EXPECT_EQ(outcomes[1], "request to d1 timed out");

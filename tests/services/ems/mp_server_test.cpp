@@ -24,6 +24,7 @@ namespace {
 
 constexpr const char* tables = "[process.ems]\nroles = [\"mp_server\"]\n"
                                "[process.probe]\nroles = [\"probe\"]\n"
+                               "[process.controller]\nroles = [\"mp_controller\"]\n"
                                "[ems]\ndram_bytes = 8388608\nssd_bytes = 268435456\n";
 constexpr const char* server = "mp_server-0";
 
@@ -37,6 +38,9 @@ struct server_bench {
   supernode::testing::inproc_cluster_file config{"mp-server-test", tables};
   supernode::testing::probe_endpoint client{config.file.cluster, "probe-0",
                                             [](transport::endpoint&) {}};
+  // Stands in for the MP controller: ring views (and the quotas in them) count only from it.
+  supernode::testing::probe_endpoint controller{config.file.cluster, "mp_controller-0",
+                                                [](transport::endpoint&) {}};
   supernode::testing::role_host<ems::mp_server> host{
       config.file.cluster, server,
       std::make_shared<ems::mp_server>(config.file.cluster, server, config.file.serving.ems)};
@@ -44,16 +48,20 @@ struct server_bench {
   // Sends `request` under a fresh request id and waits for the reply that answers it.
   template<class Reply, class Request>
   std::optional<Reply> ask(Request request) {
+    return ask_as<Reply>(client.ep, std::move(request));
+  }
+  template<class Reply, class Request>
+  std::optional<Reply> ask_as(transport::endpoint& asker, Request request) {
     auto promise = std::make_shared<std::promise<std::optional<transport::envelope>>>();
     auto future = promise->get_future();
-    const auto id = client.ep.pending().add(
+    const auto id = asker.pending().add(
         server, std::chrono::steady_clock::now() + 5s,
         [promise](std::optional<transport::envelope> reply, const std::string&) {
           promise->set_value(std::move(reply));
         });
     if (!id) return std::nullopt;
     request.request_id = *id;
-    EXPECT_EQ(client.ep.send("ems", server, transport::make_envelope(request)),
+    EXPECT_EQ(asker.send("ems", server, transport::make_envelope(request)),
               transport::send_status::ok);
     if (future.wait_for(10s) != std::future_status::ready) return std::nullopt;
     const auto reply = future.get();
@@ -75,13 +83,14 @@ struct server_bench {
     p.data = std::move(data);
     return ask<pr::ems_put_reply>(std::move(p));
   }
-  void push_quota(const std::string& ns, uint64_t bytes) {
+  void push_quota(const std::string& ns, uint64_t bytes, transport::endpoint& from) {
     pr::ems_ring_view v;
     v.version = 1;
     v.servers = {server};
     v.quotas = {{ns, bytes}};
-    ASSERT_EQ(client.ep.send("ems", server, transport::make_envelope(v)),
-              transport::send_status::ok);
+    ASSERT_EQ(from.send("ems", server, transport::make_envelope(v)), transport::send_status::ok);
+    // The server takes one sender's messages in order: its answer to this follows the view.
+    ASSERT_TRUE(ask_as<pr::ems_list_reply>(from, pr::ems_list{0, ns}));
   }
 };
 
@@ -139,7 +148,9 @@ TEST(mp_server, put_get_exists_remove_and_list_answer_through_messages) {
 
 TEST(mp_server, a_put_over_the_namespace_quota_fails_with_quota_exceeded) {
   server_bench b;
-  b.push_quota("small", 1000);
+  // A client's ring view is refused: its quota would let it starve other namespaces.
+  b.push_quota("small", 10, b.client.ep);
+  b.push_quota("small", 1000, b.controller.ep);
   const auto first = b.put("small", {"fits"}, {value_of("fits", 600)});
   ASSERT_TRUE(first);
   ASSERT_EQ(first->errors.size(), 1u);
@@ -157,6 +168,7 @@ TEST(mp_server, a_put_over_the_namespace_quota_fails_with_quota_exceeded) {
   const auto elsewhere = b.put("big", {"over"}, {value_of("over", 600)});
   ASSERT_TRUE(elsewhere);
   EXPECT_TRUE(elsewhere->errors.at(0).ok()) << elsewhere->errors.at(0);
+  EXPECT_EQ(b.host.endpoint().rejected_messages().at("not_from_mp_controller"), 1u);
 }
 
 TEST(mp_server, a_malformed_put_fails_with_malformed_request) {

@@ -1,6 +1,7 @@
 // The gateway's request tracker without sockets or a cluster: a fake exchange records what the
 // client would see, and when. A client that reads the end of one request and sends the next at
 // once must find the first one's slot given back (with max_pending = 1 it would get a 429).
+// Tokens count only from the decode instance a request is placed on.
 
 #include "services/gateway/request_tracker.hpp"
 
@@ -17,7 +18,10 @@ namespace {
 class recording_exchange : public http_exchange {
 public:
   explicit recording_exchange(const request_tracker& t) : tracker_(t) {}
-  void respond(unsigned status, std::string, std::string) override { end(status); }
+  void respond(unsigned status, std::string, std::string text) override {
+    body = std::move(text);
+    end(status);
+  }
   void send_event(std::string) override {}
   void end_stream() override { end(200); }
   void set_disconnect_handler(std::function<void()>) override {}
@@ -25,6 +29,7 @@ public:
 
   std::future<size_t> in_flight_at_end() { return at_end_.get_future(); }
   unsigned status = 0;
+  std::string body;
 
 private:
   void end(unsigned s) {
@@ -39,13 +44,16 @@ private:
 
 struct tracker_under_test {
   metrics_registry metrics;
-  request_tracker tracker{metrics, 1,
-                          request_tracker::upstream{
-                              [](const protocol::admit_request&) {
-                                return transport::send_status::ok;
-                              },
-                              [](const tracked_request&, const std::string&) {},
-                              [](int32_t token) { return std::to_string(token); }}};
+  request_tracker tracker{
+      metrics, 1,
+      request_tracker::upstream{
+          [](const protocol::admit_request&) { return transport::send_status::ok; },
+          [](const tracked_request&, const std::string&) {},
+          [](int32_t token) { return std::to_string(token); },
+          [this](const std::string& from, const std::string& reason, const std::string&) {
+            rejected.emplace_back(from, reason);
+          }}};
+  std::vector<std::pair<std::string, std::string>> rejected; // on the tracker's thread
 
   // A reserved, admitted request with id `id`; its exchange records the end.
   std::shared_ptr<recording_exchange> start(uint64_t id, bool stream) {
@@ -59,13 +67,14 @@ struct tracker_under_test {
     protocol::admit_request message;
     message.key = {"gateway-0", id};
     tracker.admit(r, message);
+    tracker.placed({message.key, "prefill-0", "decode-0"});
     return ex;
   }
   void send(uint64_t id, std::vector<int32_t> tokens, protocol::finish_reason finish,
-            protocol::error failure = {}) {
+            protocol::error failure = {}, const std::string& from = "decode-0") {
     auto batch = std::make_shared<protocol::token_batch>();
     batch->updates.push_back({{"gateway-0", id}, std::move(tokens), finish, std::move(failure)});
-    tracker.tokens(batch);
+    tracker.tokens(from, batch);
   }
 };
 
@@ -92,4 +101,42 @@ TEST(request_tracker, a_failed_request_frees_its_slot_before_the_error_reaches_t
   EXPECT_EQ(at_end.get(), 0u);
   EXPECT_GE(ex->status, 400u);
   EXPECT_TRUE(t.tracker.reserve());
+}
+
+TEST(request_tracker, tokens_from_another_instance_are_rejected_and_change_nothing) {
+  tracker_under_test t;
+  auto ex = t.start(1, false);
+  auto at_end = ex->in_flight_at_end();
+  // A forged batch: three tokens and an early end, from an instance the request is not on.
+  t.send(1, {7, 7, 7}, protocol::finish_reason::stop, {}, "decode-1");
+  t.send(1, {5, 6}, protocol::finish_reason::length);
+  EXPECT_EQ(at_end.get(), 0u);
+  EXPECT_EQ(ex->status, 200u);
+  EXPECT_NE(ex->body.find("\"completion_tokens\":2"), std::string::npos) << ex->body;
+  EXPECT_NE(ex->body.find("\"text\":\"56\""), std::string::npos) << ex->body;
+  ASSERT_EQ(t.rejected.size(), 1u);
+  EXPECT_EQ(t.rejected[0],
+            std::make_pair(std::string("decode-1"), std::string("not_from_placed_decode")));
+}
+
+TEST(request_tracker, updates_before_the_placement_wait_for_it_then_count_only_from_its_decode) {
+  tracker_under_test t;
+  EXPECT_TRUE(t.tracker.reserve());
+  auto ex = std::make_shared<recording_exchange>(t.tracker);
+  auto r = std::make_shared<tracked_request>();
+  r->id = 9;
+  r->ex = ex;
+  r->text = std::make_unique<text_stream>(std::vector<std::string>{});
+  protocol::admit_request message;
+  message.key = {"gateway-0", 9};
+  t.tracker.admit(r, message);
+  auto at_end = ex->in_flight_at_end();
+  t.send(9, {1}, protocol::finish_reason::none, {}, "decode-1");      // forged, early
+  t.send(9, {2, 3}, protocol::finish_reason::length, {}, "decode-0"); // real, early
+  t.tracker.placed({message.key, "prefill-0", "decode-0"});
+  EXPECT_EQ(at_end.get(), 0u);
+  EXPECT_EQ(ex->status, 200u);
+  EXPECT_NE(ex->body.find("\"completion_tokens\":2"), std::string::npos) << ex->body;
+  ASSERT_EQ(t.rejected.size(), 1u);
+  EXPECT_EQ(t.rejected[0].first, "decode-1");
 }

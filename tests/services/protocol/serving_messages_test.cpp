@@ -84,6 +84,7 @@ load_report report() {
   r.ep_forwards = 99;
   r.cache = cache();
   r.unexpected_messages = {{"ping", 3}, {"admit_request", 1}};
+  r.rejected_messages = {{"not_from_placed_decode", 2}};
   return r;
 }
 
@@ -128,6 +129,7 @@ instance_stats instance(const std::string& name) {
   s.ep_forwards = 6;
   s.cache = cache();
   s.unexpected_messages = {{"kv_transfer", 2}};
+  s.rejected_messages = {{"leave_for_another", 1}};
   return s;
 }
 
@@ -138,6 +140,7 @@ cluster_stats stats() {
   c.planes = {{"decode-0", traffic("ub", 300)}, {"prefill-0", traffic("vpc", 400)}};
   c.scheduler = "scheduler-0";
   c.scheduler_unexpected = {{"token_batch", 4}};
+  c.scheduler_rejected = {{"not_from_request_gateway", 5}};
   return c;
 }
 
@@ -297,6 +300,7 @@ TEST_F(serving_messages, load_reports_and_cluster_stats_round_trip) {
   EXPECT_EQ(s->planes[1].first, "prefill-0");
   EXPECT_EQ(s->planes[1].second.bytes_sent, 401u);
   EXPECT_EQ(s->scheduler_unexpected.at("token_batch"), 4u);
+  EXPECT_EQ(s->scheduler_rejected.at("not_from_request_gateway"), 5u);
 }
 
 TEST_F(serving_messages, damaged_frames_of_every_type_are_refused_and_counted) {
