@@ -32,12 +32,16 @@ int cmd_bench(cli_args& args) {
   }
   if (what && *what == "planes") {
     const bool quick = args.take_flag("--quick");
+    const bool curve_only = args.take_flag("--curve-only");
     args.expect_consumed("bench planes");
     // The shm and zmq benchmarks fork: run them before anything here starts a thread.
     nlohmann::json out;
-    out["shm"] = run_shm_plane_bench(quick);
-    out["zmq"] = run_zmq_plane_bench(quick);
-    out["inproc"] = run_inproc_plane_bench(quick);
+    if (!curve_only) {
+      out["shm"] = run_shm_plane_bench(quick);
+      out["zmq"] = run_zmq_plane_bench(quick);
+    }
+    out["zmq_curve"] = run_zmq_curve_bench(quick);
+    if (!curve_only) out["inproc"] = run_inproc_plane_bench(quick);
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
   }

@@ -1,20 +1,44 @@
 #include "apps/cluster_runner.hpp"
 #include "apps/commands.hpp"
+#include "transport/cluster_keys.hpp"
+
+#include <cstdio>
 
 namespace supernode::apps {
+
+namespace {
+
+// Makes the key pairs the config's instances lack, in its key folder (0700, files 0600). Run it
+// once before handing the folder's .public files (and each host's .secret files) out; running
+// it again makes only what is missing.
+int cluster_keys(const transport::cluster_config& cluster) {
+  const transport::cluster_keys keys(cluster.keys_dir());
+  std::vector<std::string> names;
+  for (const auto& instance : cluster.instances()) names.push_back(instance.name);
+  const auto made = keys.ensure(names);
+  std::printf("cluster %s keys in %s: made %zu key pair(s), %zu instance(s) had theirs\n",
+              cluster.name.c_str(), keys.dir().c_str(), made.size(), names.size() - made.size());
+  for (const auto& name : made)
+    std::printf("made %s.secret and %s.public\n", name.c_str(), name.c_str());
+  return 0;
+}
+
+} // namespace
 
 int cmd_cluster(cli_args& args) {
   auto action = args.take_positional();
   auto config = args.take("--config");
   auto model = args.take("--model");
-  if (!action || (*action != "up" && *action != "status" && *action != "down") || !config)
-    throw usage_error("expected `cluster up|status|down --config FILE [--model DIR]`");
+  if (!action ||
+      (*action != "up" && *action != "status" && *action != "down" && *action != "keys") || !config)
+    throw usage_error("expected `cluster up|status|down|keys --config FILE [--model DIR]`");
   args.expect_consumed("cluster " + *action);
   // Only `up` starts roles that load the model; the others just find the processes.
   const bool up = *action == "up";
   auto setup = load_serving_setup(*config, model, up);
   if (up) return cluster_up(setup, *config);
   if (*action == "status") return cluster_status(setup);
+  if (*action == "keys") return cluster_keys(setup.cluster);
   return cluster_down(setup);
 }
 

@@ -26,6 +26,8 @@ commands:
   cluster up|status|down --config FILE [--model DIR]
               one process per process instance of FILE on this host (logs and pid files in
               its run_dir)
+  cluster keys --config FILE
+              the CurveZMQ key pairs FILE's instances lack, made in its key folder (0700)
   role NAME   --config FILE --id ID [--model DIR]
               one process of a cluster: the role instances that FILE's [process.NAME] lists
   config keys                 every table and key of a config file (docs/configuration.md)
@@ -35,7 +37,8 @@ commands:
                                             INT8/FP32 GEMM against oneDNN (native and capped at
                                             each path's ISA) and OpenBLAS
   bench model   [--model DIR] [--quick]     decode step, prefill throughput, API-key check
-  bench planes  [--quick]                   shm, zmq and inproc planes against raw baselines
+  bench planes  [--quick] [--curve-only]    shm, zmq and inproc planes against raw baselines,
+                                            and zmq with CurveZMQ on against off over tcp
   bench serve   [--url URL] ...             load generator against a running server
                                             (`supernode bench serve --help`)
 

@@ -82,16 +82,24 @@ cluster_keys::cluster_keys(fs::path dir) : dir_(std::move(dir)) {}
 std::vector<std::string> cluster_keys::ensure(const std::vector<std::string>& instances) const {
   ensure_private_dir(dir_);
   std::vector<std::string> made;
+  auto write_public = [&](const std::string& name, const std::string& key) {
+    write_private_file(public_file(dir_, name), "public = \"" + key + "\"\n");
+  };
   for (const auto& name : instances) {
-    if (fs::exists(secret_file(dir_, name))) continue;
-    const auto pair = make_curve_keypair();
-    // The secret first: whoever wins it writes the public half of the same pair.
-    if (!create_private_file(secret_file(dir_, name), "public = \"" + pair.public_key +
-                                                          "\"\nsecret = \"" + pair.secret_key +
-                                                          "\"\n"))
-      continue;
-    write_private_file(public_file(dir_, name), "public = \"" + pair.public_key + "\"\n");
-    made.push_back(name);
+    if (!fs::exists(secret_file(dir_, name))) {
+      const auto pair = make_curve_keypair();
+      // The secret first: whoever wins it writes the public half of the same pair.
+      if (create_private_file(secret_file(dir_, name), "public = \"" + pair.public_key +
+                                                           "\"\nsecret = \"" + pair.secret_key +
+                                                           "\"\n")) {
+        write_public(name, pair.public_key);
+        made.push_back(name);
+        continue;
+      }
+    }
+    // Another process won the secret and may not have written its public half yet: write it
+    // from the secret (the same bytes), or this process could look for that key in vain.
+    if (!fs::exists(public_file(dir_, name))) write_public(name, own(name).public_key);
   }
   return made;
 }

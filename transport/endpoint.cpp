@@ -136,6 +136,11 @@ std::map<std::string, uint64_t> endpoint::rejected_messages() const {
     std::lock_guard lock(refused_mutex_);
     out = rejected_;
   }
+  for (auto& [name, p] : planes_) {
+    const auto& c = p->counters();
+    if (const auto n = c.handshakes_refused.load()) out["handshake_refused"] += n;
+    if (const auto n = c.identity_mismatch.load()) out["identity_mismatch"] += n;
+  }
   return out;
 }
 

@@ -2,7 +2,10 @@
 // A base port for a ZeroMQ tcp plane on this host (it takes 3 ports per instance from the base):
 // `count` consecutive ports that are free on 127.0.0.1 now. Free now only — another program may
 // take one before the cluster binds it — so callers draw at random from a wide range, which makes
-// two callers (parallel tests, a benchmark beside them) unlikely to pick the same range.
+// two callers (parallel tests, a benchmark beside them) unlikely to pick the same range. The range
+// ends below Linux's default ephemeral ports (32768 up): a DEALER retrying a peer that has not
+// bound yet takes a new ephemeral port for every attempt, and one of them must not be a port the
+// cluster is about to bind ("Address already in use", or a tcp self-connect).
 // Header-only, so test helpers that link no library can use it.
 
 #include <arpa/inet.h>
@@ -32,7 +35,7 @@ inline int free_tcp_port_range(int count, uint64_t salt) {
   uint64_t x = static_cast<uint64_t>(::getpid()) * 0x9e3779b97f4a7c15ull + salt * 7919 + 1;
   for (int attempt = 0; attempt < 200; ++attempt) {
     x = x * 6364136223846793005ull + 1442695040888963407ull;
-    const int base = 20000 + static_cast<int>((x >> 33) % static_cast<uint64_t>(40000 - count));
+    const int base = 20000 + static_cast<int>((x >> 33) % static_cast<uint64_t>(12768 - count));
     bool ok = true;
     for (int p = base; p < base + count && ok; ++p) ok = tcp_port_free(p);
     if (ok) return base;

@@ -31,9 +31,11 @@ struct plane_counters {
   std::atomic<uint64_t> messages_sent{0}, messages_received{0};
   std::atomic<uint64_t> bytes_sent{0}, bytes_received{0};
   std::atomic<uint64_t> queue_full{0};
-  // Links refused because the peer could not prove the identity it claimed (a shm ring whose
-  // MAC does not verify with the claimed sender's key, a key of no instance).
-  std::atomic<uint64_t> identity_mismatch{0};
+  // Trust: handshakes the plane refused (zmq under CURVE: no CURVE, a key of no instance, a
+  // wrong server key), and links or messages dropped because the peer could not prove the
+  // identity it claimed (a zmq connection that proved another instance; a shm ring whose MAC
+  // does not verify with the claimed sender's key).
+  std::atomic<uint64_t> handshakes_refused{0}, identity_mismatch{0};
   frame_error_counters bad_frames;
 };
 

@@ -6,6 +6,8 @@
 #include "transport/zmq_plane.hpp"
 
 #include <filesystem>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 
 namespace supernode::transport {
@@ -31,6 +33,22 @@ std::shared_ptr<inproc_hub> process_inproc_hub() {
   return hub;
 }
 
+std::shared_ptr<const cluster_keys> cluster_keys_for(const cluster_config& cluster) {
+  static std::mutex mutex;
+  static std::map<std::filesystem::path, std::shared_ptr<const cluster_keys>> made;
+  const auto dir = cluster.keys_dir();
+  std::lock_guard lock(mutex);
+  auto& keys = made[dir];
+  if (!keys) keys = std::make_shared<const cluster_keys>(dir);
+  // Every time: instances a later config adds get their pairs too (a few stat calls).
+  if (cluster.keys_made_on_start()) {
+    std::vector<std::string> names;
+    for (const auto& inst : cluster.instances()) names.push_back(inst.name);
+    keys->ensure(names);
+  }
+  return keys;
+}
+
 std::unique_ptr<plane> make_plane(const cluster_config& cluster, const plane_config& pc,
                                   const instance_config& self) {
   if (pc.kind == "inproc")
@@ -42,6 +60,7 @@ std::unique_ptr<plane> make_plane(const cluster_config& cluster, const plane_con
     o.control_endpoint = cluster.address(self, pc, "control");
     o.bulk_endpoint = cluster.address(self, pc, "bulk");
     o.queue_limit = pc.queue_limit;
+    o.keys = cluster_keys_for(cluster);
     auto p = std::make_unique<zmq_plane>(o);
     // Every instance of the config is reachable from the start; zmq connects before the peer
     // binds and delivers once it does.

@@ -13,6 +13,7 @@
 
 #include "log/log.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -24,6 +25,8 @@
 #include <vector>
 
 namespace supernode::transport {
+
+class cluster_keys;
 
 class rank_fabric {
 public:
@@ -53,6 +56,9 @@ public:
   virtual void leave() = 0;
   // Bytes this rank wrote into peers' regions (its own excluded), for bandwidth figures.
   uint64_t bytes_sent() const { return bytes_sent_; }
+  // ZeroMQ with keys: handshakes refused and messages dropped because their connection proved
+  // another instance than the rank they name (nobody else can make them). Any thread.
+  uint64_t trust_rejections() const { return trust_rejections_.load(); }
   // Who the group's lines name: the rank's instance (rank_fabric_options::log).
   const log::logger& log() const { return log_; }
 
@@ -62,6 +68,7 @@ protected:
   int rank_, ranks_;
   size_t bytes_, flags_;
   uint64_t bytes_sent_ = 0;
+  std::atomic<uint64_t> trust_rejections_{0};
   log::logger log_;
 };
 
@@ -76,6 +83,12 @@ struct rank_fabric_options {
   // binds addresses[r] and connects to the others.
   std::vector<std::string> addresses;
   log::logger log; // the rank's instance and incarnation, for the fabric's and the group's lines
+  // ZeroMQ trust: with keys, every connection is CurveZMQ (zmq_curve.hpp) and a message counts
+  // as from rank r only when its connection proved the key of instances[r] (the instance names
+  // by rank; this rank's own key pair is that of instances[rank]). Null: no security (ranks as
+  // threads of one process, tests).
+  std::shared_ptr<const cluster_keys> keys;
+  std::vector<std::string> instances;
 };
 
 // Registers this rank's region in shared memory (peers on the same host open it by name).

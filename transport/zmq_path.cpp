@@ -4,7 +4,6 @@
 
 #include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <pthread.h>
 #include <sys/eventfd.h>
 #include <system_error>
@@ -58,11 +57,20 @@ void zmq_path::name_thread(const char* role) {
 zmq_path::zmq_path(path_settings settings, path_callbacks callbacks)
     : settings_(std::move(settings)), callbacks_(std::move(callbacks)), context_(1),
       router_(context_, zmq::socket_type::router) {
+  if (settings_.keys) {
+    zap_ = std::make_unique<zap_handler>(
+        context_, settings_.keys, [this](const std::string& address, const std::string& why) {
+          callbacks_.on_trouble("a client at " + address, "refused a key: " + why);
+        });
+    make_curve_server(router_, settings_.own);
+  }
   router_.set(zmq::sockopt::linger, 0);
-  // A restarted peer reuses its id while the dead connection may linger: the new one wins.
+  // Routing ids are unique per DEALER socket (zmq_curve.hpp), so this only matters for a
+  // socket that reconnects while its dead connection lingers here: the new one wins.
   router_.set(zmq::sockopt::router_handover, true);
   router_.set(zmq::sockopt::rcvhwm, settings_.receive_hwm);
   router_.set(zmq::sockopt::maxmsgsize, settings_.max_message_bytes);
+  handshakes_ = std::make_unique<handshake_watch>(context_, router_);
   router_.bind(settings_.bind_endpoint);
   endpoint_ = router_.get(zmq::sockopt::last_endpoint);
   if (endpoint_.starts_with("ipc://") && endpoint_.size() > 6 && endpoint_[6] != '@')
@@ -107,7 +115,9 @@ void zmq_path::stop() {
     d.monitor.close();
   }
   dealers_.clear();
+  handshakes_->close();
   router_.close();
+  if (zap_) zap_->close();
   {
     std::lock_guard lock(mutex_);
     for (auto& c : commands_)
@@ -228,8 +238,9 @@ void zmq_path::open_dealer(const std::shared_ptr<peer_link>& link, const std::st
            zmq::socket_t(context_, zmq::socket_type::dealer),
            zmq::socket_t(context_, zmq::socket_type::pair),
            {}};
-  d.socket.set(zmq::sockopt::routing_id, settings_.self);
+  d.socket.set(zmq::sockopt::routing_id, connection_routing_id(settings_.self));
   d.socket.set(zmq::sockopt::linger, 0);
+  if (settings_.keys) make_curve_client(d.socket, settings_.own, link->server_key);
   // No zmq bound: peer_link counts every message until it is on the wire and bounds that.
   d.socket.set(zmq::sockopt::sndhwm, 0);
   if (settings_.heartbeats) {
@@ -238,7 +249,8 @@ void zmq_path::open_dealer(const std::shared_ptr<peer_link>& link, const std::st
   }
   const std::string address = "inproc://zmq-path-monitor-" + std::to_string(monitors_opened_++);
   if (zmq_socket_monitor(d.socket.handle(), address.c_str(),
-                         ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) != 0)
+                         ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED | handshake_failure_events) !=
+      0)
     throw zmq::error_t();
   d.monitor.set(zmq::sockopt::linger, 0);
   d.monitor.connect(address);
@@ -248,15 +260,13 @@ void zmq_path::open_dealer(const std::shared_ptr<peer_link>& link, const std::st
 }
 
 void zmq_path::drain_monitor(dealer& d) {
-  for (;;) {
-    zmq::message_t event, where;
-    if (!d.monitor.recv(event, zmq::recv_flags::dontwait)) return;
-    if (!event.more() || !d.monitor.recv(where, zmq::recv_flags::none) || event.size() < 6)
-      continue;
-    uint16_t id;
-    std::memcpy(&id, event.data(), sizeof id);
-    if (id == ZMQ_EVENT_CONNECTED || id == ZMQ_EVENT_DISCONNECTED)
-      callbacks_.on_link(d.link, id == ZMQ_EVENT_CONNECTED, where.to_string());
+  monitor_event e;
+  while (read_monitor_event(d.monitor, e)) {
+    if (e.id == ZMQ_EVENT_CONNECTED || e.id == ZMQ_EVENT_DISCONNECTED)
+      callbacks_.on_link(d.link, e.id == ZMQ_EVENT_CONNECTED, e.address);
+    else if (auto why = handshake_failure(e.id, e.value))
+      callbacks_.on_trouble(d.link->id, "handshake with " + d.link->id + " at " + e.address +
+                                            " failed: " + *why);
   }
 }
 
@@ -280,10 +290,15 @@ void zmq_path::flush(dealer& d) {
 
 void zmq_path::run_receiver() {
   std::vector<zmq::pollitem_t> items{{router_.handle(), 0, ZMQ_POLLIN, 0},
-                                     {nullptr, receiver_fd_, ZMQ_POLLIN, 0}};
+                                     {nullptr, receiver_fd_, ZMQ_POLLIN, 0},
+                                     handshakes_->poll_item()};
+  if (zap_) items.push_back(zap_->poll_item());
   std::vector<zmq::message_t> parts;
   while (!stopping_) {
     poll_retrying(items);
+    // Handshakes first: a flood of messages must not hold back a peer's connection.
+    if (items[2].revents) handshakes_->drain(callbacks_.on_handshake_refused);
+    if (zap_ && items[3].revents) zap_->serve();
     // A bounded batch, then poll again, so stop() is noticed under a flood.
     for (int i = 0; i < 64 && !stopping_; ++i) {
       parts.clear();

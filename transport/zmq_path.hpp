@@ -1,11 +1,14 @@
 #pragma once
 // One path of the zmq plane (control or bulk): its own zmq context and I/O thread, a ROUTER
 // bound for incoming frames and one DEALER per connected peer for outgoing ones. Each socket
-// belongs to exactly one thread: the receive thread owns the ROUTER, the send thread owns the
-// DEALERs and their monitors. Other threads talk to the send thread through a command queue
-// and an eventfd, which zmq::poll watches next to the sockets.
+// belongs to exactly one thread: the receive thread owns the ROUTER, its handshake monitor and
+// the context's ZAP handler (zmq_curve.hpp), the send thread owns the DEALERs and their monitors.
+// Other threads talk to the send thread through a command queue and an eventfd, which zmq::poll
+// watches next to the sockets.
 
+#include "transport/cluster_keys.hpp"
 #include "transport/message.hpp"
+#include "transport/zmq_curve.hpp"
 
 #include <atomic>
 #include <cstddef>
@@ -26,8 +29,10 @@ namespace supernode::transport::detail {
 // zmq has written them to the kernel (the zero-copy free function runs), so the bound covers
 // our queue and zmq's pipe alike and a peer that stops reading pushes back on the sender.
 struct peer_link {
-  explicit peer_link(std::string peer) : id(std::move(peer)) {}
+  explicit peer_link(std::string peer, std::string curve_server_key = {})
+      : id(std::move(peer)), server_key(std::move(curve_server_key)) {}
   const std::string id;
+  const std::string server_key; // the peer's CURVE public key (Z85) when the path is secured
   std::atomic<size_t> queued_messages{0}, queued_bytes{0};
   std::atomic<bool> down{false};
   std::atomic<bool> connected[2]{false, false}; // per path, from the socket monitors
@@ -41,11 +46,15 @@ struct peer_link {
 struct path_settings {
   std::string name;          // "control" or "bulk", for logs
   int index = 0;             // into peer_link::connected
-  std::string self;          // our routing id on every DEALER
+  std::string self;          // the identity our DEALERs claim (routing id self#nonce)
   std::string bind_endpoint; // ipc://..., tcp://host:port or tcp://host:*
   int receive_hwm = 1000;    // messages the ROUTER buffers per peer before pushing back
   int64_t max_message_bytes = -1;
   bool heartbeats = false; // zmq-level PING/PONG, so a silent tcp peer is noticed too
+  // CURVE: with keys, the ROUTER is a server holding `own` and the context's ZAP handler names
+  // each client by its key; DEALERs are clients of their link's server_key. Null: no security.
+  std::shared_ptr<const cluster_keys> keys;
+  curve_keypair own;
 };
 
 struct path_callbacks {
@@ -56,7 +65,10 @@ struct path_callbacks {
   std::function<void(const std::shared_ptr<peer_link>&, bool connected, const std::string& where)>
       on_link;
   // Send thread: connecting to or sending to `peer` failed (`what` says how); nothing to undo.
+  // Receive thread: the ZAP handler refused a client key (`peer` is the client's address).
   std::function<void(const std::string& peer, const std::string& what)> on_trouble;
+  // Receive thread: the ROUTER refused one handshake from `where` (no CURVE, unknown key, ...).
+  std::function<void(const std::string& where, const std::string& why)> on_handshake_refused;
 };
 
 class zmq_path {
@@ -111,7 +123,9 @@ private:
   path_settings settings_;
   path_callbacks callbacks_;
   zmq::context_t context_;
+  std::unique_ptr<zap_handler> zap_; // with keys; bound before the ROUTER
   zmq::socket_t router_;
+  std::unique_ptr<handshake_watch> handshakes_;
   std::string endpoint_, ipc_file_;
   std::atomic<bool> stopping_{false};
   bool started_ = false, stopped_ = false;

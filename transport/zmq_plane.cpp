@@ -1,5 +1,6 @@
 #include "transport/zmq_plane.hpp"
 
+#include "transport/cluster_keys.hpp"
 #include "transport/zmq_path.hpp"
 #include "transport/zmq_util.hpp"
 
@@ -30,13 +31,30 @@ zmq_plane::zmq_plane(zmq_plane_options options) : options_(std::move(options)) {
                    std::string(path_name(path)) + " path trouble with " + peer, "zmq: {} path: {}",
                    path_name(path), what);
     };
+    c.on_handshake_refused = [this, path](const std::string& where, const std::string& why) {
+      counters_.handshakes_refused.fetch_add(1);
+      log_.limited(peer_lines_, log::level::warn,
+                   std::string(path_name(path)) + " path refused a handshake",
+                   "zmq: {} path refused a handshake from {}: {}", path_name(path), where, why);
+    };
     return c;
   };
-  detail::path_settings control{"control", control_path, options_.self, options_.control_endpoint};
-  control.max_message_bytes = options_.max_message_bytes;
+  // Throws naming the key file when self has no key pair: better than an open door.
+  const auto own = options_.keys ? options_.keys->own(options_.self) : curve_keypair{};
+  auto settings = [&](const char* name, int path, const std::string& endpoint) {
+    detail::path_settings s;
+    s.name = name;
+    s.index = path;
+    s.self = options_.self;
+    s.bind_endpoint = endpoint;
+    s.max_message_bytes = options_.max_message_bytes;
+    s.keys = options_.keys;
+    s.own = own;
+    return s;
+  };
+  auto control = settings("control", control_path, options_.control_endpoint);
   control.heartbeats = true; // small frames only, so a PONG is never stuck behind a transfer
-  detail::path_settings bulk{"bulk", bulk_path, options_.self, options_.bulk_endpoint};
-  bulk.max_message_bytes = options_.max_message_bytes;
+  auto bulk = settings("bulk", bulk_path, options_.bulk_endpoint);
   bulk.receive_hwm = options_.bulk_receive_hwm;
   control_ = std::make_unique<detail::zmq_path>(std::move(control), callbacks(control_path));
   bulk_ = std::make_unique<detail::zmq_path>(std::move(bulk), callbacks(bulk_path));
@@ -85,7 +103,20 @@ void zmq_plane::stop() {
 
 void zmq_plane::connect(const peer_id& peer, const std::string& control_endpoint,
                         const std::string& bulk_endpoint) {
-  auto link = std::make_shared<detail::peer_link>(peer);
+  std::string server_key;
+  if (options_.keys) {
+    auto key = options_.keys->public_key(peer);
+    if (!key) {
+      log_.limited(peer_lines_, log::level::error, "no public key for " + peer,
+                   "zmq: cannot connect to {}: no public key {}.public in {} (`supernode cluster "
+                   "keys --config FILE` makes the cluster's keys); sends to it answer unknown_peer",
+                   peer, peer, options_.keys->dir().string());
+      disconnect(peer); // an older connection must not outlive the key it was made with
+      return;
+    }
+    server_key = std::move(*key);
+  }
+  auto link = std::make_shared<detail::peer_link>(peer, std::move(server_key));
   // Under the lock, so no send() can queue a message for the link ahead of its connect.
   std::lock_guard lock(mutex_);
   if (stopped_) return;
@@ -145,8 +176,25 @@ std::shared_ptr<const message_handler> zmq_plane::wait_for_handler() {
   return stopped_ ? nullptr : handler_;
 }
 
-void zmq_plane::on_message(const char* path, const std::string& from,
+bool zmq_plane::sender_proven(const char* path, std::string_view claimed,
+                              const zmq::message_t& first) {
+  if (!options_.keys) return true;
+  const auto proven = detail::proven_sender(first);
+  if (proven && *proven == claimed) return true;
+  counters_.identity_mismatch.fetch_add(1);
+  const auto claim = detail::printable(std::string(claimed));
+  const std::string key = proven ? *proven : "(no key)";
+  log_.limited(peer_lines_, log::level::warn, "identity mismatch: " + key + " as " + claim,
+               "zmq: dropped a message on the {} path that claims to be from '{}' but whose "
+               "connection proved the key of {}",
+               path, claim, key);
+  return false;
+}
+
+void zmq_plane::on_message(const char* path, const std::string& routing_id,
                            std::span<zmq::message_t> parts) {
+  const std::string from(detail::claimed_name(routing_id));
+  if (!sender_proven(path, from, parts.front())) return;
   // Each part moves into shared ownership, so a decoded message's shared_bytes can reference the
   // bytes zmq received instead of copying them; they live as long as the message does.
   std::vector<frame_part> pieces;
@@ -162,7 +210,7 @@ void zmq_plane::on_message(const char* path, const std::string& from,
   auto message = decode_frame(pieces, counters_.bad_frames, &why);
   pieces.clear();
   if (!message) {
-    // `from` is the sender's routing id: any bytes it chose.
+    // `from` is the name the sender claims: proven under CURVE, any bytes it chose without.
     const auto sender = detail::printable(from);
     log_.limited(peer_lines_, log::level::warn, "bad frame from " + sender,
                  "zmq: bad frame from '{}' on the {} path: {}", sender, path, why);

@@ -11,7 +11,15 @@
 // message kept alive until zmq has written the last part. The receiver judges the parts as one
 // frame (decode_frame over parts: total length against the header and the type's limit, each
 // body right after a bin32 header of its size) and the decoded message references the received
-// zmq messages. So a payload is copied only by the kernel socket path.
+// zmq messages. So a payload is copied only by the kernel socket path — without CURVE: with it,
+// libzmq copies each message into its box and out of it on the I/O threads (docs/benchmarks.md).
+//
+// Trust: with keys (what plane_factory always passes), both paths run CurveZMQ (zmq_curve.hpp):
+// a peer connects only with the key of an instance of the cluster, and a message is delivered
+// as from that instance only when it also claims to be it (its routing id); one claiming another
+// name is dropped and counted (identity_mismatch), a refused handshake counted too
+// (handshakes_refused). Without keys (the plane's unit tests, the benchmark's off-case) anyone
+// who can reach the sockets is believed.
 //
 // Handlers run on the paths' receive threads, so control and bulk messages can be delivered
 // concurrently; the disconnect handler runs on a send thread and must not call stop().
@@ -31,6 +39,8 @@ class message_t;
 
 namespace supernode::transport {
 
+class cluster_keys;
+
 namespace detail {
 class zmq_path;
 struct peer_link;
@@ -38,6 +48,8 @@ struct peer_link;
 
 struct zmq_plane_options {
   peer_id self;
+  // CURVE with self's key pair, peers' public keys from here; null: no security (tests only).
+  std::shared_ptr<const cluster_keys> keys;
   // ipc://path or tcp://host:port; tcp://127.0.0.1:* picks a free port (see control_endpoint()).
   std::string control_endpoint = "tcp://127.0.0.1:*";
   std::string bulk_endpoint = "tcp://127.0.0.1:*";
@@ -72,6 +84,8 @@ public:
   }
 
   // Makes `peer` reachable; connecting again replaces the old connection (a restarted peer).
+  // Secured, a peer without a public key in the key folder stays unreachable (sends answer
+  // unknown_peer) and a line says why.
   void connect(const peer_id& peer, const std::string& control_endpoint,
                const std::string& bulk_endpoint);
   // Forgets the peer: queued messages are dropped and sends answer unknown_peer.
@@ -86,7 +100,10 @@ public:
   const zmq_plane_options& options() const { return options_; }
 
 private:
-  void on_message(const char* path, const std::string& from, std::span<zmq::message_t> parts);
+  void on_message(const char* path, const std::string& routing_id, std::span<zmq::message_t> parts);
+  // Whether a received message is from the instance its routing id claims; counts and logs it
+  // when not.
+  bool sender_proven(const char* path, std::string_view claimed, const zmq::message_t& first);
   void on_link(int path, const std::shared_ptr<detail::peer_link>& link, bool connected,
                const std::string& where);
   std::shared_ptr<const message_handler> wait_for_handler();

@@ -20,15 +20,19 @@
 //     writes   apply the parts (a batch flushed early, before its add, to bound memory)
 //     add      apply the parts, then flag a += b
 //     leaving  no write parts
-// The sender is named by its routing id, which the ROUTER takes from the connection, not from the
-// payload, so even a garbage frame can be attributed.
+// The sender is named by its routing id ("rank<N>#<nonce>", zmq_curve.hpp), which the ROUTER takes
+// from the connection, not from the payload, so even a garbage frame can be attributed. With the
+// cluster's keys every connection is CurveZMQ: only instances of the cluster get in, and a message
+// whose connection proved another instance's key than that of the rank it names is dropped.
 //
 // Handshake. connect() sends hello(ack = heard from that peer) to every peer until each peer has
 // both said hello and acknowledged ours. A peer that acknowledged us has bound its ROUTER and
 // received over our DEALER; its hello proves the reverse direction. Before returning true a rank
 // has sent its own ack to everyone, so the peers finish too.
+#include "transport/cluster_keys.hpp"
 #include "transport/rank_fabric.hpp"
 #include "transport/shm_sync.hpp"
+#include "transport/zmq_curve.hpp"
 #include "transport/zmq_util.hpp"
 
 #include <algorithm>
@@ -115,12 +119,17 @@ class zmq_rank_fabric final : public rank_fabric {
 public:
   explicit zmq_rank_fabric(const rank_fabric_options& o)
       : rank_fabric(o.rank, o.ranks, o.bytes, o.flags, o.log), group_(o.group),
-        addresses_(o.addresses), slots_(new flag_slot[o.flags]), context_(1),
-        router_(context_, zmq::socket_type::router) {
+        addresses_(o.addresses), keys_(o.keys), instances_(o.instances),
+        slots_(new flag_slot[o.flags]), context_(1), router_(context_, zmq::socket_type::router) {
     if (addresses_.size() != static_cast<size_t>(ranks_))
       throw std::invalid_argument("zmq rank fabric: group " + group_ + " has " +
                                   std::to_string(ranks_) + " ranks but " +
                                   std::to_string(addresses_.size()) + " addresses");
+    if (keys_ && instances_.size() != static_cast<size_t>(ranks_))
+      throw std::invalid_argument("zmq rank fabric: group " + group_ + " has " +
+                                  std::to_string(ranks_) + " ranks but " +
+                                  std::to_string(instances_.size()) + " instance names");
+    const auto own = keys_ ? keys_->own(instances_[rank_]) : curve_keypair{};
     const size_t alloc = std::max<size_t>(64, (bytes_ + 63) / 64 * 64);
     data_.reset(static_cast<std::byte*>(::operator new[](alloc, std::align_val_t{64})));
     std::memset(data_.get(), 0, alloc);
@@ -131,8 +140,17 @@ public:
       if (r == rank_) continue;
       auto& p = *peers_[r];
       p.dealer = zmq::socket_t(context_, zmq::socket_type::dealer);
-      p.dealer.set(zmq::sockopt::routing_id, routing_id(rank_));
+      p.dealer.set(zmq::sockopt::routing_id, detail::connection_routing_id(routing_id(rank_)));
       p.dealer.set(zmq::sockopt::linger, 0);
+      if (keys_) {
+        const auto key = keys_->public_key(instances_[r]);
+        if (!key)
+          throw std::invalid_argument("zmq rank fabric: group " + group_ + ": no public key for " +
+                                      instances_[r] + " (rank " + std::to_string(r) + ") in " +
+                                      keys_->dir().string() +
+                                      " (`supernode cluster keys --config FILE` makes them)");
+        detail::make_curve_client(p.dealer, own, *key);
+      }
       p.dealer.set(zmq::sockopt::sndhwm, queue_messages);
       // Peers start in any order: retry an unbound ipc path or refused port quickly, and queue
       // what we send meanwhile (ZMQ_IMMEDIATE stays off) so the first hello is not lost.
@@ -147,7 +165,18 @@ public:
       }
     }
     // Bound after the DEALERs, whose addresses are the likelier to be malformed, so a throwing
-    // constructor leaves no ipc file behind.
+    // constructor leaves no ipc file behind. The ZAP handler before the ROUTER: unbound, libzmq
+    // would let every client in.
+    if (keys_) {
+      zap_ = std::make_unique<detail::zap_handler>(
+          context_, keys_, [this](const std::string& address, const std::string& why) {
+            log_.limited(peer_lines_, log::level::warn, "refused a key",
+                         "zmq rank fabric {} rank {}: refused a client at {}: {}", group_, rank_,
+                         address, why);
+          });
+      detail::make_curve_server(router_, own);
+    }
+    handshakes_ = std::make_unique<detail::handshake_watch>(context_, router_);
     router_.set(zmq::sockopt::linger, 0);
     router_.set(zmq::sockopt::rcvhwm, queue_messages);
     // A frame larger than any part a peer sends is garbage: zmq drops that connection instead of
@@ -176,7 +205,9 @@ public:
     leave();
     detail::signal_eventfd(stop_fd_);
     receiver_.join();
+    handshakes_->close();
     router_.close();
+    if (zap_) zap_->close();
     {
       std::lock_guard lock(send_mutex_);
       for (auto& p : peers_) {
@@ -377,12 +408,22 @@ private:
 
   void run_receiver() {
     std::vector<zmq::pollitem_t> items{{router_.handle(), 0, ZMQ_POLLIN, 0},
-                                       {nullptr, stop_fd_, ZMQ_POLLIN, 0}};
+                                       {nullptr, stop_fd_, ZMQ_POLLIN, 0},
+                                       handshakes_->poll_item()};
+    if (zap_) items.push_back(zap_->poll_item());
     std::vector<zmq::message_t> parts;
     try {
       for (;;) {
         poll_retrying(items, std::chrono::milliseconds(-1));
         if (items[1].revents) return;
+        if (items[2].revents)
+          handshakes_->drain([this](const std::string& where, const std::string& why) {
+            trust_rejections_.fetch_add(1);
+            log_.limited(peer_lines_, log::level::warn, "refused a handshake",
+                         "zmq rank fabric {} rank {}: refused a handshake from {}: {}", group_,
+                         rank_, where, why);
+          });
+        if (zap_ && items[3].revents) zap_->serve();
         // A bounded batch, then poll again, so the stop signal is noticed under a flood.
         for (int i = 0; i < 256; ++i) {
           parts.clear();
@@ -405,7 +446,7 @@ private:
 
   // The rank a routing id names, or -1 for a socket outside the group (or posing as us).
   int sender_rank(const zmq::message_t& id) const {
-    const std::string s = id.to_string();
+    const std::string_view s = detail::claimed_name(id.to_string_view());
     if (s.size() < 5 || s.size() > 14 || !s.starts_with("rank")) return -1;
     if (s.size() > 5 && s[4] == '0') return -1;
     int64_t r = 0;
@@ -461,6 +502,7 @@ private:
     if (parts.size() < 2) return; // a ROUTER always prefixes the routing id
     const int from = sender_rank(parts[0]);
     const auto body = parts.subspan(1);
+    if (from >= 0 && !sender_proven(from, parts[0], body.front())) return;
     tail t;
     std::string why = from < 0 ? "not a rank of this group" : validate(body, t);
     if (!why.empty()) {
@@ -503,6 +545,21 @@ private:
     }
   }
 
+  // Whether the connection of a message naming rank `from` proved that rank's instance; logs the
+  // message it drops when not. Not a failure of the group: the rank itself may be fine.
+  bool sender_proven(int from, const zmq::message_t& id, const zmq::message_t& first) {
+    if (!keys_) return true;
+    const auto proven = detail::proven_sender(first);
+    if (proven && *proven == instances_[from]) return true;
+    trust_rejections_.fetch_add(1);
+    const std::string key = proven ? *proven : "(no key)";
+    log_.limited(peer_lines_, log::level::warn, "identity mismatch: " + key,
+                 "zmq rank fabric {} rank {}: dropped a message from routing id '{}' (rank {}, {}) "
+                 "whose connection proved the key of {}",
+                 group_, rank_, printable(id.to_string()), from, instances_[from], key);
+    return false;
+  }
+
   void malformed(int from, const std::string& id, const std::string& why) {
     const std::string who = from >= 0
                                 ? "rank " + std::to_string(from)
@@ -522,10 +579,14 @@ private:
 
   std::string group_;
   std::vector<std::string> addresses_;
+  std::shared_ptr<const cluster_keys> keys_;
+  std::vector<std::string> instances_;
   std::unique_ptr<std::byte[], aligned_delete> data_;
   std::unique_ptr<flag_slot[]> slots_;
   zmq::context_t context_;
-  zmq::socket_t router_; // receive thread only, once it runs
+  std::unique_ptr<detail::zap_handler> zap_;            // receive thread only, once it runs
+  zmq::socket_t router_;                                // receive thread only, once it runs
+  std::unique_ptr<detail::handshake_watch> handshakes_; // receive thread only, once it runs
   std::string ipc_file_;
   std::vector<std::unique_ptr<peer>> peers_;
   std::mutex send_mutex_;

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <sys/eventfd.h>
 #include <system_error>
 #include <unistd.h>
@@ -34,6 +35,18 @@ void poll_retrying(std::vector<zmq::pollitem_t>& items, std::chrono::millisecond
     } catch (const zmq::error_t& e) {
       if (e.num() != EINTR) throw;
     }
+  }
+}
+
+bool read_monitor_event(zmq::socket_t& monitor, monitor_event& event) {
+  for (;;) {
+    zmq::message_t head, where;
+    if (!monitor.recv(head, zmq::recv_flags::dontwait)) return false;
+    if (!head.more() || !monitor.recv(where, zmq::recv_flags::none) || head.size() < 6) continue;
+    std::memcpy(&event.id, head.data(), sizeof event.id);
+    std::memcpy(&event.value, static_cast<const char*>(head.data()) + 2, sizeof event.value);
+    event.address = where.to_string();
+    return true;
   }
 }
 

@@ -1,8 +1,9 @@
 #pragma once
 // Small pieces every ZeroMQ user here needs: an eventfd to wake a poller, zmq_poll that rides
-// out signals, and routing ids made printable for logs.
+// out signals, socket monitor events, and routing ids made printable for logs.
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <vector>
 #include <zmq.hpp>
@@ -18,6 +19,15 @@ void clear_eventfd(int fd);
 // zmq::poll, retried when a signal delivered to the process (SIGCHLD in tests) interrupts it.
 void poll_retrying(std::vector<zmq::pollitem_t>& items,
                    std::chrono::milliseconds timeout = std::chrono::milliseconds{-1});
+
+// One event of a zmq socket monitor: the 6-byte id/value frame, then the address frame.
+struct monitor_event {
+  uint16_t id = 0;
+  uint32_t value = 0;
+  std::string address;
+};
+// The next event waiting on a monitor socket (non-blocking); false when none is.
+bool read_monitor_event(zmq::socket_t& monitor, monitor_event& event);
 
 // Routing ids come off the wire: a raw socket may send any bytes as its id.
 std::string printable(const std::string& s);

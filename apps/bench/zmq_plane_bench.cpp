@@ -1,13 +1,16 @@
 #include "apps/bench/zmq_plane_bench.hpp"
 
 #include "services/cluster/process_launcher.hpp"
+#include "transport/cluster_keys.hpp"
 #include "transport/control_messages.hpp"
+#include "transport/free_ports.hpp"
 #include "transport/zmq_plane.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <filesystem>
 #include <future>
 #include <malloc.h>
 #include <map>
@@ -74,13 +77,17 @@ services::cluster::child_process spawn(const std::function<int()>& body) {
   });
 }
 
+// Both planes of a pair hold these keys (CURVE on) or none (off).
+using bench_keys = std::shared_ptr<const cluster_keys>;
+
 // The zmq plane's side of the child: echo pings, acknowledge each completed burst.
-int ours_child(const endpoints& ep) {
+int ours_child(const endpoints& ep, const bench_keys& keys) {
   register_control_messages();
   zmq_plane_options options;
   options.self = "bench-child";
   options.control_endpoint = ep.child_control;
   options.bulk_endpoint = ep.child_bulk;
+  options.keys = keys;
   zmq_plane plane(options);
   std::promise<void> done;
   std::once_flag once;
@@ -170,18 +177,47 @@ void raw_receive(zmq::socket_t& dealer) {
   if (!dealer.recv(reply)) throw std::runtime_error("zmq plane bench: raw child timed out");
 }
 
+// 64 B round trips through the plane (µs each, the warm-up left out); pings count on from
+// `got.last_pong`, so a plane can be measured more than once.
+std::vector<double> plane_round_trips(zmq_plane& plane, replies& got, int warmup, int rounds) {
+  std::vector<double> us;
+  const auto payload = std::vector<char>(64, 'x');
+  const uint64_t first = got.last_pong + 1;
+  for (uint64_t i = first; i < first + uint64_t(warmup + rounds); ++i) {
+    const auto t0 = clock_type::now();
+    if (plane.send("bench-child", make_envelope(ping{i, 0, payload})) != send_status::ok)
+      throw std::runtime_error("zmq plane bench: ping not accepted");
+    got.wait([&] { return got.last_pong == i; }, "a pong");
+    if (i >= first + uint64_t(warmup)) us.push_back(micros(clock_type::now() - t0));
+  }
+  return us;
+}
+
+// `count` sends of one `size`-byte bulk_chunk (transfer `id`) until the child's ack; GiB/s.
+double plane_burst(zmq_plane& plane, replies& got, const std::vector<char>& source, size_t count,
+                   uint64_t id) {
+  const double gib = double(source.size()) * double(count) / double(1 << 30);
+  // One message sent `count` times: its data goes out as its own zero-copy part, so a send
+  // packs only the small head (the raw side copies the payload into each zmq message).
+  auto chunk = make_envelope(bulk_chunk{id, 0, uint64_t(source.size() * count), source});
+  const auto t0 = clock_type::now();
+  for (size_t i = 0; i < count; ++i) {
+    send_status status;
+    while ((status = plane.send("bench-child", chunk)) == send_status::queue_full)
+      std::this_thread::sleep_for(std::chrono::microseconds(50)); // pushed back: retry
+    if (status != send_status::ok)
+      throw std::runtime_error(std::string("zmq plane bench: send: ") + to_string(status));
+  }
+  got.wait([&] { return got.acks.count(id) > 0; }, "a bulk_ack");
+  return gib / std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
 // 64 B round trips, ours then raw.
 nlohmann::json round_trips(zmq_plane& plane, replies& got, zmq::socket_t& dealer,
                            const schedule& s) {
-  std::vector<double> ours_us, raw_us;
+  const auto ours_us = plane_round_trips(plane, got, s.warmup, s.rounds);
+  std::vector<double> raw_us;
   const auto payload = std::vector<char>(64, 'x');
-  for (int i = 1; i <= s.warmup + s.rounds; ++i) {
-    const auto t0 = clock_type::now();
-    if (plane.send("bench-child", make_envelope(ping{uint64_t(i), 0, payload})) != send_status::ok)
-      throw std::runtime_error("zmq plane bench: ping not accepted");
-    got.wait([&] { return got.last_pong == uint64_t(i); }, "a pong");
-    if (i > s.warmup) ours_us.push_back(micros(clock_type::now() - t0));
-  }
   for (int i = 1; i <= s.warmup + s.rounds; ++i) {
     const auto t0 = clock_type::now();
     dealer.send(zmq::message_t(payload.data(), payload.size()), zmq::send_flags::none);
@@ -203,22 +239,8 @@ nlohmann::json burst_row(zmq_plane& plane, replies& got, zmq::socket_t& dealer, 
   std::vector<char> source(size, 'b');
   std::vector<double> ours_gibps, raw_gibps;
   for (int rep = 0; rep < s.reps; ++rep) {
-    const uint64_t id = k * 100 + rep + 1;
-    // One message sent `count` times: its data goes out as its own zero-copy part, so a send
-    // packs only the small head (the raw side copies the payload into each zmq message).
-    auto chunk = make_envelope(bulk_chunk{id, 0, uint64_t(size * count), source});
-    auto t0 = clock_type::now();
-    for (size_t i = 0; i < count; ++i) {
-      send_status status;
-      while ((status = plane.send("bench-child", chunk)) == send_status::queue_full)
-        std::this_thread::sleep_for(std::chrono::microseconds(50)); // pushed back: retry
-      if (status != send_status::ok)
-        throw std::runtime_error(std::string("zmq plane bench: send: ") + to_string(status));
-    }
-    got.wait([&] { return got.acks.count(id) > 0; }, "a bulk_ack");
-    ours_gibps.push_back(gib / std::chrono::duration<double>(clock_type::now() - t0).count());
-
-    t0 = clock_type::now();
+    ours_gibps.push_back(plane_burst(plane, got, source, count, k * 100 + rep + 1));
+    const auto t0 = clock_type::now();
     for (size_t i = 0; i < count; ++i)
       dealer.send(zmq::message_t(source.data(), size), zmq::send_flags::none);
     raw_receive(dealer);
@@ -231,29 +253,47 @@ nlohmann::json burst_row(zmq_plane& plane, replies& got, zmq::socket_t& dealer, 
           {"raw_samples", raw_gibps}};
 }
 
+// The parent's plane of a pair, connected to its child and heard from.
+struct parent_plane {
+  replies got;
+  zmq_plane plane;
+
+  static zmq_plane_options options(const endpoints& ep, const bench_keys& keys) {
+    zmq_plane_options o;
+    o.self = "bench-parent";
+    o.control_endpoint = ep.parent_control;
+    o.bulk_endpoint = ep.parent_bulk;
+    o.keys = keys;
+    // Raw zmq queues a whole burst; so may we, or the bench would measure our retry loop.
+    o.queue_bytes_limit = size_t{1} << 30;
+    return o;
+  }
+  parent_plane(const endpoints& ep, const bench_keys& keys) : plane(options(ep, keys)) {
+    plane.set_handler([this](const peer_id&, envelope msg) {
+      std::lock_guard lock(got.m);
+      if (auto* p = msg.get<pong>())
+        got.last_pong = p->seq;
+      else if (auto* a = msg.get<bulk_ack>())
+        got.acks.insert(a->transfer_id);
+      else if (msg.is<member_join>())
+        got.joined = true;
+      got.cv.notify_all();
+    });
+    plane.connect("bench-child", ep.child_control, ep.child_bulk);
+    plane.start();
+    got.wait([&] { return got.joined; }, "the child plane");
+  }
+  ~parent_plane() {
+    plane.send("bench-child", make_envelope(member_leave{"bench-parent", "bench done"}));
+    plane.stop();
+  }
+};
+
 nlohmann::json measure(const endpoints& ep, const schedule& s) {
   register_control_messages();
-  zmq_plane_options options;
-  options.self = "bench-parent";
-  options.control_endpoint = ep.parent_control;
-  options.bulk_endpoint = ep.parent_bulk;
-  // Raw zmq queues a whole burst; so may we, or the bench would measure our retry loop.
-  options.queue_bytes_limit = size_t{1} << 30;
-  zmq_plane plane(options);
-  replies got;
-  plane.set_handler([&](const peer_id&, envelope msg) {
-    std::lock_guard lock(got.m);
-    if (auto* p = msg.get<pong>())
-      got.last_pong = p->seq;
-    else if (auto* a = msg.get<bulk_ack>())
-      got.acks.insert(a->transfer_id);
-    else if (msg.is<member_join>())
-      got.joined = true;
-    got.cv.notify_all();
-  });
-  plane.connect("bench-child", ep.child_control, ep.child_bulk);
-  plane.start();
-  got.wait([&] { return got.joined; }, "the child plane");
+  parent_plane parent(ep, nullptr);
+  auto& plane = parent.plane;
+  auto& got = parent.got;
 
   zmq::context_t ctx(1);
   zmq::socket_t dealer(ctx, zmq::socket_type::dealer);
@@ -270,8 +310,6 @@ nlohmann::json measure(const endpoints& ep, const schedule& s) {
     if (s.sizes[k] >= (size_t{64} << 10) && bandwidth.back()["ratio"].get<double>() < 0.9)
       target_met = false;
   }
-  plane.send("bench-child", make_envelope(member_leave{"bench-parent", "bench done"}));
-  plane.stop();
   dealer.close();
   ctx.close();
   return {{"round_trip_64B_us", latency},
@@ -279,13 +317,87 @@ nlohmann::json measure(const endpoints& ep, const schedule& s) {
           {"within_10_percent_of_raw_at_64KiB_and_up", target_met}};
 }
 
+// Four consecutive tcp ports on 127.0.0.1 from `base`: parent control, bulk, child control, bulk.
+endpoints tcp_endpoints(int base) {
+  auto at = [&](int i) { return "tcp://127.0.0.1:" + std::to_string(base + i); };
+  return {at(0), at(1), at(2), at(3), ""};
+}
+
+// CURVE off and on side by side, alternating between the pairs (blocks of 64 B round trips, then
+// bursts of bulk_chunks rep by rep), so the machine's load hits both alike.
+nlohmann::json measure_curve(const endpoints& off_ep, const endpoints& on_ep,
+                             const bench_keys& keys, bool quick) {
+  register_control_messages();
+  parent_plane off(off_ep, nullptr), on(on_ep, keys);
+  const int warmup = 200, blocks = quick ? 4 : 20, block = 500, reps = quick ? 3 : 5;
+  std::vector<double> off_us, on_us;
+  for (int b = 0; b < blocks; ++b)
+    for (auto [pair, us] : {std::pair{&off, &off_us}, std::pair{&on, &on_us}}) {
+      const auto more = plane_round_trips(pair->plane, pair->got, b == 0 ? warmup : 0, block);
+      us->insert(us->end(), more.begin(), more.end());
+    }
+  nlohmann::json latency = {{"off", summary(off_us)}, {"on", summary(on_us)}};
+  latency["ratio_median"] =
+      latency["on"]["median"].get<double>() / latency["off"]["median"].get<double>();
+
+  nlohmann::json bandwidth = nlohmann::json::array();
+  const size_t burst = quick ? size_t{64} << 20 : size_t{256} << 20;
+  uint64_t id = 1;
+  for (size_t size : {size_t{256} << 10, size_t{1} << 20, size_t{64} << 20}) {
+    const std::vector<char> source(size, 'k');
+    const size_t count = burst / size;
+    double best_off = 0, best_on = 0;
+    for (int rep = 0; rep < reps; ++rep) {
+      best_off = std::max(best_off, plane_burst(off.plane, off.got, source, count, id++));
+      best_on = std::max(best_on, plane_burst(on.plane, on.got, source, count, id++));
+    }
+    bandwidth.push_back({{"bytes", size},
+                         {"messages", count},
+                         {"off_GiB_per_s", best_off},
+                         {"on_GiB_per_s", best_on},
+                         {"ratio", best_on / best_off}});
+  }
+  return {{"round_trip_64B_us", latency}, {"bandwidth", bandwidth}};
+}
+
 } // namespace
+
+nlohmann::json run_zmq_curve_bench(bool quick) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("sn-zmq-curve-bench-" + std::to_string(getpid()));
+  auto keys = std::make_shared<const cluster_keys>(dir / "keys");
+  keys->ensure({"bench-parent", "bench-child"});
+  const int base = free_tcp_port_range(8, 13);
+  const endpoints off_ep = tcp_endpoints(base), on_ep = tcp_endpoints(base + 4);
+  // Children first, then the parent's contexts: zmq contexts must not cross a fork.
+  auto off_child = spawn([&] { return ours_child(off_ep, nullptr); });
+  auto on_child = spawn([&] { return ours_child(on_ep, keys); });
+  nlohmann::json result;
+  try {
+    result = measure_curve(off_ep, on_ep, keys, quick);
+    off_child.wait();
+    on_child.wait();
+  } catch (const std::exception& e) {
+    off_child.kill();
+    on_child.kill();
+    result = {{"error", e.what()}};
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  result["transport"] = "tcp loopback, two processes per pair";
+  result["quick"] = quick;
+  result["note"] = "zmq_plane without keys (off) and with CurveZMQ (on: every message encrypted "
+                   "and authenticated, ZAP names the sender); bandwidth: best of reps of one-way "
+                   "bulk_chunk bursts acknowledged at the end, the pairs alternating rep by rep; "
+                   "ratio = on / off";
+  return result;
+}
 
 nlohmann::json run_zmq_plane_bench(bool quick) {
   const schedule s = make_schedule(quick);
   const endpoints ep = make_endpoints();
   // Children first, then the parent's contexts: zmq contexts must not cross a fork.
-  auto ours = spawn([&] { return ours_child(ep); });
+  auto ours = spawn([&] { return ours_child(ep, nullptr); });
   auto raw = spawn([&] { return raw_child(ep, s); });
   nlohmann::json result;
   try {

@@ -1,5 +1,7 @@
 #include "services/moe/ep_membership.hpp"
 
+#include "transport/plane_factory.hpp"
+
 #include <algorithm>
 #include <stdexcept>
 
@@ -96,9 +98,12 @@ std::optional<ep_membership> ep_membership_of(const transport::cluster_config& c
   const auto layout = expert_parallel::layout_for(model, prec, m.options);
   m.fabric.bytes = layout.total_bytes();
   m.fabric.flags = ep_flag_count;
-  if (m.fabric_kind == "zmq")
+  if (m.fabric_kind == "zmq") {
     for (auto& name : m.members)
       m.fabric.addresses.push_back(cluster.address(cluster.instance(name), plane, "ep"));
+    m.fabric.keys = transport::cluster_keys_for(cluster);
+    m.fabric.instances = m.members;
+  }
   return m;
 }
 

@@ -238,3 +238,41 @@ TEST(cli, a_run_folder_anyone_may_write_is_refused_naming_its_mode) {
   EXPECT_TRUE(std::filesystem::is_empty(run_dir)) << "something was made in the refused folder";
   std::filesystem::remove_all(dir);
 }
+
+TEST(cli, cluster_keys_makes_the_missing_pairs_privately_and_only_once) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("supernode-cli-keys-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::ifstream in(std::filesystem::path(SUPERNODE_SOURCE_DIR) / "configs" / "pdc-1p1d.toml");
+  std::stringstream text;
+  text << in.rdbuf();
+  const auto keys = dir / "keys";
+  const auto config = dir / "keys.toml";
+  std::string quoted = keys.string(); // appended: g++ 12 warns falsely on "\"" + std::string&&
+  quoted.insert(0, 1, '"').push_back('"');
+  std::ofstream(config) << transport::set_toml_key(text.str(), "cluster", "key_dir", quoted);
+
+  auto r = run({"cluster", "keys", "--config", config.string()});
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find(keys.string() + ": made 4 key pair(s), 0 instance(s) had theirs"),
+            std::string::npos)
+      << r.out;
+  for (const char* instance : {"gateway-0", "scheduler-0", "prefill-0", "decode-0"}) {
+    EXPECT_NE(r.out.find(std::string("made ") + instance + ".secret"), std::string::npos) << r.out;
+    const auto secret = std::filesystem::status(keys / (std::string(instance) + ".secret"));
+    EXPECT_EQ(secret.permissions(),
+              std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  }
+  EXPECT_EQ(std::filesystem::status(keys).permissions(), std::filesystem::perms::owner_all);
+
+  // Again: nothing missing, nothing made, the pairs stay as they were.
+  std::ifstream before_in(keys / "decode-0.public");
+  const std::string before((std::istreambuf_iterator<char>(before_in)), {});
+  r = run({"cluster", "keys", "--config", config.string()});
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("made 0 key pair(s), 4 instance(s) had theirs"), std::string::npos) << r.out;
+  std::ifstream after_in(keys / "decode-0.public");
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(after_in)), {}), before);
+  std::filesystem::remove_all(dir);
+}

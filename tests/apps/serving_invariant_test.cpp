@@ -1,9 +1,11 @@
 // The invariant through the HTTP API: greedy tokens of every request equal the reference
 // engine's, whatever the deployment shape (one process over inproc planes, prefill and decode
 // in separate processes with the KV shipped over the RDMA plane, two of each) and whatever the
-// batch a request shares (one at a time, or 32 at once).
+// batch a request shares (one at a time, or 32 at once). Every zmq plane runs CurveZMQ, over ipc
+// in the configs and over tcp in the last test.
 
 #include "serving_fixture.hpp"
+#include "transport/free_ports.hpp"
 
 #include <gtest/gtest.h>
 #include <thread>
@@ -23,12 +25,7 @@ std::vector<served_prompt> prompts(size_t n, int64_t salt) {
 
 class serving_invariant : public ::testing::TestWithParam<std::string> {};
 
-} // namespace
-
-TEST_P(serving_invariant, greedy_tokens_equal_the_reference_one_at_a_time_and_32_at_once) {
-  serving_cluster cluster(GetParam(), tiny_model_dir());
-  ASSERT_TRUE(cluster.up()) << GetParam() << " did not start";
-
+void expect_reference_tokens_one_at_a_time_and_32_at_once(serving_cluster& cluster) {
   // One at a time, non-streamed and streamed.
   const auto alone = prompts(6, 1000);
   for (size_t i = 0; i < alone.size(); ++i) {
@@ -54,6 +51,26 @@ TEST_P(serving_invariant, greedy_tokens_equal_the_reference_one_at_a_time_and_32
     ASSERT_TRUE(got) << replies[i].status << " " << replies[i].body << replies[i].error;
     EXPECT_EQ(*got, reference_tokens(many[i])) << "prompt " << i;
   }
+}
+
+} // namespace
+
+TEST_P(serving_invariant, greedy_tokens_equal_the_reference_one_at_a_time_and_32_at_once) {
+  serving_cluster cluster(GetParam(), tiny_model_dir());
+  ASSERT_TRUE(cluster.up()) << GetParam() << " did not start";
+  expect_reference_tokens_one_at_a_time_and_32_at_once(cluster);
+}
+
+TEST(serving_invariant_tcp, greedy_tokens_equal_the_reference_with_both_zmq_planes_over_tcp) {
+  // pdc-1p1d's four instances take 3 ports each per plane: 12 for the VPC plane, 12 for RDMA.
+  const int base = supernode::transport::free_tcp_port_range(24, 17);
+  serving_cluster cluster("pdc-1p1d.toml", tiny_model_dir(),
+                          {{"planes.vpc", "transport", "\"tcp\""},
+                           {"planes.vpc", "base_port", std::to_string(base)},
+                           {"planes.rdma", "transport", "\"tcp\""},
+                           {"planes.rdma", "base_port", std::to_string(base + 12)}});
+  ASSERT_TRUE(cluster.up()) << "pdc-1p1d over tcp did not start";
+  expect_reference_tokens_one_at_a_time_and_32_at_once(cluster);
 }
 
 INSTANTIATE_TEST_SUITE_P(configs, serving_invariant,

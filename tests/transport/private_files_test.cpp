@@ -131,6 +131,18 @@ TEST(cluster_keys, processes_racing_converge_on_one_pair) {
   EXPECT_EQ(keys.public_key("gateway-0"), pair.public_key);
 }
 
+TEST(cluster_keys, a_secret_whose_public_half_is_not_written_yet_gets_it) {
+  // What a process racing another sees between the winner's secret and its public file.
+  scratch s;
+  cluster_keys keys(s.root / "keys");
+  keys.ensure({"decode-0"});
+  const auto pair = keys.own("decode-0");
+  std::filesystem::remove(s.root / "keys" / "decode-0.public");
+  EXPECT_TRUE(keys.ensure({"decode-0"}).empty());
+  EXPECT_EQ(keys.public_key("decode-0"), pair.public_key);
+  EXPECT_EQ(mode_of(s.root / "keys" / "decode-0.public"), 0600u);
+}
+
 TEST(cluster_keys, a_missing_or_malformed_key_is_refused_naming_the_file) {
   scratch s;
   cluster_keys keys(s.root / "keys");

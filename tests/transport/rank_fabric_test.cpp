@@ -3,6 +3,8 @@
 // wait has a deadline; nothing sleeps to synchronise (a barrier keeps all ranks alive until every
 // rank is done, so a peer's departure never races a check).
 
+#include "eventually.hpp"
+#include "transport/cluster_keys.hpp"
 #include "transport/rank_fabric.hpp"
 
 #include <algorithm>
@@ -28,6 +30,7 @@
 #include <zmq_addon.hpp>
 
 using namespace supernode::transport;
+using supernode::testing::eventually;
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 
@@ -81,16 +84,6 @@ bool all_zero(const std::byte* p, size_t n) {
   return std::all_of(p, p + n, [](std::byte b) { return b == std::byte{0}; });
 }
 
-// Polls `done` until it holds or 10 s pass: for effects with no flag to wait on.
-bool eventually(const std::function<bool()>& done) {
-  const auto deadline = clock_type::now() + 10s;
-  while (!done()) {
-    if (clock_type::now() >= deadline) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
-
 // One group's configuration: every rank builds its fabric from the same spec.
 struct group_spec {
   fabric_kind kind;
@@ -98,6 +91,8 @@ struct group_spec {
   int ranks;
   size_t bytes, flags;
   std::vector<std::string> addresses;
+  std::shared_ptr<const cluster_keys> keys; // zmq: CURVE with these, instances by rank
+  std::vector<std::string> instances;
 
   rank_fabric_options options(int rank) const {
     rank_fabric_options o;
@@ -108,6 +103,8 @@ struct group_spec {
     o.bytes = bytes;
     o.flags = flags;
     o.addresses = addresses;
+    o.keys = keys;
+    o.instances = instances;
     return o;
   }
   std::unique_ptr<rank_fabric> make(int rank) const { return make(options(rank)); }
@@ -173,6 +170,8 @@ protected:
                  ranks,
                  bytes,
                  flags,
+                 {},
+                 nullptr,
                  {}};
     for (int r = 0; r < ranks; ++r) {
       if (GetParam() == fabric_kind::zmq_ipc)
@@ -596,6 +595,67 @@ TEST_P(rank_fabric_test, frames_from_outside_the_group_are_dropped_and_reported)
     EXPECT_EQ(f->load(0), 0u);
     EXPECT_TRUE(all_zero(f->local(), bytes));
   }
+}
+
+// With the cluster's keys the fabric runs CurveZMQ: the ranks' instances connect and move data,
+// while a socket without CURVE, one with a key of no instance and rank 1's instance claiming to be
+// rank 2 are each refused or dropped, counted once, and write nothing; the group stays healthy.
+TEST_P(rank_fabric_test, with_keys_only_each_ranks_own_instance_reaches_the_region) {
+  if (!is_zmq()) GTEST_SKIP() << "shared memory has no connections";
+  constexpr size_t bytes = 1024;
+  auto g = spec(3, bytes, 2);
+  g.instances = {"fabric-0", "fabric-1", "fabric-2"};
+  auto keys = std::make_shared<cluster_keys>(dir_ / "keys");
+  keys->ensure(g.instances);
+  g.keys = keys;
+  const auto data = pattern(64, 3);
+  run_group(g, [&](rank_fabric& f) {
+    if (f.rank() != 0) {
+      f.write(0, 64 * f.rank(), data);
+      f.add(0, 0, 1);
+      if (f.rank() == 2) return;
+      // Rank 1 goes on once rank 0 has seen every intruder: the group still works.
+      ASSERT_TRUE(f.wait(0, 1, 10s));
+      f.write(0, 192, data);
+      f.add(0, 1, 1);
+      return;
+    }
+    ASSERT_TRUE(f.wait(0, 2, 10s));
+    zmq::context_t ctx(1);
+    const auto server_key = *keys->public_key("fabric-0");
+    auto intrude = [&](const curve_keypair* pair) {
+      zmq::socket_t s(ctx, zmq::socket_type::dealer);
+      s.set(zmq::sockopt::linger, 0);
+      s.set(zmq::sockopt::routing_id, "rank2");
+      s.set(zmq::sockopt::reconnect_ivl, -1); // one handshake attempt each
+      if (pair) {
+        s.set(zmq::sockopt::curve_serverkey, server_key);
+        s.set(zmq::sockopt::curve_publickey, pair->public_key);
+        s.set(zmq::sockopt::curve_secretkey, pair->secret_key);
+      }
+      s.connect(g.addresses[0]);
+      std::vector<zmq::message_t> m;
+      m.push_back(wire::write_part(0, pattern(64, 4)));
+      m.push_back(wire::tail_part(wire::add, 1, 100));
+      zmq::send_multipart(s, m, zmq::send_flags::dontwait);
+      return s;
+    };
+    const auto stranger_pair = make_curve_keypair(), rank1_pair = keys->own("fabric-1");
+    auto plain = intrude(nullptr);
+    EXPECT_TRUE(eventually([&] { return f.trust_rejections() >= 1; }));
+    auto stranger = intrude(&stranger_pair);
+    EXPECT_TRUE(eventually([&] { return f.trust_rejections() >= 2; }));
+    auto impostor = intrude(&rank1_pair);
+    EXPECT_TRUE(eventually([&] { return f.trust_rejections() >= 3; }));
+    f.add(1, 0, 1);
+    ASSERT_TRUE(f.wait(1, 1, 10s));
+    EXPECT_EQ(f.load(1), 1u) << "an intruder's add arrived";
+    EXPECT_EQ(f.trust_rejections(), 3u);
+    EXPECT_EQ(f.peer_failure(), "");
+    EXPECT_TRUE(all_zero(f.local(), 64)) << "an intruder's write arrived";
+    for (size_t at : {64, 128, 192})
+      EXPECT_EQ(std::memcmp(f.local() + at, data.data(), data.size()), 0) << "at " << at;
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(fabrics, rank_fabric_test,

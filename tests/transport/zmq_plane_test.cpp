@@ -1,3 +1,4 @@
+#include "plane_collector.hpp"
 #include "transport/checksum.hpp"
 #include "transport/control_messages.hpp"
 #include "transport/zmq_plane.hpp"
@@ -16,41 +17,11 @@
 #include <zmq.hpp>
 
 using namespace supernode::transport;
+using supernode::testing::collector;
 using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
 
 namespace {
-
-// Everything a plane delivers, so tests wait on conditions with a timeout instead of sleeping.
-struct collector {
-  std::mutex m;
-  std::condition_variable cv;
-  std::vector<std::pair<peer_id, envelope>> messages;
-
-  message_handler handler() {
-    return [this](const peer_id& from, envelope msg) {
-      std::lock_guard lock(m);
-      messages.emplace_back(from, std::move(msg));
-      cv.notify_all();
-    };
-  }
-  template<class T>
-  size_t count_locked() const {
-    size_t n = 0;
-    for (auto& [from, msg] : messages) n += msg.template is<T>();
-    return n;
-  }
-  // Waits for the n-th message of type T (1-based) and returns it, or nullptr on timeout.
-  template<class T>
-  const T* wait_nth(size_t n, std::chrono::milliseconds timeout = 10s) {
-    std::unique_lock lock(m);
-    if (!cv.wait_for(lock, timeout, [&] { return count_locked<T>() >= n; })) return nullptr;
-    size_t seen = 0;
-    for (auto& [from, msg] : messages)
-      if (msg.template is<T>() && ++seen == n) return msg.template get<T>();
-    return nullptr;
-  }
-};
 
 std::string ipc_endpoint(const std::string& tag) {
   static std::atomic<int> next{0};
