@@ -77,6 +77,10 @@ TEST(serving_forgery, forged_messages_are_refused_counted_and_change_nothing) {
   // Ids count up per gateway from a random prefix: the victim's is the next one.
   const pr::request_key victim_key{"gateway-0", request_id_of(first) + 1};
 
+  // The member that will speak for others, ready before the victim starts.
+  auto spare = f.impersonate_spare();
+  ASSERT_TRUE(spare);
+
   // The victim: long enough that the forgeries reach its request while it decodes.
   const served_prompt victim{test_prompt(24, 77), 400};
   auto stream = std::async(std::launch::async, [&] {
@@ -100,8 +104,6 @@ TEST(serving_forgery, forged_messages_are_refused_counted_and_change_nothing) {
   raw.send(zmq::buffer(frame.data.get(), frame.size), zmq::send_flags::dontwait);
 
   // A member speaking for others.
-  auto spare = f.impersonate_spare();
-  ASSERT_TRUE(spare);
   using namespace transport;
   spare->send("control", "gateway-0", make_envelope(member_leave{"decode-0", "forged", 1}));
   spare->send("control", "gateway-0", make_envelope(heartbeat{"decode-0", ~uint64_t{0}, 1}));
