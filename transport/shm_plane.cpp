@@ -449,8 +449,12 @@ std::shared_ptr<shm_plane::outbound> shm_plane::connect(const peer_id& to, send_
     uint32_t expected = slot_free;
     if (!slot.state.compare_exchange_strong(expected, slot_claiming, std::memory_order_acq_rel))
       continue;
+    // Who claims it, first: until then the receiver sees pid 0 and leaves the claim alone.
+    slot.claimer_start.store(process_start_time(getpid()), std::memory_order_relaxed);
+    slot.claimer_pid.store(getpid(), std::memory_order_release);
     o->slot_generation = slot.generation.load(std::memory_order_acquire);
     if (std::string why; !sign_ring(*o, *inbox, i, from, rname, why)) {
+      slot.claimer_pid.store(0, std::memory_order_relaxed);
       // Nothing was published for this challenge: the slot goes back as it was.
       slot.state.store(slot_free, std::memory_order_release);
       log_.limited(peer_lines_, log::level::warn, "cannot sign for " + to,
@@ -458,8 +462,6 @@ std::shared_ptr<shm_plane::outbound> shm_plane::connect(const peer_id& to, send_
       status = send_status::unknown_peer;
       return nullptr;
     }
-    slot.claimer_start.store(process_start_time(getpid()), std::memory_order_relaxed);
-    slot.claimer_pid.store(getpid(), std::memory_order_relaxed);
     std::memset(slot.sender, 0, sizeof slot.sender);
     std::memcpy(slot.sender, from.data(), from.size());
     std::memset(slot.ring, 0, sizeof slot.ring);
@@ -681,7 +683,9 @@ void shm_plane::scan_slots() {
       if (in_[k]->slot == i) index = k;
     const bool known = index < in_.size();
     if (state == slot_claiming) {
-      if (!process_alive(slot.claimer_pid.load(), slot.claimer_start.load())) free_slot(i);
+      // pid 0: a claim in progress (free_slot clears the claimer); a dead claimer's slot is freed.
+      const auto pid = slot.claimer_pid.load(std::memory_order_acquire);
+      if (pid != 0 && !process_alive(pid, slot.claimer_start.load())) free_slot(i);
     } else if (state == slot_ready && !known) {
       auto in = std::make_unique<inbound>();
       in->slot = i;
@@ -752,6 +756,7 @@ void shm_plane::free_slot(uint32_t index) {
   auto& slot = inbox_->slots[index];
   slot_challenges_[index] = random_link_nonce();
   std::memcpy(slot.challenge, slot_challenges_[index].data(), link_nonce_bytes);
+  slot.claimer_pid.store(0, std::memory_order_relaxed); // the next claimer writes its own first
   // The sender that held the slot sees the new generation and connects again.
   slot.generation.fetch_add(1, std::memory_order_release);
   slot.state.store(slot_free, std::memory_order_release);

@@ -55,6 +55,10 @@ TEST(endpoint, messages_heartbeats_and_down_peers) {
   std::unique_lock lock(ib.m);
   EXPECT_EQ(ib.messages.size(), 1u);
   lock.unlock();
+  // Everything beta sent has reached alpha once this ping (same plane, in order) has: no late
+  // heartbeat can revive beta after it is declared down below.
+  ASSERT_EQ(b->send("control", "alpha-0", make_envelope(ping{2, 0, {}})), send_status::ok);
+  ASSERT_TRUE(ia.wait_for([&] { return ia.count<ping>() == 1; }));
 
   // A request to beta fails as soon as beta is declared down (it stops ticking).
   std::string outcome;
