@@ -9,7 +9,7 @@ using protocol::request_key;
 
 scheduler_service::scheduler_service(const serving_config& config,
                                      const transport::cluster_config& cluster)
-    : config_(config) {
+    : config_(config), liveness_window_(cluster.heartbeat_interval * cluster.missed_heartbeats) {
   protocol::register_serving_messages();
   for (auto& p : instances_with_role(cluster, "prefill")) prefills_[p];
   for (auto& d : instances_with_role(cluster, "decode")) decodes_[d];
@@ -99,8 +99,13 @@ void scheduler_service::place_queued(transport::endpoint& out) {
     std::vector<decode_load> decode_candidates;
     bool any_could_fit = false, all_reported = true, decode_alive = false;
     std::string unavailable; // why a live decode instance takes nothing
+    bool decode_may_return = false;
+    const auto now = std::chrono::steady_clock::now();
     for (auto& [name, d] : decodes_) {
-      if (!d.alive) continue;
+      if (!d.alive) {
+        decode_may_return |= d.down_since && now - *d.down_since < liveness_window_;
+        continue;
+      }
       if (!d.last.unavailable.ok()) {
         unavailable = name + ": " + d.last.unavailable.message;
         continue;
@@ -123,6 +128,8 @@ void scheduler_service::place_queued(transport::endpoint& out) {
     // Nobody left to serve it (instances dead, none joined since): answer now, not never.
     using protocol::serving_errc;
     protocol::error refusal;
+    if (!decode_alive && decode_may_return && unavailable.empty())
+      return; // waits (on_tick places again) for a decode instance that dropped a moment ago
     if (!decode_alive)
       refusal = {serving_errc::no_decode_instance,
                  unavailable.empty() ? "no decode instance is alive"
@@ -194,6 +201,8 @@ void scheduler_service::on_member_event(const transport::membership_event& event
         p = p->second.decode == event.peer ? placed_.erase(p) : std::next(p);
       d = decode_state{};
       d.alive = false;
+      if (event.what == transport::membership_event::kind::down)
+        d.down_since = std::chrono::steady_clock::now();
     }
   }
   if (!alive) {

@@ -12,8 +12,10 @@
 #include "services/scheduler/scheduler_interface.hpp"
 #include "services/serving/serving_config.hpp"
 
+#include <chrono>
 #include <deque>
 #include <map>
+#include <optional>
 #include <string>
 
 namespace supernode::services {
@@ -44,6 +46,9 @@ private:
   };
   struct decode_state {
     bool alive = true, reported = false;
+    // When it went down without leaving: it may be back within the liveness window (a process
+    // whose first connection closed as it started its roles), so requests wait that long.
+    std::optional<std::chrono::steady_clock::time_point> down_since;
     bool refused = false; // refused an assignment: no more until its next report
     int64_t reserved = 0; // blocks this scheduler assigned to it, ever
     protocol::load_report last;
@@ -61,6 +66,7 @@ private:
   void unplace(const protocol::request_key& key, bool requeue);
 
   serving_config config_;
+  std::chrono::milliseconds liveness_window_; // heartbeat interval × missed heartbeats
   bool colocated_;
   std::deque<protocol::admit_request> queue_;
   std::map<std::string, prefill_state> prefills_;

@@ -30,7 +30,7 @@ std::vector<std::string> instances_with_role(const transport::cluster_config& cl
 void send_load_report(transport::endpoint& out, protocol::load_report report) {
   report.planes = plane_traffic_of(out);
   report.unexpected_messages = out.unexpected_messages();
-  report.rejected_messages = out.rejected_messages();
+  for (auto& [reason, n] : out.rejected_messages()) report.rejected_messages[reason] += n;
   auto message = transport::make_envelope(std::move(report));
   for (auto& s : instances_with_role(out.cluster(), "scheduler")) out.send("control", s, message);
 }

@@ -174,3 +174,30 @@ TEST(scheduler_service, a_cancelled_queued_request_is_dropped_and_a_placed_one_f
   auto forwarded = b.received<cancel_request>(assigned);
   EXPECT_EQ(forwarded.key.id, 1u);
 }
+
+TEST(scheduler_service,
+     a_decode_instance_that_dropped_a_moment_ago_is_waited_for_one_that_left_not) {
+  scheduler_bench b;
+  b.decode_report("decode-0", 64);
+  b.decode_report("decode-1", 64);
+  using kind = transport::membership_event::kind;
+  // Both drop their connections (a process reopening its endpoint as its roles start): within
+  // the liveness window a request waits instead of being refused.
+  for (auto d : {"decode-0", "decode-1"})
+    b.scheduler->on_member_event({kind::down, d, "control connection dropped"}, *b.self);
+  b.admit(1, 20, 4);
+  EXPECT_EQ(b.scheduler->queued(), 1u);
+  EXPECT_EQ(b.count<admit_rejected>("gateway-0"), 0u);
+  // decode-0 is back and reports: the request goes there.
+  b.scheduler->on_member_event({kind::joined, "decode-0", "heartbeats resumed"}, *b.self);
+  b.decode_report("decode-0", 64);
+  EXPECT_EQ(b.received<decode_assign>("decode-0").key.id, 1u);
+  EXPECT_EQ(b.scheduler->queued(), 0u);
+  // Instances that left are not waited for.
+  for (auto d : {"decode-0", "decode-1"})
+    b.scheduler->on_member_event({kind::left, d, "drain"}, *b.self);
+  b.admit(2, 20, 4);
+  const auto refused = b.received<admit_rejected>("gateway-0");
+  EXPECT_EQ(refused.key.id, 2u);
+  EXPECT_TRUE(refused.why.is(serving_errc::no_decode_instance)) << refused.why;
+}
