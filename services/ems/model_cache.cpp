@@ -43,7 +43,8 @@ public:
       file out;
       out.final_path = dir / f.name;
       out.temp_path = dir / ("." + f.name + suffix);
-      out.fd = ::open(out.temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      // Private like everything under the run folder (the cluster's user only).
+      out.fd = ::open(out.temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
       if (out.fd < 0)
         throw std::runtime_error("model cache: cannot create " + out.temp_path.string() + ": " +
                                  errno_text());

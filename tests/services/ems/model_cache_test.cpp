@@ -696,6 +696,11 @@ TEST(model_cache, load_gives_byte_identical_files_from_the_pool) {
   const auto out = first.load("tiny", "tiny", tmp.path() / "local-a");
   EXPECT_EQ(out, tmp.path() / "local-a" / ("tiny@" + version));
   expect_same_folder(out, src);
+  // The local copy is the cluster user's only.
+  for (const auto& f : std::filesystem::directory_iterator(out))
+    EXPECT_EQ(std::filesystem::status(f).permissions() & std::filesystem::perms::mask,
+              std::filesystem::perms::owner_read | std::filesystem::perms::owner_write)
+        << f.path();
   const auto manifest = plan_model_blocks(src, "tiny", small_blocks);
   EXPECT_EQ(first.stats().fetches, 1u);
   EXPECT_EQ(first.stats().bytes_from_object_store, manifest.total_bytes());
