@@ -56,8 +56,10 @@ protected:
 
 // Two secured planes; b answers every ping with a pong carrying the same payload.
 struct secured_pair {
-  zmq_plane a, b;
+  // The collectors first: members go in reverse order, so the planes' threads stop before the
+  // collectors they deliver into.
   collector at_a, at_b;
+  zmq_plane a, b;
   uint64_t next_seq = 1;
 
   secured_pair(zmq_plane_options oa, zmq_plane_options ob) : a(std::move(oa)), b(std::move(ob)) {
