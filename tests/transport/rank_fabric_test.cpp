@@ -3,6 +3,7 @@
 // wait has a deadline; nothing sleeps to synchronise (a barrier keeps all ranks alive until every
 // rank is done, so a peer's departure never races a check).
 
+#include "../support/sanitizer_slowdown.hpp"
 #include "eventually.hpp"
 #include "transport/cluster_keys.hpp"
 #include "transport/rank_fabric.hpp"
@@ -29,6 +30,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+using supernode::testing::scaled;
 using namespace supernode::transport;
 using supernode::testing::eventually;
 using namespace std::chrono_literals;
@@ -267,7 +269,7 @@ TEST_P(rank_fabric_test, connect_gives_up_when_asked) {
   const auto start = clock_type::now();
   int calls = 0;
   EXPECT_FALSE(f->connect(
-      30s, [&] { return ++calls > 3; }, why));
+      scaled(30s), [&] { return ++calls > 3; }, why));
   EXPECT_LT(clock_type::now() - start, 5s);
   EXPECT_NE(why.find("rank(s) 1"), std::string::npos) << why;
   EXPECT_THROW(f->write(1, 0, pattern(8, 1)), std::logic_error) << "not connected";
@@ -285,7 +287,7 @@ TEST_P(rank_fabric_test, connect_rejects_a_differently_configured_peer) {
       if (r == 1) o.bytes += 64;
       auto f = g.make(o);
       ok[r] = f->connect(
-          10s, [] { return false; }, why[r]);
+          scaled(10s), [] { return false; }, why[r]);
       sync.arrive_and_wait();
     });
   for (auto& t : threads) t.join();
@@ -314,7 +316,7 @@ TEST_P(rank_fabric_test, all_to_all_writes_are_visible_after_the_flag) {
       if (to != me) sent_to_peers += data.size();
     }
     EXPECT_EQ(f.bytes_sent(), sent_to_peers);
-    ASSERT_TRUE(f.wait(0, ranks, 10s)) << "flag " << f.load(0);
+    ASSERT_TRUE(f.wait(0, ranks, scaled(10s))) << "flag " << f.load(0);
     EXPECT_EQ(f.load(0), static_cast<uint64_t>(ranks));
     EXPECT_EQ(f.load(1), 0u);
     for (int from = 0; from < ranks; ++from) {
@@ -336,7 +338,7 @@ TEST_P(rank_fabric_test, a_write_larger_than_one_part_arrives_whole) {
       f.add(1, 0, 1);
       return;
     }
-    ASSERT_TRUE(f.wait(0, 1, 10s));
+    ASSERT_TRUE(f.wait(0, 1, scaled(10s)));
     EXPECT_TRUE(all_zero(f.local(), 50));
     EXPECT_EQ(std::memcmp(f.local() + 50, data.data(), data.size()), 0);
     EXPECT_TRUE(all_zero(f.local() + 50 + data.size(), bytes - 50 - data.size()));
@@ -357,7 +359,7 @@ TEST_P(rank_fabric_test, flags_are_never_observed_before_their_data) {
       for (uint64_t n = 1; n <= rounds; ++n) {
         // Slot n % window was last read in round n - window: wait for that acknowledgement.
         if (n > window) {
-          ASSERT_TRUE(f.wait(1, n - window, 10s)) << "round " << n;
+          ASSERT_TRUE(f.wait(1, n - window, scaled(10s))) << "round " << n;
         }
         std::fill(buf.begin(), buf.end(), n);
         const auto bytes = std::as_bytes(std::span(buf));
@@ -366,11 +368,11 @@ TEST_P(rank_fabric_test, flags_are_never_observed_before_their_data) {
         f.write(1, at + block / 2, bytes.subspan(block / 2));
         f.add(1, 0, 1);
       }
-      ASSERT_TRUE(f.wait(1, rounds, 10s));
+      ASSERT_TRUE(f.wait(1, rounds, scaled(10s)));
       return;
     }
     for (uint64_t n = 1; n <= rounds; ++n) {
-      ASSERT_TRUE(f.wait(0, n, 10s)) << "round " << n;
+      ASSERT_TRUE(f.wait(0, n, scaled(10s))) << "round " << n;
       const std::byte* at = f.local() + (n % window) * block;
       for (size_t i = 0; i < words; ++i) {
         uint64_t v;
@@ -401,7 +403,7 @@ TEST_P(rank_fabric_test, a_flood_is_flow_controlled_not_dropped) {
       EXPECT_EQ(f.bytes_sent(), messages * bytes);
       return;
     }
-    ASSERT_TRUE(f.wait(0, messages, 30s)) << "flag " << f.load(0);
+    ASSERT_TRUE(f.wait(0, messages, scaled(30s))) << "flag " << f.load(0);
     EXPECT_EQ(f.load(0), messages);
     std::vector<uint64_t> last(words, messages);
     EXPECT_EQ(std::memcmp(f.local(), last.data(), bytes), 0);
@@ -434,7 +436,7 @@ TEST_P(rank_fabric_test, writes_outside_the_region_throw_and_change_nothing) {
       f.add(1, 0, 1);
       return;
     }
-    ASSERT_TRUE(f.wait(0, 1, 10s));
+    ASSERT_TRUE(f.wait(0, 1, scaled(10s)));
     EXPECT_TRUE(all_zero(f.local(), bytes - 2));
     EXPECT_EQ(std::memcmp(f.local() + bytes - 2, pattern(2, 1).data(), 2), 0);
   });
@@ -472,7 +474,7 @@ TEST_P(rank_fabric_test, wait_times_out_and_self_adds_wake_it) {
   });
   f->add(0, 1, 1);
   start = clock_type::now();
-  EXPECT_TRUE(f->wait(0, 5, 10s));
+  EXPECT_TRUE(f->wait(0, 5, scaled(10s)));
   EXPECT_LT(clock_type::now() - start, 5s);
   adder.join();
   EXPECT_EQ(f->load(0), 5u);
@@ -495,7 +497,7 @@ TEST_P(rank_fabric_test, round_trip_of_128_kib_each_way) {
         f.write(peer, 0, data);
         f.add(peer, 0, 1);
       }
-      ASSERT_TRUE(f.wait(0, i, 10s));
+      ASSERT_TRUE(f.wait(0, i, scaled(10s)));
       if (f.rank() == 1) {
         f.write(peer, 0, data);
         f.add(peer, 0, 1);
@@ -558,7 +560,7 @@ TEST_P(rank_fabric_test, malformed_frames_from_a_rank_are_dropped_and_reported) 
     return m;
   }());
 
-  ASSERT_TRUE(f->wait(1, 7, 10s));
+  ASSERT_TRUE(f->wait(1, 7, scaled(10s)));
   const std::string why = f->peer_failure();
   EXPECT_EQ(why.rfind("rank 2 sent a malformed frame: ", 0), 0u) << why;
   EXPECT_TRUE(all_zero(f->local(), 64));
@@ -615,12 +617,12 @@ TEST_P(rank_fabric_test, with_keys_only_each_ranks_own_instance_reaches_the_regi
       f.add(0, 0, 1);
       if (f.rank() == 2) return;
       // Rank 1 goes on once rank 0 has seen every intruder: the group still works.
-      ASSERT_TRUE(f.wait(0, 1, 10s));
+      ASSERT_TRUE(f.wait(0, 1, scaled(10s)));
       f.write(0, 192, data);
       f.add(0, 1, 1);
       return;
     }
-    ASSERT_TRUE(f.wait(0, 2, 10s));
+    ASSERT_TRUE(f.wait(0, 2, scaled(10s)));
     zmq::context_t ctx(1);
     const auto server_key = *keys->public_key("fabric-0");
     auto intrude = [&](const curve_keypair* pair) {
@@ -648,7 +650,7 @@ TEST_P(rank_fabric_test, with_keys_only_each_ranks_own_instance_reaches_the_regi
     auto impostor = intrude(&rank1_pair);
     EXPECT_TRUE(eventually([&] { return f.trust_rejections() >= 3; }));
     f.add(1, 0, 1);
-    ASSERT_TRUE(f.wait(1, 1, 10s));
+    ASSERT_TRUE(f.wait(1, 1, scaled(10s)));
     EXPECT_EQ(f.load(1), 1u) << "an intruder's add arrived";
     EXPECT_EQ(f.trust_rejections(), 3u);
     EXPECT_EQ(f.peer_failure(), "");
