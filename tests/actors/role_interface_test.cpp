@@ -3,6 +3,7 @@
 // its sender and the role.
 
 #include "../model/tiny_model.hpp"
+#include "../support/eventually.hpp"
 #include "../support/http_client.hpp"
 #include "../support/probe_endpoint.hpp"
 #include "actors/protocol/type_ids.hpp"
@@ -21,6 +22,7 @@
 #include <thread>
 #include <unistd.h>
 
+using supernode::testing::eventually;
 using namespace supernode;
 using namespace std::chrono_literals;
 
@@ -44,16 +46,6 @@ std::string config_text(const std::string& name) {
          supernode::testing::tiny_model_dir().string() +
          "\"\nmax_context = 1024\n[gateway]\nport = 0\n[decode]\nkv_blocks = 64\n"
          "[ems]\ndram_bytes = 16777216\nssd_bytes = 67108864\n";
-}
-
-template<class Pred>
-bool eventually(Pred pred, std::chrono::seconds timeout = 20s) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::yield();
-  }
-  return true;
 }
 
 } // namespace

@@ -4,6 +4,7 @@
 // for others. Every forgery is refused and counted on /metrics; the victim's tokens are the
 // reference's, decode-0 stays a member, and later requests are served.
 
+#include "../support/eventually.hpp"
 #include "services/protocol/serving_messages.hpp"
 #include "services/serving/cluster_file.hpp"
 #include "serving_fixture.hpp"
@@ -29,15 +30,9 @@ uint64_t request_id_of(const http_reply& r) {
   return std::stoull(id.substr(id.rfind('-') + 1));
 }
 
-// Waits until the process of `pid` is gone (it is not our child: polled, with a deadline).
+// Whether the process of `pid` is gone (it is not our child: it cannot be waited for).
 bool gone(pid_t pid) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (::kill(pid, 0) == 0)
-    if (std::chrono::steady_clock::now() > deadline)
-      return false;
-    else
-      std::this_thread::yield();
-  return true;
+  return eventually([pid] { return ::kill(pid, 0) != 0; });
 }
 
 struct forgery_cluster {

@@ -1,3 +1,4 @@
+#include "../support/eventually.hpp"
 #include "inbox.hpp"
 #include "transport/control_messages.hpp"
 #include "transport/endpoint.hpp"
@@ -124,15 +125,9 @@ struct three_endpoints {
     return it == all.end() ? 0 : it->second;
   }
   // Waits until alpha counted `n` rejections for `reason` (nothing is delivered to wake a
-  // waiter: the count is the only trace, so it is polled, with a deadline).
+  // waiter: the count is the only trace).
   bool wait_rejected(const std::string& reason, uint64_t n) {
-    const auto deadline = std::chrono::steady_clock::now() + 10s;
-    while (rejected(reason) < n)
-      if (std::chrono::steady_clock::now() > deadline)
-        return false;
-      else
-        std::this_thread::yield();
-    return true;
+    return supernode::testing::eventually([&] { return rejected(reason) >= n; });
   }
 };
 

@@ -3,8 +3,8 @@
 // wait has a deadline; nothing sleeps to synchronise (a barrier keeps all ranks alive until every
 // rank is done, so a peer's departure never races a check).
 
+#include "../support/eventually.hpp"
 #include "../support/sanitizer_slowdown.hpp"
-#include "eventually.hpp"
 #include "transport/cluster_keys.hpp"
 #include "transport/rank_fabric.hpp"
 

@@ -2,6 +2,7 @@
 // in one process and between real processes (fork). Children report through exit codes and
 // region flags; every wait has a timeout, nothing sleeps to synchronise.
 
+#include "../support/eventually.hpp"
 #include "log/log.hpp"
 #include "transport/cluster_keys.hpp"
 #include "transport/control_messages.hpp"
@@ -29,6 +30,7 @@
 #include <thread>
 #include <unistd.h>
 
+using supernode::testing::eventually;
 using namespace supernode::transport;
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
@@ -114,16 +116,6 @@ send_status send_retrying(shm_plane& p, const peer_id& to, const envelope& e,
   while ((s = p.send(to, e)) == send_status::queue_full && clock_type::now() < deadline)
     std::this_thread::yield(); // back-pressure: the receiver drains, we retry
   return s;
-}
-
-// Until `done` holds, or false at the deadline: for counters another thread moves.
-bool eventually(const std::function<bool()>& done, std::chrono::milliseconds timeout = 20s) {
-  const auto deadline = clock_type::now() + timeout;
-  while (!done()) {
-    if (clock_type::now() >= deadline) return false;
-    std::this_thread::yield();
-  }
-  return true;
 }
 
 // A key folder of its own with a pair for each of `instances`; removed with the object.

@@ -2,7 +2,7 @@
 // whoever does not hold an instance's key — or holds one but claims to be another instance —
 // is refused, counted and never delivered, while the real planes keep talking.
 
-#include "eventually.hpp"
+#include "../support/eventually.hpp"
 #include "plane_collector.hpp"
 #include "transport/cluster_keys.hpp"
 #include "transport/control_messages.hpp"

@@ -6,6 +6,7 @@
 // a valid one, 429 with Retry-After over a key's limits, and the loopback rule without keys.
 
 #include "../../model/tiny_model.hpp"
+#include "../../support/eventually.hpp"
 #include "../../support/http_client.hpp"
 #include "../../support/probe_endpoint.hpp"
 #include "../../support/role_host.hpp"
@@ -170,8 +171,7 @@ TEST(gateway_errors, every_refusal_reaches_the_client_with_its_code) {
 
   // B waits for KV (the queue holds one); C finds the queue full.
   auto b = c.post_async(completion(10, 10));
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (c.queued() == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  ASSERT_TRUE(supernode::testing::eventually([&] { return c.queued() != 0; }));
   ASSERT_EQ(c.queued(), 1u);
   expect_error(http_call(c.port(), "POST", "/v1/completions", completion(10, 10)), 429,
                "rate_limit_error", serving_errc::queue_full);
@@ -242,13 +242,7 @@ constexpr const char* metered_key = "sk-meter-0123456789abcdef";
 
 // Waits (bounded) until the gateway holds `n` requests.
 bool wait_in_flight(cluster& c, size_t n) {
-  const auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (c.gateway.service().live_requests() != n)
-    if (std::chrono::steady_clock::now() > deadline)
-      return false;
-    else
-      std::this_thread::yield();
-  return true;
+  return supernode::testing::eventually([&] { return c.gateway.service().live_requests() == n; });
 }
 
 void expect_rate_limited(const keyed_reply& r, serving_errc code, int64_t max_wait) {
