@@ -7,6 +7,7 @@
 #include "services/role_registry.hpp"
 #include "transport/plane_factory.hpp"
 
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -76,6 +77,14 @@ int run_node(const transport::cluster_config& cluster, const services::serving_c
     roles.push_back(
         services::make_role({inst, cluster, effective, log::logger{inst.name, incarnation}}));
 
+  // A fenced instance (peers declared it down after a hang and recovered its work) ends the
+  // process with EX_TEMPFAIL: its supervisor restarts it as a new incarnation, with none of
+  // the stale state.
+  static std::atomic<bool> fenced{false};
+  auto on_fenced = [](const std::string&, const std::string&) {
+    fenced = true;
+    ::kill(::getpid(), SIGTERM); // the sigwait below wakes
+  };
   node_config cfg;
   caf::actor_system sys{cfg};
   std::vector<caf::actor> actors;
@@ -83,6 +92,7 @@ int run_node(const transport::cluster_config& cluster, const services::serving_c
   for (size_t i = 0; i < instances.size(); ++i) {
     auto ep = std::make_shared<transport::endpoint>(cluster, instances[i].name,
                                                     transport::make_plane, incarnation);
+    ep->set_fenced_handler(on_fenced);
     auto done = std::make_shared<std::promise<std::string>>();
     started.push_back(done->get_future());
     actors.push_back(
@@ -106,7 +116,7 @@ int run_node(const transport::cluster_config& cluster, const services::serving_c
     sigwait(&stop_signals, &sig);
   }
   for (auto& a : actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
-  return code;
+  return fenced ? fenced_exit_code : code;
 }
 
 } // namespace supernode::actors

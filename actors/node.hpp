@@ -13,7 +13,9 @@ namespace supernode::actors {
 // Applies the process's placement (compute threads, CPU pinning), starts every instance and
 // prints, on stdout, "listening <instance> <address>" for each instance clients reach, then
 // "ready <instance> ..." once all are up, so a parent process can wait for it. Returns the exit
-// code: 1 when an instance cannot start (the reason on stderr).
+// code: 1 when an instance cannot start (the reason on stderr), fenced_exit_code when peers
+// fenced this process after a hang.
+inline constexpr int fenced_exit_code = 75; // EX_TEMPFAIL: restart me
 int run_node(const transport::cluster_config& cluster, const services::serving_config& serving,
              const std::string& process, int index);
 

@@ -12,6 +12,7 @@ void register_control_messages() {
   register_message<heartbeat>();
   register_message<member_join>();
   register_message<member_leave>();
+  register_message<member_fenced>();
 }
 
 } // namespace supernode::transport

@@ -87,6 +87,19 @@ struct member_leave {
   MSGPACK_DEFINE_MAP(peer, reason, incarnation);
 };
 
+// To a member whose process was declared down for silence (a hang: SIGSTOP, a stall) and then
+// spoke again with the same incarnation: its peers recovered its work and refuse that
+// incarnation for good. It drops what it holds and rejoins as a new process.
+struct member_fenced {
+  static constexpr uint16_t type_id = 8;
+  static constexpr const char* type_name = "member_fenced";
+  static constexpr uint32_t max_bytes = 4096;
+  std::string peer;         // the fenced member (the receiver)
+  uint64_t incarnation = 0; // its fenced incarnation
+  std::string reason;
+  MSGPACK_DEFINE_MAP(peer, incarnation, reason);
+};
+
 // Registers the types above; idempotent.
 void register_control_messages();
 

@@ -57,6 +57,39 @@ void endpoint::set_message_handler(message_handler h) {
 void endpoint::set_event_handler(event_handler h) {
   on_event_ = std::move(h);
 }
+void endpoint::set_fenced_handler(fenced_handler h) {
+  on_fenced_ = std::move(h);
+}
+
+bool endpoint::refuse_if_fenced(const peer_id& from, const envelope& message) {
+  uint64_t incarnation = 0;
+  {
+    std::lock_guard lock(mutex_);
+    const member* m = membership_.find(from);
+    if (!m || !m->fenced) return false;
+    incarnation = m->incarnation;
+  }
+  // A restarted process speaks with a new incarnation: that one is welcome.
+  if (auto* h = message.get<heartbeat>(); h && h->incarnation > incarnation) return false;
+  if (auto* j = message.get<member_join>(); j && j->incarnation > incarnation) return false;
+  reject(from, "fenced_incarnation",
+         "a message of incarnation " + std::to_string(incarnation) +
+             ", declared down after missing its heartbeats");
+  if (message.is<heartbeat>()) // at the sender's heartbeat pace, no faster
+    planes_.at(cluster_.plane_for_flow("control").name)
+        ->send(from, make_envelope(member_fenced{
+                         from, incarnation, "declared down by " + self_.name + " after a hang"}));
+  return true;
+}
+
+void endpoint::on_fenced_notice(const peer_id& from, const member_fenced& notice) {
+  if (notice.peer != self_.name || notice.incarnation != incarnation_) return; // not about us
+  if (fenced_.exchange(true)) return;
+  log_.error("fenced by {}: {}; this incarnation is refused everywhere, so it stops and comes "
+             "back as a new one",
+             from, notice.reason);
+  if (on_fenced_) on_fenced_(from, notice.reason);
+}
 
 void endpoint::start() {
   for (auto& [name, p] : planes_) p->start();
@@ -173,6 +206,8 @@ std::string endpoint::membership_refusal(const peer_id& from, const envelope& me
 void endpoint::on_message(const peer_id& from, envelope message) {
   const auto now = std::chrono::steady_clock::now();
   std::vector<membership_event> events;
+  if (auto* notice = message.get<member_fenced>()) return on_fenced_notice(from, *notice);
+  if (refuse_if_fenced(from, message)) return;
   if (message.is<heartbeat>() || message.is<member_join>() || message.is<member_leave>()) {
     if (const auto refusal = membership_refusal(from, message); !refusal.empty()) {
       reject(from, refusal,

@@ -11,6 +11,7 @@
 #include "transport/plane.hpp"
 #include "transport/retrying_sender.hpp"
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -37,6 +38,12 @@ public:
   // Application messages (heartbeats and membership messages are consumed here).
   void set_message_handler(message_handler h);
   void set_event_handler(event_handler h);
+  // Called once, on a plane thread, when a member tells this endpoint that its incarnation was
+  // fenced (peers declared it down after a hang and recovered its work). The process must
+  // drop its state and come back as a new incarnation: the node exits for its supervisor to
+  // restart it. Until then every peer refuses what it sends.
+  using fenced_handler = std::function<void(const std::string& by, const std::string& reason)>;
+  void set_fenced_handler(fenced_handler h);
   void start();
   void stop();
 
@@ -83,6 +90,10 @@ public:
 private:
   void on_message(const peer_id& from, envelope message);
   std::string membership_refusal(const peer_id& from, const envelope& message) const;
+  // A message of `from`'s fenced incarnation (anything but a heartbeat or join bringing a new
+  // one): refused, and a heartbeat answered with member_fenced so the process learns it.
+  bool refuse_if_fenced(const peer_id& from, const envelope& message);
+  void on_fenced_notice(const peer_id& from, const member_fenced& notice);
   void emit(const std::vector<membership_event>& events);
   void log_membership(const membership_event& e);
 
@@ -103,6 +114,8 @@ private:
   log::rate_limiter rejected_lines_;
   message_handler on_message_;
   event_handler on_event_;
+  fenced_handler on_fenced_;
+  std::atomic<bool> fenced_{false};
 };
 
 } // namespace supernode::transport

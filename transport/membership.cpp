@@ -20,6 +20,8 @@ const char* to_string(member_state s) {
 std::vector<membership_event> membership::on_join(const member_join& m, steady_time now) {
   std::vector<membership_event> events;
   auto it = members_.find(m.peer);
+  if (it != members_.end() && it->second.fenced && it->second.incarnation == m.incarnation)
+    return events; // the fenced process itself: only a new incarnation comes back
   if (it != members_.end() && it->second.state == member_state::alive) {
     if (it->second.incarnation == m.incarnation) { // a repeated join: refresh endpoints only
       it->second.endpoints = m.endpoints;
@@ -52,7 +54,8 @@ uint64_t new_incarnation() {
 
 std::vector<membership_event> membership::on_message(const std::string& peer, steady_time now) {
   auto it = members_.find(peer);
-  if (it == members_.end() || it->second.state == member_state::left) return {};
+  if (it == members_.end() || it->second.state == member_state::left || it->second.fenced)
+    return {};
   it->second.last_heard = now;
   if (it->second.state != member_state::down) return {};
   it->second.state = member_state::alive;
@@ -75,10 +78,12 @@ std::vector<membership_event> membership::on_heartbeat(const heartbeat& h, stead
       events.push_back({membership_event::kind::down, m.id, "restarted with a new incarnation"});
     m.incarnation = h.incarnation;
     m.state = member_state::alive;
+    m.fenced = false;
     m.last_heard = now;
     events.push_back({membership_event::kind::joined, m.id, "rejoined after a restart"});
     return events;
   }
+  if (m.fenced) return {}; // the hung process woke: it stays down
   m.last_heard = now;
   if (m.state == member_state::down) {
     m.state = member_state::alive;
@@ -101,6 +106,7 @@ std::vector<membership_event> membership::tick(steady_time now) {
   for (auto& [id, m] : members_)
     if (m.state == member_state::alive && now - m.last_heard > limit) {
       m.state = member_state::down;
+      m.fenced = m.incarnation != 0;
       events.push_back({membership_event::kind::down, id,
                         "no heartbeat for " +
                             std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -114,6 +120,11 @@ std::vector<membership_event> membership::tick(steady_time now) {
 const member* membership::find(const std::string& id) const {
   auto it = members_.find(id);
   return it == members_.end() ? nullptr : &it->second;
+}
+
+bool membership::is_fenced(const std::string& id) const {
+  auto m = find(id);
+  return m && m->fenced;
 }
 
 bool membership::is_alive(const std::string& id) const {

@@ -9,7 +9,10 @@
 //   - a plane that sees the peer's connection drop (its process died) reports it at once;
 //   - a heartbeat with a new incarnation is a restarted process: the old one is down, the new
 //     one joins. Members from the config start with incarnation 0 ("not yet heard from") and
-//     take the incarnation of their first heartbeat.
+//     take the incarnation of their first heartbeat;
+//   - a member declared down for silence once we knew its incarnation is fenced: that
+//     incarnation never comes back (its work was recovered elsewhere), only a new one does. A
+//     dropped connection does not fence (the process may still be starting its planes).
 
 #include "transport/control_messages.hpp"
 
@@ -33,6 +36,7 @@ struct member {
   std::map<std::string, std::string> endpoints; // plane name -> address
   member_state state = member_state::alive;
   steady_time last_heard{};
+  bool fenced = false; // this incarnation was declared down for silence: refused from now on
 };
 
 struct membership_event {
@@ -69,6 +73,8 @@ public:
   std::vector<membership_event> tick(steady_time now);
 
   const member* find(const std::string& id) const;
+  // True when `id`'s current incarnation is fenced (a message from it is refused).
+  bool is_fenced(const std::string& id) const;
   bool is_alive(const std::string& id) const;
   std::vector<const member*> alive_with_role(const std::string& role) const;
   size_t size() const { return members_.size(); }

@@ -4,6 +4,7 @@
 // and not — because the gateway places the requests it held again and they resume where
 // their streams stopped. The resumed counter proves the fault hit requests in flight.
 
+#include "../support/eventually.hpp"
 #include "serving_fixture.hpp"
 
 #include <csignal>
@@ -102,9 +103,14 @@ TEST(serving_recovery, a_decode_process_hung_past_the_liveness_bound_loses_no_re
   expect_no_request_lost(
       cluster, prompts, [](const std::string& m) { return running_on(m, "decode-1") >= 2; },
       [&] { ASSERT_EQ(::kill(hung, SIGSTOP), 0); });
-  // It wakes after its requests finished elsewhere: nothing it still sends reaches a client
-  // (every answer above is already checked), and the cluster keeps serving.
+  // It wakes after its requests finished elsewhere: its peers refuse its incarnation and tell
+  // it so, and it stops itself (to come back as a new incarnation); nothing it still sent
+  // reached a client (every answer above is already checked), and the cluster keeps serving.
   ASSERT_EQ(::kill(hung, SIGCONT), 0);
+  EXPECT_TRUE(eventually([&] { return ::kill(hung, 0) != 0; }))
+      << "the fenced process did not stop; logs:\n"
+      << read_logs(cluster.run_dir());
+  EXPECT_NE(read_logs(cluster.run_dir()).find("fenced by"), std::string::npos);
   const served_prompt later{test_prompt(30, 9), 12};
   const auto reply = http_call(cluster.port(), "POST", "/v1/completions", completion_body(later),
                                std::chrono::seconds(60));

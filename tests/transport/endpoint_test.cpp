@@ -180,3 +180,39 @@ TEST(endpoint, a_reply_counts_only_from_the_peer_asked) {
   t.beta.send("control", "alpha-0", make_envelope(test_reply{*id, "real"}));
   EXPECT_EQ(answer.get_future().get(), "real");
 }
+
+TEST(endpoint, a_member_declared_down_for_silence_is_fenced_and_told_so) {
+  auto cluster = cluster_config::parse(two_instances, "two.toml");
+  endpoint a(cluster, "alpha-0", make_plane, 11), b(cluster, "beta-0", make_plane, 22);
+  inbox ia;
+  ia.attach(a);
+  std::promise<std::string> fenced_by;
+  b.set_fenced_handler([&](const std::string& by, const std::string&) { fenced_by.set_value(by); });
+  a.start();
+  b.start();
+  // alpha learns beta's incarnation from a heartbeat (the ping after it says it was taken).
+  b.tick(std::chrono::steady_clock::now());
+  b.send("control", "alpha-0", make_envelope(ping{1, 0, {}}));
+  ASSERT_TRUE(ia.wait_for([&] { return ia.count<ping>() == 1; }));
+  // beta hangs: alpha declares it down after 3 × 20 ms of silence.
+  a.tick(std::chrono::steady_clock::now() + 61ms);
+  ASSERT_FALSE(a.is_alive("beta-0"));
+  // It wakes: its messages are refused, and its next heartbeat is answered with the news.
+  b.send("control", "alpha-0", make_envelope(ping{2, 0, {}}));
+  b.tick(std::chrono::steady_clock::now());
+  auto got = fenced_by.get_future();
+  ASSERT_EQ(got.wait_for(20s), std::future_status::ready);
+  EXPECT_EQ(got.get(), "alpha-0");
+  EXPECT_GE(a.rejected_messages()["fenced_incarnation"], 2u); // the ping and the heartbeat
+  {
+    std::lock_guard lock(ia.m);
+    EXPECT_EQ(ia.count<ping>(), 1u) << "a fenced incarnation's message reached the role";
+  }
+  EXPECT_FALSE(a.is_alive("beta-0"));
+  // Restarted as a new incarnation, it is a member again.
+  endpoint b2(cluster, "beta-0", make_plane, 23);
+  b.stop();
+  b2.start();
+  b2.tick(std::chrono::steady_clock::now());
+  ASSERT_TRUE(supernode::testing::eventually([&] { return a.is_alive("beta-0"); }));
+}

@@ -24,8 +24,26 @@ TEST(membership, silent_peer_is_down_within_the_bound) {
   EXPECT_NE(ev[0].reason.find("no heartbeat for 501 ms"), std::string::npos) << ev[0].reason;
   EXPECT_FALSE(m.is_alive("d0"));
   EXPECT_TRUE(m.tick(t0 + 2s).empty()); // reported once
-  // Heartbeats resuming bring it back.
-  ev = m.on_heartbeat({"d0", 1, 9}, t0 + 3s);
+  // Its work was recovered elsewhere: the incarnation is fenced and waking changes nothing.
+  EXPECT_TRUE(m.is_fenced("d0"));
+  EXPECT_TRUE(m.on_heartbeat({"d0", 1, 9}, t0 + 3s).empty());
+  EXPECT_TRUE(m.on_message("d0", t0 + 3s).empty());
+  EXPECT_TRUE(m.on_join(join("d0", 1), t0 + 3s).empty());
+  EXPECT_FALSE(m.is_alive("d0"));
+  // The process restarted as a new incarnation comes back.
+  ev = m.on_heartbeat({"d0", 2, 1}, t0 + 4s);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].what, membership_event::kind::joined);
+  EXPECT_TRUE(m.is_alive("d0"));
+  EXPECT_FALSE(m.is_fenced("d0"));
+}
+
+TEST(membership, a_dropped_connection_does_not_fence) {
+  membership m;
+  m.on_join(join("p0", 1), t0);
+  m.on_disconnect("p0", "connection dropped", t0 + 1ms);
+  EXPECT_FALSE(m.is_fenced("p0"));
+  auto ev = m.on_heartbeat({"p0", 1, 2}, t0 + 5ms); // it was still starting its planes
   ASSERT_EQ(ev.size(), 1u);
   EXPECT_EQ(ev[0].what, membership_event::kind::joined);
 }
@@ -65,8 +83,8 @@ TEST(membership, leave_and_roles) {
 
 TEST(membership, any_message_is_a_sign_of_life_but_not_for_a_member_that_left) {
   membership m({100ms, 5});
-  m.on_join(join("late", 1), t0);
-  m.on_join(join("gone", 1), t0);
+  m.on_join(join("late", 0), t0); // from the config: not yet heard from, so never fenced
+  m.on_join(join("gone", 0), t0);
   EXPECT_EQ(m.tick(t0 + 601ms).size(), 2u); // both silent since the start: down
   // A process that started late sends a request before its first heartbeat arrives.
   auto ev = m.on_message("late", t0 + 700ms);
