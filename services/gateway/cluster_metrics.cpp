@@ -89,6 +89,10 @@ void render_cluster_metrics(metrics_registry& metrics, const cluster_snapshot& s
                     static_cast<double>(live));
   metrics.set_gauge("supernode_scheduler_queued", "Requests admitted but not yet placed",
                     static_cast<double>(stats.queued));
+  for (const auto& m : snap.members)
+    metrics.set_gauge("supernode_member_alive",
+                      "1 while the gateway hears the instance's heartbeats (every role)",
+                      m.alive ? 1 : 0, {{"instance", m.name}, {"role", m.role}});
   for (auto& s : stats.instances) {
     const labels l{{"instance", s.name}, {"role", s.role}};
     metrics.set_gauge("supernode_instance_alive", "1 while the instance is a live member",

@@ -3,6 +3,7 @@
 // every instance, and the gateway's own figures. Reads only its argument, so the gateway takes
 // the snapshot under its lock and renders outside it.
 
+#include "services/gateway/health.hpp"
 #include "services/gateway/metrics.hpp"
 #include "services/protocol/serving_messages.hpp"
 
@@ -19,6 +20,9 @@ struct cluster_snapshot {
   std::vector<protocol::plane_traffic> gateway_planes;
   std::map<std::string, uint64_t> gateway_unexpected;
   std::map<std::string, uint64_t> gateway_rejected;
+  // Every non-gateway instance as this gateway's membership sees it (the MP controller and
+  // anything else that sends no load report included).
+  std::vector<member_health> members;
 };
 
 void render_cluster_metrics(metrics_registry& metrics, const cluster_snapshot& snapshot);

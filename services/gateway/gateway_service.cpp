@@ -3,6 +3,7 @@
 #include "model/chat_template.hpp"
 #include "services/gateway/cluster_metrics.hpp"
 #include "services/gateway/error_mapping.hpp"
+#include "services/gateway/health.hpp"
 #include "services/serving/delivery.hpp"
 
 #include <nlohmann/json.hpp>
@@ -144,12 +145,8 @@ void gateway_service::handle(std::shared_ptr<http_exchange> ex, http_request req
   }
   if (path == "/health") {
     if (req.method != "GET") return not_allowed();
-    bool decode_alive = false;
-    for (auto& d : instances_with_role(out_->cluster(), "decode"))
-      decode_alive |= out_->is_alive(d);
-    const bool ok = !scheduler().empty() && decode_alive;
-    return ex->respond(ok ? 200 : 503, json_type,
-                       nlohmann::json{{"status", ok ? "ok" : "unavailable"}}.dump());
+    const auto health = gateway::assess_health(member_health());
+    return ex->respond(health.status, json_type, health.json());
   }
   if (path == "/metrics") {
     if (req.method != "GET") return not_allowed();
@@ -331,6 +328,21 @@ void gateway_service::on_member_event(const transport::membership_event& event,
   tracker_.peer_down(event.peer, event.reason, out_ && scheduler().empty());
 }
 
+std::vector<gateway::member_health> gateway_service::member_health() const {
+  std::map<std::string, protocol::error> unavailable;
+  {
+    std::lock_guard lock(stats_mutex_);
+    if (stats_)
+      for (const auto& i : stats_->instances) unavailable[i.name] = i.unavailable;
+  }
+  std::vector<gateway::member_health> out;
+  for (const auto& inst : out_->cluster().instances()) {
+    if (inst.role == "gateway") continue;
+    out.push_back({inst.name, inst.role, out_->is_alive(inst.name), unavailable[inst.name]});
+  }
+  return out;
+}
+
 std::string gateway_service::render_metrics() {
   gateway::cluster_snapshot snap;
   {
@@ -339,6 +351,7 @@ std::string gateway_service::render_metrics() {
   }
   snap.gateway_requests_in_flight = tracker_.in_flight();
   if (out_) {
+    snap.members = member_health();
     snap.gateway = out_->self();
     snap.gateway_planes = plane_traffic_of(*out_);
     snap.gateway_unexpected = out_->unexpected_messages();

@@ -14,6 +14,7 @@
 #include "model/tokenizer.hpp"
 #include "services/gateway/api_keys.hpp"
 #include "services/gateway/gateway_interface.hpp"
+#include "services/gateway/health.hpp"
 #include "services/gateway/http_server.hpp"
 #include "services/gateway/key_limiter.hpp"
 #include "services/gateway/metrics.hpp"
@@ -72,6 +73,9 @@ private:
                                                           gateway::api_kind kind) const;
   std::vector<int32_t> prompt_tokens(const gateway::completion_request& api) const;
   std::string render_metrics();
+  // Every non-gateway instance: alive in this gateway's membership, and why it takes no
+  // requests (the scheduler's latest statistics). For /health and /metrics.
+  std::vector<gateway::member_health> member_health() const;
   // Tracker thread: reaching the cluster.
   transport::send_status send_admit(const protocol::admit_request& message);
   void cancel_upstream(const gateway::tracked_request& r, const std::string& why);

@@ -12,6 +12,7 @@ target_sources(supernode_services PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/request_tracker.cpp
   ${CMAKE_CURRENT_LIST_DIR}/api_keys.cpp
   ${CMAKE_CURRENT_LIST_DIR}/key_limiter.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/health.cpp
 )
 # API keys are kept as BLAKE2b digests and compared in constant time: libsodium.
 pkg_check_modules(SODIUM REQUIRED IMPORTED_TARGET libsodium)

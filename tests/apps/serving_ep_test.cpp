@@ -136,4 +136,9 @@ TEST(serving_ep, a_rank_process_killed_mid_step_fails_the_groups_requests_withou
     ASSERT_LT(std::chrono::steady_clock::now(), deadline) << later.status << " " << later.body;
     std::this_thread::sleep_for(std::chrono::milliseconds(20)); // polling pace, as poll_metrics
   }
+  // And /health says so, with the reason, instead of "ok".
+  const auto health = http_call(cluster.port(), "GET", "/health");
+  EXPECT_EQ(health.status, 503u) << health.body;
+  EXPECT_NE(health.body.find("no decode instance is serving"), std::string::npos) << health.body;
+  EXPECT_NE(health.body.find("decode-2 (decode) is down"), std::string::npos) << health.body;
 }

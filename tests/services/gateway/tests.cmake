@@ -18,3 +18,6 @@ supernode_add_test(gateway_errors_test
 target_link_libraries(gateway_errors_test PRIVATE nlohmann_json::nlohmann_json)
 supernode_add_test(request_tracker_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/request_tracker_test.cpp LIBS supernode_services LABEL unit)
+# /health's three answers from membership and the scheduler's statistics.
+supernode_add_test(health_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/health_test.cpp LIBS supernode_services LABEL unit)
