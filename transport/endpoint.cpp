@@ -105,6 +105,13 @@ bool endpoint::is_alive(const peer_id& peer) const {
   return membership_.is_alive(peer);
 }
 
+std::optional<uint64_t> endpoint::live_incarnation(const peer_id& peer) const {
+  std::lock_guard lock(mutex_);
+  const member* m = membership_.find(peer);
+  if (!m || m->state != member_state::alive) return std::nullopt;
+  return m->incarnation;
+}
+
 const plane* endpoint::plane_named(const std::string& name) const {
   auto it = planes_.find(name);
   return it == planes_.end() ? nullptr : it->second.get();

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 namespace supernode::transport {
@@ -85,6 +86,8 @@ public:
 
   pending_requests& pending() { return pending_; }
   bool is_alive(const peer_id& peer) const;
+  // The incarnation of a live member (0: not heard from yet); nothing when it is not alive.
+  std::optional<uint64_t> live_incarnation(const peer_id& peer) const;
   const plane* plane_named(const std::string& name) const;
 
 private:

@@ -89,8 +89,10 @@ using detail::open_eventfd;
 using detail::poll_retrying;
 using detail::printable;
 
-std::string routing_id(int rank) {
-  return "rank" + std::to_string(rank);
+// "rank<r>@<group>": the group name carries the formation's epoch, so after a group re-forms
+// a rank still on the old formation (same address, same instance key) is never taken for one.
+std::string routing_id(int rank, const std::string& group) {
+  return "rank" + std::to_string(rank) + "@" + group;
 }
 
 std::string range_text(size_t offset, size_t size) {
@@ -140,7 +142,8 @@ public:
       if (r == rank_) continue;
       auto& p = *peers_[r];
       p.dealer = zmq::socket_t(context_, zmq::socket_type::dealer);
-      p.dealer.set(zmq::sockopt::routing_id, detail::connection_routing_id(routing_id(rank_)));
+      p.dealer.set(zmq::sockopt::routing_id,
+                   detail::connection_routing_id(routing_id(rank_, group_)));
       p.dealer.set(zmq::sockopt::linger, 0);
       if (keys_) {
         const auto key = keys_->public_key(instances_[r]);
@@ -446,7 +449,10 @@ private:
 
   // The rank a routing id names, or -1 for a socket outside the group (or posing as us).
   int sender_rank(const zmq::message_t& id) const {
-    const std::string_view s = detail::claimed_name(id.to_string_view());
+    std::string_view s = detail::claimed_name(id.to_string_view());
+    const auto at = s.find('@');
+    if (at == std::string_view::npos || s.substr(at + 1) != group_) return -1;
+    s = s.substr(0, at);
     if (s.size() < 5 || s.size() > 14 || !s.starts_with("rank")) return -1;
     if (s.size() > 5 && s[4] == '0') return -1;
     int64_t r = 0;

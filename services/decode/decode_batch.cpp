@@ -84,10 +84,18 @@ std::vector<protocol::token_update> decode_batch::step() {
     s->table.set_tokens(pos + n);
     one_row_each &= n == 1;
   }
-  if (forward_)
-    forward_(tokens_, steps_, pool_, hidden_);
-  else
-    model_.forward(tokens_, steps_, pool_, hidden_);
+  try {
+    if (forward_)
+      forward_(tokens_, steps_, pool_, hidden_);
+    else
+      model_.forward(tokens_, steps_, pool_, hidden_);
+  } catch (...) {
+    // A step is all or nothing: the sequences are as before it (the KV it wrote at their next
+    // positions is rewritten, identically, when the step runs again).
+    for (auto& s : running_)
+      s->table.set_tokens(s->table.tokens() - static_cast<int64_t>(s->feed.size()));
+    throw;
+  }
   // Each sequence samples from its last position's hidden state.
   const float* last = hidden_.data();
   if (!one_row_each) {

@@ -45,7 +45,9 @@ public:
   // with the decode arithmetic — several positions of one sequence in one forward, bitwise
   // equal to the one-token steps that first made them — before sampling the next token.
   protocol::token_update join(std::unique_ptr<decode_sequence> s, int32_t first_token);
-  // One token for every running sequence; finished ones leave the batch.
+  // One token for every running sequence; finished ones leave the batch. When the forward
+  // throws (an expert-parallel group broke), the batch is left as it was and the step can run
+  // again, with the same result.
   std::vector<protocol::token_update> step();
   // Removes the running sequences `match` selects, ending each with `why` (cancelled when its
   // code is serving_errc::cancelled, an error otherwise).

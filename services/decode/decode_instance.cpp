@@ -36,6 +36,7 @@ decode_instance::~decode_instance() {
 
 void decode_instance::start(transport::endpoint& out) {
   out_ = &out;
+  if (group_) group_->watch(out);
   if (config_.ems.store_decode_kv)
     cache_ = std::make_unique<ems::context_cache_client>(out, config_.ems,
                                                          config_.cache_model_key(), pool_.layout());
@@ -248,9 +249,8 @@ void decode_instance::cancel(const request_key& key, protocol::error why) {
 
 void decode_instance::on_member_event(const transport::membership_event& event,
                                       transport::endpoint& out) {
-  (void)out;
+  if (group_) group_->on_member_event(event); // a member back: the group grows again
   if (event.what == transport::membership_event::kind::joined) return;
-  if (group_) group_->on_member_event(event);
   // A prefill instance gone: the requests waiting on its KV can no longer start.
   std::vector<request_key> lost;
   for (auto& [key, w] : awaiting_)
@@ -425,7 +425,10 @@ void decode_instance::compute_round() {
     if (!batch_.empty())
       for (auto& u : batch_.step()) updates.push_back(std::move(u));
   } catch (const ep_failure& e) {
-    fail_everything({protocol::ep_errc::group_broken, e.what()}, updates);
+    // The group re-forms over the members alive (ep_rank::form, before the next round) and
+    // the step runs again: the sequences and their KV stay here. If it cannot re-form, the
+    // next round finds the group broken and ends them (their gateways place them again).
+    out_->log().warn("decode step of {} sequences paused: {}", batch_.size(), e.what());
   }
   running_ = static_cast<int64_t>(batch_.size());
   send_updates(std::move(updates));

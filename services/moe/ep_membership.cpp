@@ -1,8 +1,11 @@
 #include "services/moe/ep_membership.hpp"
 
+#include "transport/checksum.hpp"
 #include "transport/plane_factory.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <optional>
 #include <stdexcept>
 
 namespace supernode::services {
@@ -105,6 +108,56 @@ std::optional<ep_membership> ep_membership_of(const transport::cluster_config& c
     m.fabric.instances = m.members;
   }
   return m;
+}
+
+ep_formation formed_over(const ep_membership& configured,
+                         const std::vector<std::pair<std::string, uint64_t>>& alive,
+                         const model::model_config& model, model::precision prec) {
+  const std::string& self = configured.members.at(configured.options.rank);
+  auto incarnation_of = [&](const std::string& name) -> std::optional<uint64_t> {
+    for (auto& [n, inc] : alive)
+      if (n == name) return inc;
+    return std::nullopt;
+  };
+  if (!incarnation_of(self)) throw std::runtime_error(self + " is not among the alive members");
+  ep_formation f;
+  f.membership = configured;
+  auto& m = f.membership;
+  m.members.clear();
+  m.options.expert_hosts.clear();
+  m.fabric.addresses.clear();
+  std::string key;
+  for (size_t i = 0; i < configured.members.size(); ++i) {
+    const auto& name = configured.members[i];
+    const auto inc = incarnation_of(name);
+    if (!inc) continue;
+    const bool host =
+        std::find(configured.options.expert_hosts.begin(), configured.options.expert_hosts.end(),
+                  static_cast<int32_t>(i)) != configured.options.expert_hosts.end();
+    if (host) m.options.expert_hosts.push_back(static_cast<int32_t>(m.members.size()));
+    if (name == self) m.options.rank = static_cast<int32_t>(m.members.size());
+    m.members.push_back(name);
+    if (!configured.fabric.addresses.empty())
+      m.fabric.addresses.push_back(configured.fabric.addresses[i]);
+    key += name + ":" + std::to_string(*inc) + ";";
+  }
+  if (!configured.options.expert_hosts.empty() && m.options.expert_hosts.empty())
+    throw std::runtime_error("group " + configured.fabric.group + " has no expert shard alive");
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx",
+                static_cast<unsigned long long>(transport::fnv1a(key.data(), key.size())));
+  f.epoch = std::string(hex, 10);
+  m.options.ranks = static_cast<int32_t>(m.members.size());
+  m.fabric.rank = m.options.rank;
+  m.fabric.ranks = m.options.ranks;
+  m.fabric.group = configured.fabric.group + "-" + f.epoch;
+  m.fabric.bytes = expert_parallel::layout_for(model, prec, m.options).total_bytes();
+  m.fabric.instances = m.fabric.addresses.empty() ? std::vector<std::string>{} : m.members;
+  // ipc sockets are files: one per formation. A tcp port stays the instance's; the fabric's
+  // routing ids carry the group name, so a rank of another formation is never taken for one.
+  for (auto& a : m.fabric.addresses)
+    if (a.starts_with("ipc://")) a += "." + f.epoch;
+  return f;
 }
 
 } // namespace supernode::services

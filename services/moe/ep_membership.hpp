@@ -27,6 +27,21 @@ struct ep_membership {
   std::string describe() const; // "decode-ep0 rank 1 of 4 (decode-0..., experts on ...)"
 };
 
+// A group re-forms when a member dies or comes back: the formation over the members alive now,
+// named by its epoch (a hash of their names and incarnations), so every survivor that sees the
+// same members computes the same group, and no two formations share a region or a socket.
+struct ep_formation {
+  std::string epoch;
+  ep_membership membership; // ranks renumbered over the alive members, in config order
+};
+
+// `alive`: (instance, incarnation) of the configured members alive now, this instance among
+// them. Throws std::runtime_error when `alive` lacks this instance, or an attention/MoE split
+// has no expert shard left.
+ep_formation formed_over(const ep_membership& configured,
+                         const std::vector<std::pair<std::string, uint64_t>>& alive,
+                         const model::model_config& model, model::precision prec);
+
 // Nothing when the instance runs its experts itself (a group of one). Throws
 // std::runtime_error naming the mismatch when the config cannot form groups. The group logs as
 // `log` (the instance's logger).

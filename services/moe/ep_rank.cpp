@@ -1,39 +1,140 @@
 #include "services/moe/ep_rank.hpp"
 
+#include "transport/endpoint.hpp"
+
+#include <algorithm>
+#include <thread>
+
 namespace supernode::services {
 
+namespace {
+bool contains(const std::vector<std::string>& names, const std::string& name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+} // namespace
+
 ep_rank::ep_rank(std::shared_ptr<const model::model_weights> weights, ep_membership membership)
-    : weights_(std::move(weights)), membership_(std::move(membership)),
-      fabric_(membership_.fabric_kind == "zmq"
-                  ? transport::make_zmq_rank_fabric(membership_.fabric)
-                  : transport::make_shm_rank_fabric(membership_.fabric)) {
+    : weights_(std::move(weights)), configured_(std::move(membership)),
+      formation_members_(configured_.members) {
   const auto layout =
-      expert_parallel::layout_for(weights_->config, weights_->prec, membership_.options);
-  fabric_->log().info("expert parallelism: {}; {}", membership_.describe(), layout.describe());
+      expert_parallel::layout_for(weights_->config, weights_->prec, configured_.options);
+  configured_.fabric.log.info("expert parallelism: {}; {}", configured_.describe(),
+                              layout.describe());
 }
 
-bool ep_rank::connect(const std::function<bool()>& give_up) {
-  std::string why;
-  if (!fabric_->connect(membership_.options.op_timeout * 4, give_up, why)) {
-    fail(why);
-    return false;
+ep_rank::~ep_rank() {
+  std::lock_guard lock(fabric_mutex_);
+  ep_.reset();
+  if (fabric_) fabric_->leave();
+}
+
+void ep_rank::watch(const transport::endpoint& out) {
+  out_ = &out;
+}
+
+std::optional<std::vector<std::pair<std::string, uint64_t>>> ep_rank::alive_view() const {
+  std::vector<std::pair<std::string, uint64_t>> view;
+  for (const auto& name : configured_.members) {
+    if (!out_) {
+      view.emplace_back(name, 1);
+    } else if (name == out_->self()) {
+      view.emplace_back(name, out_->incarnation());
+    } else if (const auto incarnation = out_->live_incarnation(name)) {
+      if (*incarnation == 0) return std::nullopt; // alive but not heard from: wait for it
+      view.emplace_back(name, *incarnation);
+    }
   }
+  return view;
+}
+
+bool ep_rank::form(const std::function<bool()>& give_up, std::chrono::milliseconds patience) {
+  using clock = std::chrono::steady_clock;
+  const auto deadline = clock::now() + patience;
+  std::string why = "the members' incarnations are not known yet";
+  while (!give_up()) {
+    if (clock::now() >= deadline) {
+      fail("cannot re-form: " + why);
+      return false;
+    }
+    const auto view = alive_view();
+    if (!view) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5)); // heartbeats bring them
+      continue;
+    }
+    ep_formation f;
+    try {
+      f = formed_over(configured_, *view, weights_->config, weights_->prec);
+    } catch (const std::exception& e) {
+      why = e.what(); // no expert host alive: wait for one to come back
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    // From here a membership change asks for the next formation and ends this attempt.
+    reform_wanted_ = false;
+    {
+      std::lock_guard lock(mutex_);
+      formation_members_ = f.membership.members;
+    }
+    auto stop = [&] { return give_up() || reform_wanted_ || clock::now() >= deadline; };
+    if (!connect_formation(f, stop, why)) continue;
+    ++formations_;
+    clock::time_point broke_at;
+    {
+      std::lock_guard lock(mutex_);
+      failure_.clear();
+      broke_at = broke_at_;
+    }
+    broken_ = false;
+    connected_ = true;
+    const bool first = formations_ == 1;
+    if (!first)
+      last_pause_ms_ =
+          std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - broke_at).count();
+    configured_.fabric.log.info(
+        "expert parallelism: {} {} over {} of {} ranks (epoch {}){}", configured_.fabric.group,
+        first ? "formed" : "re-formed", f.membership.options.ranks, configured_.options.ranks,
+        f.epoch, first ? "" : ", " + std::to_string(last_pause_ms_) + " ms after it broke");
+    return true;
+  }
+  return false;
+}
+
+bool ep_rank::connect_formation(const ep_formation& f, const std::function<bool()>& stop,
+                                std::string& why) {
+  {
+    // The old formation goes first: its region or socket must not outlive it, and its peers
+    // must see it leave.
+    std::lock_guard lock(fabric_mutex_);
+    connected_ = false;
+    if (ep_) earlier_times_.add(ep_->stage_times());
+    ep_.reset();
+    if (fabric_) fabric_->leave();
+    fabric_.reset();
+  }
+  std::unique_ptr<transport::rank_fabric> fabric;
+  std::unique_ptr<expert_parallel> ep;
   try {
-    ep_ = std::make_unique<expert_parallel>(weights_, *fabric_, membership_.options);
+    const auto& o = f.membership.fabric;
+    fabric = f.membership.fabric_kind == "zmq" ? transport::make_zmq_rank_fabric(o)
+                                               : transport::make_shm_rank_fabric(o);
+    if (!fabric->connect(configured_.options.op_timeout * 4, stop, why)) return false;
+    ep = std::make_unique<expert_parallel>(weights_, *fabric, f.membership.options);
   } catch (const std::exception& e) {
-    fail(e.what());
+    why = e.what();
     return false;
   }
-  connected_ = true;
-  if (broken_) ep_->fail(failure());
+  std::lock_guard lock(fabric_mutex_);
+  fabric_ = std::move(fabric);
+  ep_ = std::move(ep);
+  epoch_ = f.epoch;
   return true;
 }
 
 void ep_rank::forward(int64_t layer, const model::moe_weights& w, const float* x, int64_t rows,
                       float* out) {
   if (!connected_ || broken_)
-    throw ep_failure("expert-parallel group " + membership_.fabric.group + " is not serving: " +
-                     (broken_ ? failure() : std::string("peers not connected yet")));
+    throw ep_failure("expert-parallel group " + configured_.fabric.group +
+                     " is not serving: " + (broken_ ? failure() : std::string("not formed yet")));
   try {
     ep_->forward(layer, w, x, rows, out);
   } catch (const ep_failure& e) {
@@ -57,15 +158,18 @@ bool ep_rank::serve_peers() {
 }
 
 uint64_t ep_rank::doorbell_value() const {
-  return fabric_->load(ep_flag_doorbell);
+  return fabric_ ? fabric_->load(ep_flag_doorbell) : 0; // the compute thread's own fabric_
 }
 
 void ep_rank::sleep(uint64_t seen, std::chrono::milliseconds timeout) {
+  if (!fabric_)
+    return std::this_thread::sleep_for(std::min(timeout, std::chrono::milliseconds(10)));
   fabric_->wait(ep_flag_doorbell, seen + 1, timeout);
 }
 
 void ep_rank::ring() {
-  fabric_->add(membership_.options.rank, ep_flag_doorbell, 1);
+  std::lock_guard lock(fabric_mutex_);
+  if (fabric_) fabric_->add(fabric_->rank(), ep_flag_doorbell, 1);
 }
 
 void ep_rank::fail(const std::string& why) {
@@ -73,14 +177,21 @@ void ep_rank::fail(const std::string& why) {
     std::lock_guard lock(mutex_);
     if (!failure_.empty()) return;
     failure_ = why;
+    broke_at_ = std::chrono::steady_clock::now();
   }
   broken_ = true;
-  fabric_->log().error("expert parallelism: {} broken: {}", membership_.fabric.group, why);
-  if (connected_) ep_->fail(why);
-  // Tell the peers at once (they see "rank N left the group"), so the whole group stops
+  reform_wanted_ = true;
+  configured_.fabric.log.error("expert parallelism: {} broken: {}; re-forming over the members "
+                               "alive",
+                               configured_.fabric.group, why);
+  // Tell the peers at once (they see "rank N left the group"), so the whole formation stops
   // together instead of each peer waiting out its op timeout.
-  fabric_->leave();
-  ring();
+  std::lock_guard lock(fabric_mutex_);
+  if (ep_) ep_->fail(why);
+  if (fabric_) {
+    fabric_->leave();
+    fabric_->add(fabric_->rank(), ep_flag_doorbell, 1);
+  }
 }
 
 std::string ep_rank::failure() const {
@@ -93,24 +204,36 @@ std::string ep_rank::broken_reason() const {
 }
 
 void ep_rank::on_member_event(const transport::membership_event& event) {
-  if (event.what == transport::membership_event::kind::joined) return;
-  for (auto& m : membership_.members)
-    if (m == event.peer) fail(event.peer + " is down (" + event.reason + ")");
+  if (!contains(configured_.members, event.peer)) return;
+  bool in_formation;
+  {
+    std::lock_guard lock(mutex_);
+    in_formation = contains(formation_members_, event.peer);
+  }
+  if (event.what == transport::membership_event::kind::joined) {
+    if (in_formation) return;
+    configured_.fabric.log.info("expert parallelism: {} is back; the group grows at the next step",
+                                event.peer);
+    reform_wanted_ = true;
+    return ring();
+  }
+  if (in_formation) fail(event.peer + " is down (" + event.reason + ")");
 }
 
 void ep_rank::add_to(protocol::load_report& report) const {
   if (broken_) report.unavailable = {protocol::ep_errc::group_broken, broken_reason()};
   report.ep_stage_seconds = stage_seconds(report.ep_forwards);
   // Fabric messages from a rank that proved another identity (zmq fabric under CURVE).
+  std::lock_guard lock(fabric_mutex_);
   if (fabric_)
     if (const auto n = fabric_->trust_rejections())
       report.rejected_messages["ep_identity_mismatch"] += n;
 }
 
 std::vector<double> ep_rank::stage_seconds(uint64_t& forwards) const {
-  forwards = 0;
-  if (!connected_) return {};
-  const auto t = ep_->stage_times();
+  std::lock_guard lock(fabric_mutex_);
+  auto t = earlier_times_;
+  if (ep_) t.add(ep_->stage_times());
   std::vector<double> flat;
   for (auto& layer : t.seconds) flat.insert(flat.end(), layer.begin(), layer.end());
   forwards = t.forwards;

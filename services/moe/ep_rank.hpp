@@ -1,8 +1,18 @@
 #pragma once
-// An instance's seat in its expert-parallel group: the registered region (created at once, so
-// peers can find it), the connection to the peers and the expert_parallel built on it, plus the
-// pieces of the compute loop that differ from a lone instance: serving peers' forwards while
-// idle, sleeping on the group's doorbell, and remembering why the group broke.
+// An instance's seat in its expert-parallel group: the group's current formation (its fabric
+// and the expert_parallel built on it) and the pieces of the compute loop that differ from a
+// lone instance: serving peers' forwards while idle, sleeping on the group's doorbell, and
+// re-forming the group when its members change.
+//
+// Re-forming. A member that dies (or is fenced) breaks the formation: ops in progress throw
+// ep_failure, the instance rolls its step back (its sequences and their KV stay), and at the
+// next step boundary the compute thread forms the group again over the members alive now — a
+// new epoch, ranks renumbered, the experts placed over the alive hosts (every rank holds the
+// whole model, so a placement is only routing) — and retries the step. A member that comes
+// back (a new incarnation) makes the group grow back the same way. Every survivor computes the
+// formation from its own membership view; a rank whose view differs waits for a region or
+// socket of a formation nobody else makes, notices its view change and tries the new one, so
+// the group converges once membership has.
 
 #include "services/moe/ep_membership.hpp"
 #include "services/moe/expert_parallel.hpp"
@@ -10,24 +20,42 @@
 #include "transport/membership.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
 
+namespace supernode::transport {
+class endpoint;
+}
+
 namespace supernode::services {
 
-// It is also the transformer's routed_experts: until the group is connected, and after it
-// broke, a forward throws ep_failure.
+// It is also the transformer's routed_experts: until the group is formed, and while it is
+// broken, a forward throws ep_failure.
 class ep_rank final : public model::routed_experts {
 public:
   ep_rank(std::shared_ptr<const model::model_weights> weights, ep_membership membership);
+  ~ep_rank() override;
 
-  const ep_membership& membership() const { return membership_; }
-  // Compute thread: waits for every peer's region, then builds the expert_parallel. On failure
-  // the group is broken (failure() says why).
-  bool connect(const std::function<bool()>& give_up);
-  // Null until connected.
-  expert_parallel* ep() { return ep_.get(); }
+  // The configured group (every member, this instance's configured rank).
+  const ep_membership& membership() const { return configured_; }
+  // Where the alive members and their incarnations come from (its membership). Without one
+  // (tests), every configured member counts as alive. Before the compute thread starts.
+  void watch(const transport::endpoint& out);
+
+  // Compute thread: forms the group over the members alive now (waiting for their
+  // incarnations to be known), replacing any earlier formation. False when `give_up` turns
+  // true first, or no formation connected within `patience`; the group is broken then.
+  bool form(const std::function<bool()>& give_up,
+            std::chrono::milliseconds patience = std::chrono::seconds(10));
+  // A member died or came back since the last formation: form() again at a step boundary.
+  bool wants_reform() const { return reform_wanted_; }
+  // Formations made since start (the first included), and the last re-formation's pause: from
+  // the failure that ended the formation before it to the new one connected.
+  uint64_t formations() const { return formations_; }
+  int64_t last_pause_ms() const { return last_pause_ms_; }
+
   void forward(int64_t layer, const model::moe_weights& w, const float* x, int64_t rows,
                float* out) override;
   void forward_begins() override;
@@ -39,12 +67,14 @@ public:
   void sleep(uint64_t seen, std::chrono::milliseconds timeout);
   void ring(); // any thread
 
-  void fail(const std::string& why); // any thread
+  // The current formation cannot go on; a re-formation is wanted. Any thread.
+  void fail(const std::string& why);
   bool broken() const { return broken_; }
   std::string failure() const;
   // "expert-parallel group broken: <failure>", what requests and reports end with.
   std::string broken_reason() const;
-  // Actor thread: a member of the group that went down breaks it.
+  // Actor thread: a member that went down breaks the formation; one that joined (a restarted
+  // process) is taken in at the next re-formation.
   void on_member_event(const transport::membership_event& event);
   // The group's part of the instance's load report: why it is unavailable, its stage times.
   void add_to(protocol::load_report& report) const;
@@ -53,13 +83,29 @@ public:
   std::vector<double> stage_seconds(uint64_t& forwards) const;
 
 private:
+  // The configured members alive now with their incarnations; nothing while some alive
+  // member's incarnation is still unknown (it has not been heard from yet).
+  std::optional<std::vector<std::pair<std::string, uint64_t>>> alive_view() const;
+  bool connect_formation(const ep_formation& f, const std::function<bool()>& stop,
+                         std::string& why);
+
   std::shared_ptr<const model::model_weights> weights_;
-  ep_membership membership_;
+  const ep_membership configured_;
+  const transport::endpoint* out_ = nullptr;
+  std::string epoch_; // the formation's, empty before the first (compute thread)
+  // The fabric and expert_parallel change only on the compute thread, under fabric_mutex_;
+  // other threads (ring, fail) take the mutex to use them.
+  mutable std::mutex fabric_mutex_;
   std::unique_ptr<transport::rank_fabric> fabric_;
   std::unique_ptr<expert_parallel> ep_;
-  std::atomic<bool> connected_{false}, broken_{false};
-  mutable std::mutex mutex_;
+  std::atomic<bool> connected_{false}, broken_{false}, reform_wanted_{true};
+  std::atomic<uint64_t> formations_{0};
+  std::atomic<int64_t> last_pause_ms_{0};
+  mutable std::mutex mutex_; // failure_, broke_at_, formation_members_
   std::string failure_;
+  std::chrono::steady_clock::time_point broke_at_{};
+  std::vector<std::string> formation_members_; // of the formation made or being made
+  ep_stage_times earlier_times_;               // stage times of formations before the current one
 };
 
 } // namespace supernode::services

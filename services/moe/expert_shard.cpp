@@ -15,7 +15,7 @@ expert_shard::~expert_shard() {
 }
 
 void expert_shard::start(transport::endpoint& out) {
-  (void)out;
+  group_.watch(out);
   worker_.start_in_group(
       group_, [] { return false; }, [] {});
 }

@@ -25,6 +25,7 @@ prefill_instance::~prefill_instance() {
 }
 
 void prefill_instance::start(transport::endpoint& out) {
+  if (group_) group_->watch(out);
   out_ = &out;
   if (config_.ems.context_cache)
     cache_ = std::make_unique<ems::context_cache_client>(out, config_.ems,

@@ -32,19 +32,22 @@ public:
       if (at_exit) at_exit();
     });
   }
-  // The same for a rank of an expert-parallel group: it connects to its peers first, and while
-  // it has nothing of its own it takes part in the forwards its peers start, sleeping on the
-  // group's doorbell (which notify() rings) when nobody computes.
+  // The same for a rank of an expert-parallel group: it forms the group with its peers first
+  // (and again whenever the members change, between rounds), and while it has nothing of its
+  // own it takes part in the forwards its peers start, sleeping on the group's doorbell (which
+  // notify() rings) when nobody computes.
   void start_in_group(ep_rank& group, std::function<bool()> has_work, std::function<void()> round,
                       std::function<void()> at_exit = {}) {
     group_ = &group;
     thread_ = std::thread([this, &group, has_work = std::move(has_work), round = std::move(round),
                            at_exit = std::move(at_exit)] {
-      group.connect([this] {
+      auto stopping = [this] {
         std::lock_guard lock(mutex_);
         return stopping_;
-      });
+      };
       for (;;) {
+        // Between steps: the group forms (first) or re-forms (a member died or came back).
+        if (group.wants_reform()) group.form(stopping);
         const auto seen = group.doorbell_value();
         bool local;
         {

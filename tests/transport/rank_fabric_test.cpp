@@ -527,7 +527,7 @@ TEST_P(rank_fabric_test, malformed_frames_from_a_rank_are_dropped_and_reported) 
   zmq::context_t ctx(1);
   zmq::socket_t raw(ctx, zmq::socket_type::dealer);
   raw.set(zmq::sockopt::linger, 0);
-  raw.set(zmq::sockopt::routing_id, "rank2");
+  raw.set(zmq::sockopt::routing_id, "rank2@" + g.group);
   raw.connect(g.addresses[0]);
 
   const auto eight = pattern(8, 5);
@@ -576,14 +576,16 @@ TEST_P(rank_fabric_test, malformed_frames_from_a_rank_are_dropped_and_reported) 
 TEST_P(rank_fabric_test, frames_from_outside_the_group_are_dropped_and_reported) {
   if (!is_zmq()) GTEST_SKIP() << "shared memory has no frames";
   constexpr size_t bytes = 1024;
-  for (const char* id : {"", "rank0", "rank7", "rank01", "rank"}) {
-    SCOPED_TRACE(std::string("routing id '") + id + "'");
+  // Rank 1 of another formation of the group (the name after '@' differs) is a stranger too.
+  for (std::string id : {"", "rank0@", "rank7@", "rank01@", "rank@", "rank1", "rank1@elsewhere"}) {
+    SCOPED_TRACE("routing id '" + id + "'");
     const auto g = spec(2, bytes, 1);
+    if (id.ends_with("@")) id += g.group;
     auto f = g.make(0);
     zmq::context_t ctx(1);
     zmq::socket_t raw(ctx, zmq::socket_type::dealer);
     raw.set(zmq::sockopt::linger, 0);
-    if (*id) raw.set(zmq::sockopt::routing_id, id);
+    if (!id.empty()) raw.set(zmq::sockopt::routing_id, id);
     raw.connect(g.addresses[0]);
     std::vector<zmq::message_t> m;
     m.push_back(wire::write_part(0, pattern(8, 1)));
@@ -628,7 +630,7 @@ TEST_P(rank_fabric_test, with_keys_only_each_ranks_own_instance_reaches_the_regi
     auto intrude = [&](const curve_keypair* pair) {
       zmq::socket_t s(ctx, zmq::socket_type::dealer);
       s.set(zmq::sockopt::linger, 0);
-      s.set(zmq::sockopt::routing_id, "rank2");
+      s.set(zmq::sockopt::routing_id, "rank2@" + g.group);
       s.set(zmq::sockopt::reconnect_ivl, -1); // one handshake attempt each
       if (pair) {
         s.set(zmq::sockopt::curve_serverkey, server_key);
