@@ -186,10 +186,10 @@ cluster_config cluster_config::from(const config_document& file) {
         std::any_of(p.roles.begin(), p.roles.end(), [](auto& r) { return r.empty(); }))
       file.fail({"process", name}, "roles", "must be a non-empty array of role names");
     if (p.restart_backoff_max < p.restart_backoff)
-      file.fail({"process", name}, "restart_backoff_max_ms",
-                std::to_string(p.restart_backoff_max.count()) +
-                    " is less than restart_backoff_ms = " +
-                    std::to_string(p.restart_backoff.count()));
+      file.fail(
+          {"process", name}, "restart_backoff_max_ms",
+          std::to_string(p.restart_backoff_max.count()) +
+              " is less than restart_backoff_ms = " + std::to_string(p.restart_backoff.count()));
     c.processes.push_back(p);
   }
   c.instances_ = expand_instances(file, c.processes);

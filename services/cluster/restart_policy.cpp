@@ -11,8 +11,8 @@ restart_rules restart_rules::of(const transport::process_config& process) {
 
 restart_decision restart_policy::exited(bool failed, clock::time_point now) {
   using action = restart_decision::action;
-  if (rules_.mode == transport::restart_mode::never) return {action::leave_stopped, {}, {}, 0,
-                                                             "restart = \"never\""};
+  if (rules_.mode == transport::restart_mode::never)
+    return {action::leave_stopped, {}, {}, 0, "restart = \"never\""};
   if (rules_.mode == transport::restart_mode::on_failure && !failed)
     return {action::leave_stopped, {}, {}, 0, "exited with code 0 (restart = \"on-failure\")"};
   // A process that ran a whole window was stable: its earlier troubles are forgiven.
@@ -28,8 +28,8 @@ restart_decision restart_policy::exited(bool failed, clock::time_point now) {
             {},
             0,
             std::to_string(exits_.size()) + " exits within " +
-                std::to_string(rules_.window.count()) + " s (max_restarts = " +
-                std::to_string(rules_.max_restarts) + ")"};
+                std::to_string(rules_.window.count()) +
+                " s (max_restarts = " + std::to_string(rules_.max_restarts) + ")"};
   // backoff * 2^streak, capped; the shift stops at the cap so it never overflows.
   auto wait = rules_.backoff;
   for (int i = 0; i < streak_ && wait < rules_.backoff_max; ++i) wait *= 2;
