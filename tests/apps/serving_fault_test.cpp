@@ -13,7 +13,9 @@
 using namespace supernode::testing;
 
 TEST(serving_fault, a_killed_prefill_instance_fails_its_requests_and_frees_their_kv) {
-  serving_cluster cluster("pdc-1p1d.toml", tiny_model_dir());
+  // Left dead (the supervisor would restart it): what is tested is the time it is gone.
+  serving_cluster cluster("pdc-1p1d.toml", tiny_model_dir(),
+                          {{"process.prefill", "restart", "\"never\""}});
   ASSERT_TRUE(cluster.up());
   served_prompt p{test_prompt(40, 9), 8};
   auto ok = http_call(cluster.port(), "POST", "/v1/completions", completion_body(p));
