@@ -114,7 +114,11 @@ struct supervisor::impl {
     transport::ensure_private_dir(options.run_dir);
     transport::ensure_private_dir(pids_dir);
     listener = std::make_unique<control_listener>(options.run_dir / "supervisor.sock");
-    events = std::make_unique<event_log>(options.run_dir / "events.jsonl");
+    // One run's events per file: the previous run's stay readable as events.jsonl.1.
+    const auto events_file = options.run_dir / "events.jsonl";
+    std::error_code ec;
+    fs::rename(events_file, events_file.string() + ".1", ec);
+    events = std::make_unique<event_log>(events_file);
     transport::write_private_file(pids_dir / "supervisor.pid", std::to_string(::getpid()) + "\n");
     inotify_fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
     if (inotify_fd < 0) throw std::runtime_error(std::string("inotify: ") + std::strerror(errno));
@@ -293,7 +297,7 @@ struct supervisor::impl {
     char buf[4096];
     const ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
     if (n < 0) return errno == EAGAIN || errno == EINTR;
-    if (n == 0) return c.waits_for_down; // half-closed: the answer still goes out
+    if (n == 0) return false; // gone: nobody to answer, even a `down` it asked for
     c.buffer.append(buf, static_cast<size_t>(n));
     for (size_t nl; (nl = c.buffer.find('\n')) != std::string::npos;) {
       const auto line = c.buffer.substr(0, nl);

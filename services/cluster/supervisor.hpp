@@ -17,7 +17,8 @@
 // A slot is ready when its log holds a line starting with "ready" (watched with inotify). Until
 // every slot has been ready once, a slot that exits, or a start that takes longer than
 // start_timeout, fails the start: on_start hears of it, everything is stopped and run() returns
-// 1. A restarted slot's previous log is kept as <log>.1.
+// 1. A restarted slot's previous log is kept as <log>.1, the previous run's events.jsonl as
+// events.jsonl.1.
 //
 //   spawned ──exit──▶ (policy) ──restart──▶ restarting ──back-off──▶ spawned
 //      │                       ──give up──▶ gave_up

@@ -8,10 +8,14 @@
 #include "transport/private_files.hpp"
 
 #include <csignal>
+#include <cstring>
 #include <fstream>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <pwd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <thread>
 #include <unistd.h>
 
@@ -277,4 +281,49 @@ TEST(supervisor, a_child_never_ready_fails_the_start_after_the_timeout) {
       << run.start_result();
   const std::vector<std::string> expected{"spawned", "gave_up", "stopped"};
   EXPECT_EQ(run.story("mute-0"), expected);
+}
+
+TEST(supervisor, the_control_socket_answers_no_other_user) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to connect as another user (nobody)";
+  const passwd* nobody = ::getpwnam("nobody");
+  ASSERT_NE(nobody, nullptr);
+  supervised_run run;
+  run.add("sleeper-0", sleeper, quick_rules(restart_mode::never));
+  run.start();
+  ASSERT_TRUE(run.wait_started());
+  // Folder and socket opened up, so only the SO_PEERCRED check is left to refuse.
+  fs::permissions(run.run_dir(), fs::perms::owner_all | fs::perms::others_exec);
+  fs::permissions(run.socket(), fs::perms::all);
+  const uid_t uid = nobody->pw_uid;
+  const gid_t gid = nobody->pw_gid;
+  const auto socket = run.socket();
+  auto intruder = child_process::fork_running([&] {
+    if (::setgid(gid) != 0 || ::setuid(uid) != 0) return 2;
+    // A raw client: ask_control would itself refuse a supervisor of another user.
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, socket.c_str(), sizeof addr.sun_path - 1);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return 3;
+    const std::string request = "{\"request\":\"down\"}\n";
+    if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) < 0) return 0; // closed at once
+    char answer[64];
+    return ::recv(fd, answer, sizeof answer, 0) > 0 ? 1 : 0; // 0: closed unanswered
+  });
+  const auto refused = intruder.wait_for(20s);
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->code(), 0) << "1: answered; 2: setuid failed; 3: cannot connect";
+  EXPECT_EQ(run.ask({{"request", "status"}})["processes"][0]["state"], "running");
+}
+
+TEST(supervisor, each_run_starts_its_own_event_log_and_keeps_the_previous_one) {
+  supervised_run run;
+  run.add("mute-0", "exec sleep 600", quick_rules(restart_mode::never));
+  const auto events = run.run_dir() / "events.jsonl";
+  supernode::transport::write_private_file(events, "{\"event\":\"from an earlier run\"}\n");
+  run.start(100ms);
+  EXPECT_EQ(run.join(), 1);
+  EXPECT_EQ(read_text_file(events.string() + ".1"), "{\"event\":\"from an earlier run\"}\n");
+  EXPECT_EQ(run.story("mute-0").front(), "spawned");
+  EXPECT_EQ(run.events().size(), 3u);
 }
