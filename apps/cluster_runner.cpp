@@ -101,8 +101,13 @@ supervised_slots(const serving_setup& setup, const std::string& config, const st
 int cluster_supervise(const serving_setup& setup, const fs::path& config_file,
                       const fs::path& model) {
   // `cluster up` reads how the start went from our stdout (a pipe); after that line the pipe
-  // may be gone, so stdout joins stderr in supervisor.log.
-  std::signal(SIGPIPE, SIG_IGN);
+  // may be gone, so stdout joins stderr in supervisor.log. A write to it after `up` died fails
+  // with EPIPE: SIGPIPE is blocked (not ignored, which the roles would inherit; the launcher
+  // clears the mask of every child).
+  sigset_t pipe_signal;
+  sigemptyset(&pipe_signal);
+  sigaddset(&pipe_signal, SIGPIPE);
+  ::sigprocmask(SIG_BLOCK, &pipe_signal, nullptr);
   cl::supervisor_options options;
   options.run_dir = setup.cluster.run_dir;
   options.cluster = setup.cluster.name;
