@@ -156,6 +156,7 @@ struct supervisor::impl {
     } catch (const std::exception& e) {
       // Not executable: the same as a process that failed at once (the shell's 127).
       transport::write_private_file(s.def.spec.log_file, std::string(e.what()) + "\n");
+      s.pid = 0;
       s.state = slot_state::running;
       events->spawned(s.def.name, 0);
       ended(s, exit_status{127 << 8, true});

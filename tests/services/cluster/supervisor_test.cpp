@@ -67,6 +67,11 @@ public:
     processes_.push_back({name, spec, rules});
   }
 
+  void set_program(const std::string& name, const std::string& program) {
+    for (auto& p : processes_)
+      if (p.name == name) p.spec.program = program;
+  }
+
   void start(std::chrono::milliseconds start_timeout = 20s) {
     supervisor_options options;
     options.run_dir = run_dir_;
@@ -326,4 +331,25 @@ TEST(supervisor, each_run_starts_its_own_event_log_and_keeps_the_previous_one) {
   EXPECT_EQ(read_text_file(events.string() + ".1"), "{\"event\":\"from an earlier run\"}\n");
   EXPECT_EQ(run.story("mute-0").front(), "spawned");
   EXPECT_EQ(run.events().size(), 3u);
+}
+
+TEST(supervisor, a_program_that_cannot_be_executed_fails_the_start_naming_it) {
+  supervised_run run;
+  run.add("sleeper-0", sleeper, quick_rules(restart_mode::always));
+  run.add("missing-0", "unused", quick_rules(restart_mode::always));
+  run.set_program("missing-0", "/nonexistent/supernode");
+  run.start();
+  EXPECT_EQ(run.join(), 1);
+  EXPECT_NE(run.start_result().find("missing-0 exited during start-up"), std::string::npos)
+      << run.start_result();
+  EXPECT_NE(run.start_result().find("cannot execute /nonexistent/supernode"), std::string::npos)
+      << run.start_result();
+  const auto events = run.events();
+  ASSERT_GE(events.size(), 3u);
+  for (auto& e : events)
+    if (e["process"] == "missing-0" && e["event"] == "exited") {
+      EXPECT_EQ(e["pid"], 0);
+      EXPECT_EQ(e["code"], 127);
+    }
+  EXPECT_EQ(run.story("sleeper-0").back(), "stopped");
 }
