@@ -25,10 +25,42 @@ protocol::token_update decode_batch::join(std::unique_ptr<decode_sequence> s, in
   protocol::token_update u;
   u.key = s->key;
   s->table.set_tokens(static_cast<int64_t>(s->spec.prompt.size()));
+  if (!s->spec.generated.empty()) return resume(std::move(s), first_token);
   if (accept(*s, first_token, u)) {
     release_(*s);
     return u;
   }
+  s->feed = {first_token};
+  running_.push_back(std::move(s));
+  return u;
+}
+
+protocol::token_update decode_batch::resume(std::unique_ptr<decode_sequence> s,
+                                            int32_t first_token) {
+  const auto& generated = s->spec.generated;
+  protocol::token_update u;
+  u.key = s->key;
+  u.first_index = static_cast<int64_t>(generated.size());
+  if (first_token != generated.front()) {
+    u = protocol::final_update(s->key, {protocol::serving_errc::internal,
+                                        "resumed request's prefill gave first token " +
+                                            std::to_string(first_token) + ", not the " +
+                                            std::to_string(generated.front()) + " its client has"});
+    release_(*s);
+    return u;
+  }
+  s->generated = generated;
+  const auto n = static_cast<int64_t>(generated.size());
+  if (const char* why =
+          model::finish_reason_after(generated.back(), n, s->spec.max_tokens, s->spec.stop_at_eos,
+                                     model_.config().eos_token_id)) {
+    // Nothing is left to generate (its end was lost with the instance): end it here.
+    u.finish = std::string_view(why) == "stop" ? protocol::finish_reason::stop
+                                               : protocol::finish_reason::length;
+    release_(*s);
+    return u;
+  }
+  s->feed = generated;
   running_.push_back(std::move(s));
   return u;
 }
@@ -43,17 +75,32 @@ std::vector<protocol::token_update> decode_batch::step() {
   if (running_.empty()) return updates;
   tokens_.clear();
   steps_.clear();
+  bool one_row_each = true;
   for (auto& s : running_) {
     const int64_t pos = s->table.tokens();
-    tokens_.push_back(s->generated.back());
-    steps_.push_back({&s->table, pos, 1, model::attention_mode::decode});
-    s->table.set_tokens(pos + 1);
+    const auto n = static_cast<int64_t>(s->feed.size());
+    tokens_.insert(tokens_.end(), s->feed.begin(), s->feed.end());
+    steps_.push_back({&s->table, pos, n, model::attention_mode::decode});
+    s->table.set_tokens(pos + n);
+    one_row_each &= n == 1;
   }
   if (forward_)
     forward_(tokens_, steps_, pool_, hidden_);
   else
     model_.forward(tokens_, steps_, pool_, hidden_);
-  model_.logits(hidden_.data(), static_cast<int64_t>(running_.size()), logits_);
+  // Each sequence samples from its last position's hidden state.
+  const float* last = hidden_.data();
+  if (!one_row_each) {
+    const int64_t hidden = model_.config().hidden_size;
+    last_hidden_.resize(running_.size() * hidden);
+    int64_t row = -1;
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      row += steps_[i].n_tokens;
+      std::copy_n(hidden_.data() + row * hidden, hidden, last_hidden_.data() + i * hidden);
+    }
+    last = last_hidden_.data();
+  }
+  model_.logits(last, static_cast<int64_t>(running_.size()), logits_);
   const int64_t vocab = model_.config().vocab_size;
   std::vector<size_t> finished;
   for (size_t i = 0; i < running_.size(); ++i) {
@@ -64,7 +111,9 @@ std::vector<protocol::token_update> decode_batch::step() {
         kernels::sample(std::span(logits_.data() + i * vocab, vocab), params, s.generated.size());
     protocol::token_update u;
     u.key = s.key;
+    u.first_index = static_cast<int64_t>(s.generated.size());
     if (accept(s, token, u)) finished.push_back(i);
+    s.feed = {token};
     updates.push_back(std::move(u));
   }
   for (auto it = finished.rbegin(); it != finished.rend(); ++it) leave(*it);

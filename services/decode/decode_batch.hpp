@@ -21,6 +21,9 @@ struct decode_sequence {
   std::string prefill;         // the instance computing its prompt ("" for local prefill)
   model::kv_block_table table; // reserved for prompt + max_tokens
   std::vector<int32_t> generated;
+  // Tokens the next step feeds: the last generated one, or, for a resumed request, every token
+  // generated before the interruption (their KV is recomputed in that one step).
+  std::vector<int32_t> feed;
   // The prompt's KV as it arrived (runs of whole blocks, referencing the frames they came in),
   // copied into `table` by the compute thread before the sequence joins: the actor thread that
   // received them never copies KV.
@@ -35,6 +38,12 @@ public:
 
   // Adds a prefilled sequence whose table holds the prompt's KV, with its first token. Returns
   // that token's update; a sequence that is already finished (EOS, max_tokens 1) does not stay.
+  // A resumed sequence (spec.generated set) continues after its generated tokens instead: the
+  // prefill's first token must be the first of them (anything else is a determinism bug, and
+  // the request fails with serving_errc::internal rather than diverge from what its client
+  // has), its update carries no token, and its next step computes the generated tokens' KV
+  // with the decode arithmetic — several positions of one sequence in one forward, bitwise
+  // equal to the one-token steps that first made them — before sampling the next token.
   protocol::token_update join(std::unique_ptr<decode_sequence> s, int32_t first_token);
   // One token for every running sequence; finished ones leave the batch.
   std::vector<protocol::token_update> step();
@@ -58,6 +67,7 @@ public:
 private:
   // Appends `token` and, when the sequence ends there, says why in the update.
   bool accept(decode_sequence& s, int32_t token, protocol::token_update& update) const;
+  protocol::token_update resume(std::unique_ptr<decode_sequence> s, int32_t first_token);
   void leave(size_t index);
 
   model::transformer& model_;
@@ -67,7 +77,7 @@ private:
   std::vector<std::unique_ptr<decode_sequence>> running_;
   std::vector<int32_t> tokens_;
   std::vector<model::sequence_step> steps_;
-  std::vector<float> hidden_, logits_;
+  std::vector<float> hidden_, last_hidden_, logits_;
 };
 
 } // namespace supernode::services

@@ -62,10 +62,12 @@ int64_t decode_instance::free_kv_blocks() const {
 void decode_instance::release(decode_sequence& s) {
   const auto n = static_cast<int64_t>(s.table.blocks().size());
   {
+    // Counted under the pool's lock, so a load report reads released and used blocks at one
+    // instant (a new scheduler's baseline is their sum).
     std::lock_guard lock(pool_mutex_);
     s.table.release(pool_);
+    blocks_released_ += n;
   }
-  blocks_released_ += n;
   std::lock_guard lock(worker_.mutex());
   finished_.push_back(s.key);
 }
@@ -271,7 +273,11 @@ void decode_instance::on_tick(transport::endpoint& out) {
   protocol::load_report r;
   r.role = "decode";
   r.kv_blocks_total = pool_.num_blocks();
-  r.kv_blocks_released = blocks_released_.load();
+  {
+    std::lock_guard lock(pool_mutex_);
+    r.kv_blocks_released = blocks_released_.load();
+    r.kv_blocks_used = r.kv_blocks_total - pool_.free_blocks();
+  }
   r.running = running_.load();
   r.waiting = waiting_.load();
   if (group_) group_->add_to(r);

@@ -37,7 +37,9 @@ gateway_service::gateway_service(const serving_config& config)
            [this](int32_t token) { return token_text(token); },
            [this](const std::string& from, const std::string& reason, const std::string& detail) {
              if (out_) out_->reject(from, reason, detail);
-           }}) {
+           },
+           [this](const std::string& peer) { return out_ && out_->is_alive(peer); }},
+          std::chrono::milliseconds(config.recovery_timeout_ms)) {
   protocol::register_serving_messages();
   for (const auto& key : keys_.entries())
     limiters_.push_back(std::make_unique<key_limiter>(key.limits));
@@ -257,11 +259,6 @@ void gateway_service::handle_completion(std::shared_ptr<http_exchange> ex, const
         {protocol::serving_errc::too_many_requests,
          "too many requests in flight (" + std::to_string(tracker_.in_flight()) + ")"}));
   }
-  if (scheduler().empty()) {
-    tracker_.unreserve();
-    r->lease.refund();
-    return refuse(to_api_error({protocol::serving_errc::no_scheduler, "no scheduler is alive"}));
-  }
   auto admit = admission_of(*r);
   r->ex = ex;
   r->id = tracker_.next_id();
@@ -284,7 +281,7 @@ transport::send_status gateway_service::send_admit(const protocol::admit_request
 
 void gateway_service::cancel_upstream(const tracked_request& r, const std::string& why) {
   if (!out_) return;
-  const request_key key{out_->self(), r.id};
+  const request_key key{out_->self(), r.cluster_id};
   auto msg = transport::make_envelope(
       protocol::cancel_request{key, {protocol::serving_errc::cancelled, why}});
   // Placed: the decode instance owns it. Not yet (or the placement is still on its way): the
@@ -322,6 +319,10 @@ void gateway_service::on(const transport::peer_id& from,
 
 std::string gateway_service::token_text(int32_t token) const {
   return tokenizer_.decode(std::span(&token, 1), /*skip_special=*/true, /*skip_unknown=*/true);
+}
+
+void gateway_service::on_tick(transport::endpoint&) {
+  tracker_.tick();
 }
 
 void gateway_service::on_member_event(const transport::membership_event& event,

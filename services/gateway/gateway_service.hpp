@@ -50,6 +50,7 @@ public:
   void on(const transport::peer_id& from, std::shared_ptr<const protocol::cluster_stats> m,
           transport::endpoint& out);
   void on_member_event(const transport::membership_event& event, transport::endpoint& out) override;
+  void on_tick(transport::endpoint& out) override; // resumed requests' next attempts
 
   std::string public_address() const override;
   uint16_t http_port() const;

@@ -21,9 +21,10 @@ uint64_t random_id_prefix() {
 }
 } // namespace
 
-request_tracker::request_tracker(metrics_registry& metrics, int64_t max_in_flight, upstream up)
+request_tracker::request_tracker(metrics_registry& metrics, int64_t max_in_flight, upstream up,
+                                 std::chrono::milliseconds recovery_timeout)
     : metrics_(metrics), max_in_flight_(max_in_flight), up_(std::move(up)),
-      next_id_(random_id_prefix()) {}
+      recovery_timeout_(recovery_timeout), next_id_(random_id_prefix()) {}
 
 request_tracker::~request_tracker() {
   stop({protocol::serving_errc::shutting_down, "gateway shutting down"});
@@ -57,19 +58,78 @@ void request_tracker::count_end(const tracked_request& r, const std::string& sta
 
 void request_tracker::admit(std::shared_ptr<tracked_request> r, protocol::admit_request message) {
   thread_.post([this, r = std::move(r), message = std::move(message)] {
-    live_[r->id] = r;
-    const auto status = up_.admit(message);
-    if (status != transport::send_status::ok && !r->done)
-      fail(*r, {protocol::errc_of(status),
+    r->cluster_id = message.key.id;
+    r->admission = std::move(message);
+    live_[r->cluster_id] = r;
+    cluster_id_of_[r->id] = r->cluster_id;
+    send_admission(*r);
+  });
+}
+
+void request_tracker::send_admission(tracked_request& r) {
+  const auto status = up_.admit(r.admission);
+  if (status != transport::send_status::ok && !r.done)
+    recover(r, {protocol::errc_of(status),
                 std::string("cannot reach the scheduler: ") + transport::to_string(status)});
+}
+
+void request_tracker::recover(tracked_request& r, const protocol::error& why) {
+  if (r.done) return;
+  const auto now = clock::now();
+  // A full admission queue on the first try is back-pressure: the client hears it at once.
+  const bool retryable =
+      why.retry_elsewhere() && !(why.is(protocol::serving_errc::queue_full) && r.attempts == 1);
+  if (recovery_timeout_.count() == 0 || !retryable) return fail(r, why);
+  if (!r.recovering_since) r.recovering_since = now;
+  if (now - *r.recovering_since >= recovery_timeout_)
+    return fail(r, {why.code, why.message + " (not recovered within " +
+                                  std::to_string(recovery_timeout_.count()) + " ms)"});
+  auto self = live_.at(r.cluster_id); // r stays alive while it is re-keyed
+  if (r.placed()) up_.cancel(r, "placed again: " + why.message); // the old attempt, if it lives
+  live_.erase(r.cluster_id);
+  r.cluster_id = next_id_++;
+  live_[r.cluster_id] = self;
+  cluster_id_of_[r.id] = r.cluster_id;
+  r.decode.clear();
+  r.prefill.clear();
+  r.before_placement.clear();
+  r.admission.key.id = r.cluster_id;
+  r.admission.spec.generated = r.tokens;
+  r.recovering_from = why;
+  ++r.attempts;
+  metrics_.add_counter("supernode_requests_resumed_total",
+                       "Requests placed again after their instance died, hung or failed", 1,
+                       {{"reason", why.name()}});
+  log_.for_request(r.meta.id).info("placing again (attempt {}, {} tokens streamed): {}", r.attempts,
+                                   r.tokens.size(), why.str());
+  // The first retry goes at once (another instance is usually alive); later ones back off, so
+  // a cluster waiting for a restart is not flooded.
+  const auto backoff = r.attempts == 2
+                           ? std::chrono::milliseconds(0)
+                           : std::min(std::chrono::milliseconds(100 << std::min(r.attempts - 3, 5)),
+                                      std::chrono::milliseconds(2000));
+  if (backoff.count() == 0) return send_admission(r);
+  r.retry_at = now + backoff;
+}
+
+void request_tracker::tick() {
+  thread_.post([this] {
+    const auto now = clock::now();
+    std::vector<std::shared_ptr<tracked_request>> due;
+    for (auto& [id, r] : live_)
+      if (r->retry_at && *r->retry_at <= now) due.push_back(r);
+    for (auto& r : due) {
+      r->retry_at.reset();
+      send_admission(*r);
+    }
   });
 }
 
 void request_tracker::client_gone(uint64_t id) {
   thread_.post([this, id] {
-    auto it = live_.find(id);
-    if (it == live_.end()) return; // it ended first
-    auto r = it->second;
+    auto c = cluster_id_of_.find(id);
+    if (c == cluster_id_of_.end()) return; // it ended first
+    auto r = live_.at(c->second);
     r->done = true;
     up_.cancel(*r, "client disconnected");
     count_end(*r, "disconnected");
@@ -109,6 +169,9 @@ void request_tracker::placed(protocol::request_placed p) {
     auto r = it->second; // an early update may finish it
     r->decode = p.decode;
     r->prefill = p.prefill;
+    if (up_.alive && !up_.alive(p.decode))
+      return recover(
+          *r, {protocol::serving_errc::instance_down, "placed on " + p.decode + ", which is down"});
     auto early = std::move(r->before_placement);
     for (auto& [from, u] : early)
       if (!r->done) apply_update_from(from, *r, u);
@@ -119,7 +182,7 @@ void request_tracker::rejected(protocol::admit_rejected rej) {
   thread_.post([this, rej = std::move(rej)] {
     if (auto it = live_.find(rej.key.id); it != live_.end()) {
       auto r = it->second; // fail() drops the map's reference
-      fail(*r, rej.why);
+      recover(*r, rej.why);
     }
   });
 }
@@ -127,10 +190,20 @@ void request_tracker::rejected(protocol::admit_rejected rej) {
 void request_tracker::peer_down(std::string peer, std::string reason, bool no_scheduler) {
   thread_.post([this, peer = std::move(peer), reason = std::move(reason), no_scheduler] {
     std::vector<std::shared_ptr<tracked_request>> lost;
-    for (auto& [id, r] : live_)
-      if (r->placed() ? r->decode == peer || r->prefill == peer : no_scheduler) lost.push_back(r);
+    for (auto& [id, r] : live_) {
+      if (r->retry_at) continue; // waiting for its next attempt already
+      // A prefill instance matters until the first token: after it, the decode has the KV.
+      const bool held = r->placed() ? r->decode == peer || (r->prefill == peer && r->tokens.empty())
+                                    : no_scheduler;
+      if (held) lost.push_back(r);
+    }
+    using protocol::serving_errc;
     for (auto& r : lost)
-      fail(*r, {protocol::serving_errc::instance_down, peer + " went down (" + reason + ")"});
+      recover(*r, r->placed()
+                      ? protocol::error{serving_errc::instance_down,
+                                        peer + " went down (" + reason + ")"}
+                      : protocol::error{serving_errc::no_scheduler,
+                                        "no scheduler is alive (" + peer + ": " + reason + ")"});
   });
 }
 
@@ -147,7 +220,21 @@ void request_tracker::stop(const protocol::error& why) {
 void request_tracker::apply_update(tracked_request& r, const protocol::token_update& u) {
   const bool stream = r.api.stream;
   const auto now = clock::now();
-  for (size_t i = 0; i < u.tokens.size() && !r.done; ++i) {
+  const auto have = static_cast<int64_t>(r.tokens.size());
+  if (!u.tokens.empty() && u.first_index > have)
+    return fail(r, {protocol::serving_errc::internal,
+                    "tokens from index " + std::to_string(u.first_index) + " after only " +
+                        std::to_string(have) + " arrived"});
+  if (r.recovering_since && (!u.tokens.empty() || u.finish != protocol::finish_reason::error)) {
+    metrics_.observe("supernode_request_recovery_seconds",
+                     "From losing a request's instance to its stream going on",
+                     latency_buckets_seconds,
+                     std::chrono::duration<double>(now - *r.recovering_since).count());
+    r.recovering_since.reset();
+  }
+  // Each index once: a resumed attempt never repeats what the client has.
+  const auto skip = u.tokens.empty() ? 0 : static_cast<size_t>(have - u.first_index);
+  for (size_t i = skip; i < u.tokens.size() && !r.done; ++i) {
     const int32_t token = u.tokens[i];
     if (r.tokens.empty()) {
       r.first_token = now;
@@ -185,9 +272,9 @@ void request_tracker::apply_update(tracked_request& r, const protocol::token_upd
   if (!r.done && u.finish != protocol::finish_reason::none) {
     if (u.finish == protocol::finish_reason::error ||
         u.finish == protocol::finish_reason::cancelled)
-      fail(r, u.failure.ok() ? protocol::error{protocol::serving_errc::internal,
-                                               "request ended without a reason"}
-                             : u.failure);
+      recover(r, u.failure.ok() ? protocol::error{protocol::serving_errc::internal,
+                                                  "request ended without a reason"}
+                                : u.failure);
     else
       finish(r, protocol::to_string(u.finish));
   }
@@ -239,7 +326,8 @@ void request_tracker::finish(tracked_request& r, const std::string& finish_reaso
 }
 
 void request_tracker::forget(tracked_request& r) {
-  if (live_.erase(r.id)) --in_flight_;
+  cluster_id_of_.erase(r.id);
+  if (live_.erase(r.cluster_id)) --in_flight_;
   r.lease.end(static_cast<int64_t>(r.tokens.size()));
 }
 

@@ -20,15 +20,22 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace supernode::services::gateway {
 
-// One request as the gateway follows it.
+// One request as the gateway follows it. The gateway is where a request's recovery state lives:
+// its admission (prompt, sampling parameters, seed) and the tokens its client has. When the
+// instance holding it dies, hangs past the liveness bound or fails with a retryable code, the
+// request is admitted again under a fresh cluster id with those tokens as spec.generated, and
+// continues where its stream stopped (decode_batch::resume): stale messages of the old attempt
+// name an id nobody has any more.
 struct tracked_request {
   using clock = std::chrono::steady_clock;
-  uint64_t id = 0;
+  uint64_t id = 0;         // the client's: its completion id, its disconnect handler
+  uint64_t cluster_id = 0; // the current attempt's key id at the scheduler and instances
   api_kind kind = api_kind::completion;
   completion_request api;
   std::shared_ptr<http_exchange> ex;
@@ -40,6 +47,11 @@ struct tracked_request {
   std::string key_name;     // the API key's name, when keys are configured
   key_limiter::lease lease; // the key's slot and token charges, ended with the request
   bool placed() const { return !decode.empty(); }
+  protocol::admit_request admission; // what was admitted (generated: as of the last attempt)
+  int attempts = 1;
+  // Set while it is being placed again: since when, when the next attempt goes, and why.
+  std::optional<clock::time_point> recovering_since, retry_at;
+  protocol::error recovering_from;
   // Updates that came before the placement did (the decode instance hears of the request first),
   // with their senders: applied once the placement names the decode instance, refused otherwise.
   std::vector<std::pair<std::string, protocol::token_update>> before_placement;
@@ -67,10 +79,14 @@ public:
     std::function<void(const std::string& from, const std::string& reason,
                        const std::string& detail)>
         reject;
+    // Whether a member is alive now: a placement on one already known dead is placed again.
+    std::function<bool(const std::string& peer)> alive;
   };
   // Updates held per request until its placement arrives; more are refused.
   static constexpr size_t max_updates_before_placement = 256;
-  request_tracker(metrics_registry& metrics, int64_t max_in_flight, upstream up);
+  // A request that lost its instance is placed again for up to `recovery_timeout` (0: never).
+  request_tracker(metrics_registry& metrics, int64_t max_in_flight, upstream up,
+                  std::chrono::milliseconds recovery_timeout = std::chrono::seconds(30));
   ~request_tracker();
 
   // HTTP front, before posting: a slot for one more request (false: the limit is reached) and
@@ -88,8 +104,11 @@ public:
   void tokens(std::string from, std::shared_ptr<const protocol::token_batch> batch);
   void placed(protocol::request_placed placement);
   void rejected(protocol::admit_rejected rejection);
-  // `peer` left or died; with `no_scheduler`, requests not yet placed have nobody either.
+  // `peer` left or died: the requests it held are placed again (a prefill instance's only
+  // until their first token). With `no_scheduler`, requests not yet placed wait for one.
   void peer_down(std::string peer, std::string reason, bool no_scheduler);
+  // Heartbeat pace: the attempts whose back-off has passed go out.
+  void tick();
   // Ends every open request with `why` and stops the thread.
   void stop(const protocol::error& why);
 
@@ -108,16 +127,22 @@ private:
                          const protocol::token_update& u);
   void finish(tracked_request& r, const std::string& finish_reason);
   void fail(tracked_request& r, const protocol::error& why);
+  // Places `r` again after `why`, or fails it when `why` is not retryable or the recovery
+  // timeout has passed.
+  void recover(tracked_request& r, const protocol::error& why);
+  void send_admission(tracked_request& r);
   void forget(tracked_request& r); // ends its life here: out of live_, its slot given back
 
   metrics_registry& metrics_;
   const int64_t max_in_flight_;
   upstream up_;
+  const std::chrono::milliseconds recovery_timeout_;
   log::logger log_;
   std::atomic<int64_t> in_flight_{0};
   std::atomic<uint64_t> next_id_;
-  // The tracker thread's.
+  // The tracker thread's: by cluster id, and the client's id to the current cluster id.
   std::map<uint64_t, std::shared_ptr<tracked_request>> live_;
+  std::map<uint64_t, uint64_t> cluster_id_of_;
   serial_executor thread_; // last: stops before the state its tasks use goes
 };
 

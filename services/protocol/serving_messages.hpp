@@ -47,7 +47,13 @@ struct request_spec {
   int32_t top_k = 0;
   uint64_t seed = 0;
   bool stop_at_eos = true;
-  MSGPACK_DEFINE_MAP(prompt, max_tokens, temperature, top_p, top_k, seed, stop_at_eos);
+  // A resumed request (its instance died, hung or failed retryably): the tokens its client has
+  // already received. Generation continues after them, bit-exactly as if never interrupted: the
+  // prompt is prefilled as before and these tokens are run through the decode arithmetic (one
+  // multi-position step), so their KV equals the interrupted run's; the sampler is keyed by
+  // seed and step. max_tokens still counts them.
+  std::vector<int32_t> generated;
+  MSGPACK_DEFINE_MAP(prompt, max_tokens, temperature, top_p, top_k, seed, stop_at_eos, generated);
 };
 
 // ---- to the scheduler ------------------------------------------------------------------------
@@ -110,6 +116,7 @@ struct load_report {
   std::string role;                    // "prefill" or "decode"
   int64_t kv_blocks_total = 0;         // decode: capacity of its KV pool
   int64_t kv_blocks_released = 0;      // decode: blocks ever returned to the pool
+  int64_t kv_blocks_used = 0;          // decode: blocks reserved now (a new scheduler's baseline)
   int64_t prompt_tokens_completed = 0; // prefill: prompt tokens ever finished (or dropped)
   int64_t running = 0;                 // decode: sequences in the batch; prefill: in the batch
   int64_t waiting = 0;                 // queued (prefill) or waiting for KV (decode)
@@ -127,9 +134,9 @@ struct load_report {
   std::map<std::string, uint64_t> unexpected_messages;
   // Messages refused for their sender since start, by reason (endpoint::rejected_messages).
   std::map<std::string, uint64_t> rejected_messages;
-  MSGPACK_DEFINE_MAP(role, kv_blocks_total, kv_blocks_released, prompt_tokens_completed, running,
-                     waiting, finished, planes, unavailable, ep_stage_seconds, ep_forwards, cache,
-                     unexpected_messages, rejected_messages);
+  MSGPACK_DEFINE_MAP(role, kv_blocks_total, kv_blocks_released, kv_blocks_used,
+                     prompt_tokens_completed, running, waiting, finished, planes, unavailable,
+                     ep_stage_seconds, ep_forwards, cache, unexpected_messages, rejected_messages);
 };
 
 // Also sent to the decode instance of a placed request, and to a prefill instance.
@@ -170,7 +177,10 @@ struct token_update {
   std::vector<int32_t> tokens;
   finish_reason finish = finish_reason::none;
   error failure;
-  MSGPACK_DEFINE_MAP(key, tokens, finish, failure);
+  // The index of tokens[0] in the request's generation: the gateway applies each index once,
+  // so a resumed request can never repeat a token to its client.
+  int64_t first_index = 0;
+  MSGPACK_DEFINE_MAP(key, tokens, finish, failure, first_index);
 };
 
 // The last update of a request that ends without a new token: cancelled when the failure is

@@ -40,6 +40,9 @@ void scheduler_service::on(const transport::peer_id& from, const protocol::load_
                           (role.empty() ? "unknown" : role));
   if (l.role == "decode") {
     auto& d = decodes_[from];
+    // A scheduler that (re)started meets instances already holding KV: what they report in
+    // use is its baseline, so the view is exact without any state surviving the restart.
+    if (!d.reported) d.reserved = l.kv_blocks_released + l.kv_blocks_used;
     d.reported = true;
     d.refused = false;
     d.last = l;
@@ -47,6 +50,8 @@ void scheduler_service::on(const transport::peer_id& from, const protocol::load_
     d.last.finished.clear(); // consumed
   } else if (l.role == "prefill") {
     auto& p = prefills_[from];
+    if (!p.reported) p.assigned_tokens += l.prompt_tokens_completed; // baseline, as for decode
+    p.reported = true;
     p.completed_tokens = l.prompt_tokens_completed;
     p.last = l;
   } else if (l.role == "expert_shard" || l.role == "mp_server" || l.role == "mp_controller") {
@@ -190,7 +195,12 @@ void scheduler_service::unplace(const request_key& key, bool requeue) {
 void scheduler_service::on_member_event(const transport::membership_event& event,
                                         transport::endpoint& out) {
   const bool alive = event.what == transport::membership_event::kind::joined;
-  if (auto it = prefills_.find(event.peer); it != prefills_.end()) it->second.alive = alive;
+  if (auto it = prefills_.find(event.peer); it != prefills_.end()) {
+    // A new incarnation counts its completed tokens from zero: so does its state here. Its
+    // placed requests are the decode instances' to drop (they watch the same membership).
+    if (!alive) it->second = prefill_state{};
+    it->second.alive = alive;
+  }
   if (auto it = reporters_.find(event.peer); it != reporters_.end()) it->second.alive = alive;
   if (auto it = decodes_.find(event.peer); it != decodes_.end()) {
     auto& d = it->second;

@@ -40,7 +40,7 @@ public:
 
 private:
   struct prefill_state {
-    bool alive = true;
+    bool alive = true, reported = false;
     int64_t assigned_tokens = 0, completed_tokens = 0;
     protocol::load_report last;
   };

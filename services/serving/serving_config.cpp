@@ -61,7 +61,11 @@ const std::vector<table>& serving_tables() {
             .integer("idle_timeout_ms", &serving_config::idle_timeout_ms, 100, 86400000,
                      "an idle keep-alive connection is closed after")
             .integer("max_connections_per_client", &serving_config::max_connections_per_client, 1,
-                     1 << 20, "open connections per client address; beyond: 429 and closed"));
+                     1 << 20, "open connections per client address; beyond: 429 and closed")
+            .integer("recovery_timeout_ms", &serving_config::recovery_timeout_ms, 0, 3600000,
+                     "a request whose instance died, hung or failed retryably is placed again, "
+                     "resuming where its stream stopped, for this long before its client gets "
+                     "the error; 0: never resumed"));
     t.push_back(table("scheduler", "Admission and placement of requests.")
                     .integer("max_queued", &serving_config::max_queued, 1, int64_t{1} << 20,
                              "requests admitted but not yet placed; beyond: 429"));

@@ -41,15 +41,6 @@ void expect_reference_tokens(const serving_cluster& cluster, const std::vector<s
   }
 }
 
-std::string read_logs(const std::filesystem::path& dir) {
-  std::string all;
-  for (auto& f : std::filesystem::directory_iterator(dir / "logs")) {
-    std::ifstream in(f.path());
-    all.append(std::istreambuf_iterator<char>(in), {});
-  }
-  return all;
-}
-
 } // namespace
 
 TEST(serving_ep, four_rank_processes_with_microbatching_give_the_reference_tokens) {
@@ -93,9 +84,11 @@ TEST(serving_ep, eplb_replacing_experts_mid_generation_changes_no_token) {
 }
 
 TEST(serving_ep, a_rank_process_killed_mid_step_fails_the_groups_requests_without_a_hang) {
-  // Left dead (the supervisor would restart it): the broken group is what is tested.
-  serving_cluster cluster("lep-ep4.toml", tiny_model_dir(),
-                          {{"process.decode", "restart", "\"never\""}});
+  // Left dead (the supervisor would restart it): the broken group is what is tested; resuming
+  // gives up after 3 s (the default waits 30 s).
+  serving_cluster cluster(
+      "lep-ep4.toml", tiny_model_dir(),
+      {{"process.decode", "restart", "\"never\""}, {"gateway", "recovery_timeout_ms", "3000"}});
   ASSERT_TRUE(cluster.up());
   // Long generations on every rank, so the kill lands while the group is stepping.
   std::vector<http_reply> replies(8);

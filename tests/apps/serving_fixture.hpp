@@ -8,11 +8,14 @@
 #include "model/engine.hpp"
 #include "services/loadgen/prometheus_text.hpp"
 
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 namespace supernode::testing {
@@ -20,25 +23,36 @@ namespace supernode::testing {
 struct served_prompt {
   std::vector<int32_t> ids;
   int32_t max_tokens = 6;
+  float temperature = 0.0f; // above 0: seeded sampling
+  uint64_t seed = 0;
 };
 
-// Greedy reference tokens of the tiny INT8 model, computed once per prompt.
+// Reference tokens of the tiny INT8 model (greedy, or sampled with the prompt's seed), computed
+// once per prompt.
 inline std::vector<int32_t> reference_tokens(const served_prompt& p) {
   static std::mutex mutex;
-  static std::map<std::pair<std::vector<int32_t>, int32_t>, std::vector<int32_t>> cache;
+  using key_type = std::tuple<std::vector<int32_t>, int32_t, float, uint64_t>;
+  static std::map<key_type, std::vector<int32_t>> cache;
   std::lock_guard lock(mutex);
-  auto key = std::make_pair(p.ids, p.max_tokens);
+  auto key = key_type(p.ids, p.max_tokens, p.temperature, p.seed);
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   static model::reference_engine engine(tiny_weights(model::precision::int8));
   model::generation_request r;
   r.prompt = p.ids;
   r.max_tokens = p.max_tokens;
+  r.sampling.temperature = p.temperature;
+  r.sampling.seed = p.seed;
   return cache[key] = engine.generate(r).tokens;
 }
 
 inline std::string completion_body(const served_prompt& p, bool stream = false) {
-  nlohmann::json j = {{"model", "tiny"},  {"prompt", p.ids},          {"max_tokens", p.max_tokens},
-                      {"temperature", 0}, {"return_token_ids", true}, {"stream", stream}};
+  nlohmann::json j = {{"model", "tiny"},
+                      {"prompt", p.ids},
+                      {"max_tokens", p.max_tokens},
+                      {"temperature", p.temperature},
+                      {"return_token_ids", true},
+                      {"stream", stream}};
+  if (p.temperature > 0) j["seed"] = p.seed;
   return j.dump();
 }
 
@@ -85,6 +99,17 @@ std::pair<std::string, bool> poll_metrics(int port, Done done,
     if (std::chrono::steady_clock::now() >= deadline) return {text, false};
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+}
+
+// Every process log of a multi-process cluster, for failure messages.
+inline std::string read_logs(const std::filesystem::path& run_dir) {
+  std::string all;
+  for (auto& f : std::filesystem::directory_iterator(run_dir / "logs")) {
+    std::ifstream in(f.path());
+    all += "---- " + f.path().filename().string() + "\n";
+    all.append(std::istreambuf_iterator<char>(in), {});
+  }
+  return all;
 }
 
 } // namespace supernode::testing

@@ -2,3 +2,8 @@
 supernode_add_test(decode_instance_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/decode_instance_test.cpp LIBS supernode_services LABEL unit
   FIXTURE tiny_model)
+
+# Resuming a request in a decode batch: continuation and KV bit-equal to the uninterrupted run.
+supernode_add_test(decode_resume_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/decode_resume_test.cpp LIBS supernode_services LABEL unit
+  FIXTURE tiny_model)

@@ -1,12 +1,16 @@
 // The gateway's request tracker without sockets or a cluster: a fake exchange records what the
 // client would see, and when. A client that reads the end of one request and sends the next at
 // once must find the first one's slot given back (with max_pending = 1 it would get a 429).
-// Tokens count only from the decode instance a request is placed on.
+// Tokens count only from the decode instance a request is placed on. A request whose instance
+// goes down is admitted again under a fresh id with the tokens its client has, and the client
+// sees one stream: each token index once, whatever the old and new attempts send.
 
+#include "../../support/eventually.hpp"
 #include "services/gateway/request_tracker.hpp"
 
 #include <future>
 #include <gtest/gtest.h>
+#include <mutex>
 
 using namespace supernode;
 using namespace supernode::services;
@@ -25,7 +29,10 @@ public:
     body = std::move(text);
     end(status);
   }
-  void send_event(std::string) override {}
+  void send_event(std::string event) override {
+    std::lock_guard lock(mutex);
+    events.push_back(std::move(event));
+  }
   void end_stream() override { end(200); }
   void set_disconnect_handler(std::function<void()>) override {}
   bool finished() const override { return ended_; }
@@ -33,6 +40,8 @@ public:
   std::future<size_t> in_flight_at_end() { return at_end_.get_future(); }
   unsigned status = 0;
   std::string body;
+  std::mutex mutex;
+  std::vector<std::string> events;
 
 private:
   void end(unsigned s) {
@@ -46,17 +55,41 @@ private:
 };
 
 struct tracker_under_test {
+  explicit tracker_under_test(std::chrono::milliseconds recovery = std::chrono::seconds(30))
+      : tracker{metrics, 1,
+                request_tracker::upstream{
+                    [this](const protocol::admit_request& m) {
+                      std::lock_guard lock(mutex);
+                      admissions.push_back(m);
+                      return transport::send_status::ok;
+                    },
+                    [this](const tracked_request& r, const std::string&) {
+                      std::lock_guard lock(mutex);
+                      cancels.emplace_back(r.decode, r.cluster_id);
+                    },
+                    [](int32_t token) { return std::to_string(token); },
+                    [this](const std::string& from, const std::string& reason, const std::string&) {
+                      rejected.emplace_back(from, reason);
+                    },
+                    [](const std::string& peer) { return peer != "decode-dead"; }},
+                recovery} {}
   metrics_registry metrics;
-  request_tracker tracker{
-      metrics, 1,
-      request_tracker::upstream{
-          [](const protocol::admit_request&) { return transport::send_status::ok; },
-          [](const tracked_request&, const std::string&) {},
-          [](int32_t token) { return std::to_string(token); },
-          [this](const std::string& from, const std::string& reason, const std::string&) {
-            rejected.emplace_back(from, reason);
-          }}};
+  request_tracker tracker;
   std::vector<std::pair<std::string, std::string>> rejected; // on the tracker's thread
+  std::mutex mutex;
+  std::vector<protocol::admit_request> admissions;
+  std::vector<std::pair<std::string, uint64_t>> cancels; // (decode, cluster id)
+
+  // The n-th admission (from 0), once it has been sent.
+  protocol::admit_request admission(size_t n) {
+    EXPECT_TRUE(supernode::testing::eventually([&] {
+      std::lock_guard lock(mutex);
+      return admissions.size() > n;
+    })) << "no admission #"
+        << n;
+    std::lock_guard lock(mutex);
+    return admissions.size() > n ? admissions[n] : protocol::admit_request{};
+  }
 
   // A reserved, admitted request with id `id`; its exchange records the end.
   std::shared_ptr<recording_exchange> start(uint64_t id, bool stream) {
@@ -74,9 +107,11 @@ struct tracker_under_test {
     return ex;
   }
   void send(uint64_t id, std::vector<int32_t> tokens, protocol::finish_reason finish,
-            protocol::error failure = {}, const std::string& from = "decode-0") {
+            protocol::error failure = {}, const std::string& from = "decode-0",
+            int64_t first_index = 0) {
     auto batch = std::make_shared<protocol::token_batch>();
-    batch->updates.push_back({{"gateway-0", id}, std::move(tokens), finish, std::move(failure)});
+    batch->updates.push_back(
+        {{"gateway-0", id}, std::move(tokens), finish, std::move(failure), first_index});
     tracker.tokens(from, batch);
   }
 };
@@ -96,7 +131,7 @@ TEST(request_tracker, the_slot_is_free_before_the_client_sees_the_end) {
 }
 
 TEST(request_tracker, a_failed_request_frees_its_slot_before_the_error_reaches_the_client) {
-  tracker_under_test t;
+  tracker_under_test t(std::chrono::milliseconds(0)); // never resumed
   auto ex = t.start(1, false);
   auto at_end = ex->in_flight_at_end();
   t.send(1, {}, protocol::finish_reason::error,
@@ -142,4 +177,97 @@ TEST(request_tracker, updates_before_the_placement_wait_for_it_then_count_only_f
   EXPECT_NE(ex->body.find("\"completion_tokens\":2"), std::string::npos) << ex->body;
   ASSERT_EQ(t.rejected.size(), 1u);
   EXPECT_EQ(t.rejected[0].first, "decode-1");
+}
+
+TEST(request_tracker, a_request_whose_decode_died_resumes_and_the_client_sees_each_token_once) {
+  for (bool stream : {false, true}) {
+    tracker_under_test t;
+    auto ex = t.start(1, stream);
+    auto at_end = ex->in_flight_at_end();
+    t.send(1, {5, 6}, protocol::finish_reason::none);
+    t.tracker.peer_down("decode-0", "missed 5 heartbeats", false);
+    const auto again = t.admission(1);
+    EXPECT_NE(again.key.id, 1u) << "a new attempt gets a new id";
+    EXPECT_EQ(again.spec.generated, (std::vector<int32_t>{5, 6}));
+    // The dead attempt's late tokens name an id nobody has; the new one repeats index 1.
+    t.send(1, {7}, protocol::finish_reason::none);
+    t.tracker.placed({again.key, "prefill-0", "decode-1"});
+    t.send(again.key.id, {6, 7}, protocol::finish_reason::none, {}, "decode-1", 1);
+    t.send(again.key.id, {8}, protocol::finish_reason::length, {}, "decode-1", 3);
+    EXPECT_EQ(at_end.get(), 0u);
+    EXPECT_EQ(ex->status, 200u);
+    if (!stream) {
+      EXPECT_NE(ex->body.find("\"completion_tokens\":4"), std::string::npos) << ex->body;
+      EXPECT_NE(ex->body.find("\"text\":\"5678\""), std::string::npos) << ex->body;
+    } else {
+      std::lock_guard lock(ex->mutex);
+      std::string all;
+      for (auto& e : ex->events) all += e;
+      for (const char* piece : {"\"5\"", "\"6\"", "\"7\"", "\"8\""})
+        EXPECT_NE(all.find(piece), std::string::npos) << piece << " in " << all;
+      EXPECT_EQ(ex->events.size(), 5u) << all; // four tokens and [DONE]
+    }
+    std::lock_guard lock(t.mutex);
+    ASSERT_EQ(t.cancels.size(), 1u) << "the old attempt is told to stop, wherever it is";
+    EXPECT_EQ(t.cancels[0], std::make_pair(std::string("decode-0"), uint64_t{1}));
+  }
+}
+
+TEST(request_tracker, a_retryable_failure_resumes_and_a_permanent_one_fails_at_once) {
+  tracker_under_test t;
+  auto ex = t.start(1, false);
+  auto at_end = ex->in_flight_at_end();
+  t.send(1, {4}, protocol::finish_reason::error,
+         {protocol::ep_errc::group_broken, "expert-parallel group broken"});
+  const auto again = t.admission(1);
+  EXPECT_EQ(again.spec.generated, (std::vector<int32_t>{4}));
+  t.tracker.placed({again.key, "", "decode-1"});
+  t.send(again.key.id, {}, protocol::finish_reason::error,
+         {protocol::serving_errc::kv_capacity_exceeded, "too long"}, "decode-1");
+  EXPECT_EQ(at_end.get(), 0u);
+  EXPECT_EQ(ex->status, 400u) << ex->body;
+  EXPECT_NE(ex->body.find("too long"), std::string::npos) << ex->body;
+}
+
+TEST(request_tracker, later_attempts_back_off_until_a_tick_and_give_up_after_the_timeout) {
+  tracker_under_test t(std::chrono::milliseconds(300));
+  auto ex = t.start(1, false);
+  auto at_end = ex->in_flight_at_end();
+  const protocol::error none{protocol::serving_errc::no_decode_instance,
+                             "no decode instance is alive"};
+  t.tracker.rejected({t.admission(0).key, none});
+  auto second = t.admission(1); // the first retry goes at once
+  t.tracker.rejected({second.key, none});
+  // The next waits for its back-off, sent by a tick; until the timeout, when the client hears.
+  std::future_status ended = std::future_status::timeout;
+  size_t seen = 2;
+  ASSERT_TRUE(supernode::testing::eventually([&] {
+    t.tracker.tick();
+    {
+      std::lock_guard lock(t.mutex);
+      for (; seen < t.admissions.size(); ++seen) t.tracker.rejected({t.admissions[seen].key, none});
+    }
+    ended = at_end.wait_for(std::chrono::milliseconds(0));
+    return ended == std::future_status::ready;
+  }));
+  EXPECT_GE(seen, 3u) << "no attempt after the back-off";
+  EXPECT_EQ(ex->status, 503u) << ex->body;
+  EXPECT_NE(ex->body.find("not recovered within 300 ms"), std::string::npos) << ex->body;
+}
+
+TEST(request_tracker, a_placement_on_an_instance_known_dead_is_placed_again) {
+  tracker_under_test t;
+  EXPECT_TRUE(t.tracker.reserve());
+  auto ex = std::make_shared<recording_exchange>(t.tracker);
+  auto r = std::make_shared<tracked_request>();
+  r->id = 3;
+  r->ex = ex;
+  r->text = std::make_unique<text_stream>(std::vector<std::string>{});
+  protocol::admit_request message;
+  message.key = {"gateway-0", 3};
+  t.tracker.admit(r, message);
+  t.tracker.placed({message.key, "prefill-0", "decode-dead"});
+  const auto again = t.admission(1);
+  EXPECT_NE(again.key.id, 3u);
+  EXPECT_TRUE(again.spec.generated.empty());
 }

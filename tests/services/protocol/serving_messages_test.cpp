@@ -30,6 +30,7 @@ request_spec spec() {
   s.top_k = 40;
   s.seed = 0xfeedface12345678ull;
   s.stop_at_eos = false;
+  s.generated = {9, 129279};
   return s;
 }
 
@@ -74,6 +75,7 @@ load_report report() {
   r.role = "decode";
   r.kv_blocks_total = 2048;
   r.kv_blocks_released = 333;
+  r.kv_blocks_used = 55;
   r.prompt_tokens_completed = 4444;
   r.running = 5;
   r.waiting = 6;
@@ -106,6 +108,7 @@ token_update update(uint64_t id, finish_reason finish) {
   u.tokens = {11, 22, static_cast<int32_t>(id)};
   u.finish = finish;
   u.failure = {serving_errc::internal, "update " + std::to_string(id)};
+  u.first_index = static_cast<int64_t>(id) + 100;
   return u;
 }
 

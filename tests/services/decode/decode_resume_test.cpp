@@ -1,0 +1,147 @@
+// Resuming a request in a decode batch, as a decode instance does when a request's first
+// instance died: the prompt is prefilled again and the tokens its client already has are run
+// through the decode arithmetic in one multi-position step. The continuation must equal the
+// uninterrupted run's tokens, and the KV left in the table must equal the uninterrupted run's
+// bit for bit — which recomputing the generated span with a prefill would not give (checked
+// too, so the comparison can fail). Resume points: the first generated token, a block
+// boundary, mid-block and the last token; greedy and seeded sampling.
+
+#include "../../support/serving_reference.hpp"
+#include "services/decode/decode_batch.hpp"
+
+#include <gtest/gtest.h>
+
+using namespace supernode;
+using namespace supernode::services;
+using protocol::request_spec;
+
+namespace {
+
+constexpr int64_t block_size = 16;
+
+struct outcome {
+  std::vector<int32_t> tokens;      // as the updates carried them
+  std::vector<int64_t> first_index; // of each update with tokens
+  protocol::finish_reason finish = protocol::finish_reason::none;
+  protocol::error failure;
+  std::vector<std::byte> kv; // the table's blocks as it left the batch
+};
+
+// Prefills `spec.prompt` (the prefill instance's arithmetic), joins the sequence and steps
+// the batch until it leaves, keeping the KV it had when it left.
+outcome run(const request_spec& spec) {
+  model::transformer m(supernode::testing::tiny_weights(model::precision::int8));
+  const auto layout = m.kv_layout(block_size, false);
+  const auto prompt = static_cast<int64_t>(spec.prompt.size());
+  model::kv_block_pool pool(layout, layout.blocks_for(prompt + spec.max_tokens));
+  outcome out;
+  decode_batch batch(m, pool, [&](decode_sequence& s) {
+    out.kv.resize(s.table.blocks().size() * layout.block_bytes());
+    for (size_t i = 0; i < s.table.blocks().size(); ++i)
+      pool.export_block_bytes(
+          s.table.blocks()[i],
+          std::span(out.kv).subspan(i * layout.block_bytes(), layout.block_bytes()));
+    s.table.release(pool);
+  });
+  auto seq = std::make_unique<decode_sequence>();
+  seq->key = {"gateway-0", 1};
+  seq->spec = spec;
+  seq->table.reserve(pool, prompt + spec.max_tokens);
+  prefill_engine prefill(m, 2048);
+  prefill_job job;
+  job.key = seq->key;
+  job.spec = spec;
+  job.table = &seq->table;
+  std::vector<prefill_job*> jobs{&job};
+  int32_t first = -1;
+  while (job.remaining() > 0)
+    for (auto& done : prefill.step(jobs, pool)) first = done.first_token;
+  auto take = [&](const protocol::token_update& u) {
+    if (!u.tokens.empty()) out.first_index.push_back(u.first_index);
+    out.tokens.insert(out.tokens.end(), u.tokens.begin(), u.tokens.end());
+    if (u.finish != protocol::finish_reason::none) {
+      out.finish = u.finish;
+      out.failure = u.failure;
+    }
+  };
+  take(batch.join(std::move(seq), first));
+  while (!batch.empty())
+    for (auto& u : batch.step()) take(u);
+  return out;
+}
+
+request_spec long_prompt(float temperature) {
+  request_spec s;
+  s.prompt = supernode::testing::test_prompt(150, 21); // 9 full blocks and 6 tokens
+  s.max_tokens = 40;
+  s.stop_at_eos = false; // every resume point below exists
+  s.temperature = temperature;
+  s.top_p = temperature > 0 ? 0.9f : 1.0f;
+  s.seed = 1234;
+  return s;
+}
+
+void expect_resumes_exactly(const request_spec& spec) {
+  const auto whole = run(spec);
+  ASSERT_EQ(whole.tokens, supernode::testing::reference_generation(spec).tokens);
+  ASSERT_EQ(whole.tokens.size(), static_cast<size_t>(spec.max_tokens));
+  const auto prompt = static_cast<int64_t>(spec.prompt.size());
+  // 1: right after the first token; 10: prompt + 10 = 160, a block boundary; 17: mid-block.
+  for (int64_t k : {int64_t{1}, int64_t{10}, int64_t{17}, int64_t{spec.max_tokens - 1}}) {
+    ASSERT_EQ(k == 10, (prompt + k) % block_size == 0);
+    auto resumed_spec = spec;
+    resumed_spec.generated.assign(whole.tokens.begin(), whole.tokens.begin() + k);
+    const auto resumed = run(resumed_spec);
+    EXPECT_TRUE(resumed.failure.ok()) << resumed.failure;
+    EXPECT_EQ(resumed.finish, whole.finish) << "resumed after " << k;
+    ASSERT_FALSE(resumed.first_index.empty());
+    EXPECT_EQ(resumed.first_index.front(), k) << "the continuation starts where the client is";
+    std::vector<int32_t> joined(whole.tokens.begin(), whole.tokens.begin() + k);
+    joined.insert(joined.end(), resumed.tokens.begin(), resumed.tokens.end());
+    EXPECT_EQ(joined, whole.tokens) << "resumed after " << k;
+    EXPECT_TRUE(resumed.kv == whole.kv) << "KV after resuming at " << k << " differs";
+  }
+}
+
+} // namespace
+
+TEST(decode_resume, greedy_continuation_and_kv_equal_the_uninterrupted_run) {
+  expect_resumes_exactly(long_prompt(0.0f));
+}
+
+TEST(decode_resume, seeded_sampling_continues_with_the_same_draws) {
+  expect_resumes_exactly(long_prompt(0.9f));
+}
+
+TEST(decode_resume, recomputing_the_generated_span_by_prefill_gives_other_kv) {
+  // What resuming must not do: prefill prompt + generated. Its KV differs from the decode
+  // arithmetic's, so the exact comparison above can tell the two apart.
+  const auto spec = long_prompt(0.0f);
+  const auto whole = run(spec);
+  auto as_prompt = spec;
+  as_prompt.prompt.insert(as_prompt.prompt.end(), whole.tokens.begin(), whole.tokens.end() - 1);
+  as_prompt.max_tokens = 1;
+  const auto prefilled = run(as_prompt);
+  ASSERT_EQ(prefilled.kv.size(), whole.kv.size());
+  EXPECT_FALSE(prefilled.kv == whole.kv);
+}
+
+TEST(decode_resume, a_first_token_that_differs_from_the_clients_fails_the_request) {
+  auto spec = long_prompt(0.0f);
+  const auto whole = run(spec);
+  spec.generated = {whole.tokens[0] + 1, whole.tokens[1]};
+  const auto resumed = run(spec);
+  EXPECT_TRUE(resumed.tokens.empty());
+  EXPECT_EQ(resumed.finish, protocol::finish_reason::error);
+  EXPECT_TRUE(resumed.failure.is(protocol::serving_errc::internal)) << resumed.failure;
+}
+
+TEST(decode_resume, a_request_whose_generation_was_complete_ends_without_new_tokens) {
+  auto spec = long_prompt(0.0f);
+  const auto whole = run(spec);
+  spec.generated = whole.tokens; // all max_tokens of them
+  const auto resumed = run(spec);
+  EXPECT_TRUE(resumed.tokens.empty());
+  EXPECT_EQ(resumed.finish, protocol::finish_reason::length);
+  EXPECT_TRUE(resumed.failure.ok());
+}
