@@ -1,14 +1,21 @@
 #include "apps/cluster_runner.hpp"
 
 #include "log/log.hpp"
+#include "services/cluster/control_socket.hpp"
 #include "services/cluster/role_launch.hpp"
+#include "services/cluster/supervisor.hpp"
 #include "transport/private_files.hpp"
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <poll.h>
 #include <string>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -55,50 +62,147 @@ pid_t running_pid(const process_slot& s) {
   return pid;
 }
 
+// The supervisor's answer to `request`, or nothing when none runs for this cluster.
+std::optional<nlohmann::json> ask_supervisor(const serving_setup& setup,
+                                             const nlohmann::json& request,
+                                             std::chrono::milliseconds timeout) {
+  const auto answer =
+      cl::ask_control(setup.cluster.run_dir / "supervisor.sock", request.dump(), timeout);
+  if (!answer) return std::nullopt;
+  return nlohmann::json::parse(*answer);
+}
+
+// Until `pid` (not necessarily our child) has exited, at most `timeout`; whether it has.
+bool wait_for_exit(pid_t pid, std::chrono::milliseconds timeout) {
+  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (pidfd < 0) return errno == ESRCH;
+  pollfd p{pidfd, POLLIN, 0};
+  int ready;
+  while ((ready = ::poll(&p, 1, static_cast<int>(timeout.count()))) < 0 && errno == EINTR) {}
+  ::close(pidfd);
+  return ready > 0;
+}
+
+std::vector<cl::supervised_process>
+supervised_slots(const serving_setup& setup, const std::string& config, const std::string& model) {
+  std::vector<cl::supervised_process> out;
+  for (auto& s : slots_of(setup)) {
+    const auto& process =
+        *std::find_if(setup.cluster.processes.begin(), setup.cluster.processes.end(),
+                      [&](auto& p) { return p.name == s.process; });
+    // A session each, as before the supervisor: the kernel's autogroup scheduling shares CPU
+    // per session, and roles in one session were measured to start ~0.5 s slower on a busy host.
+    out.push_back({s.name(), cl::role_spec({s.process, s.index, config, model, s.log, true}),
+                   cl::restart_rules::of(process)});
+  }
+  return out;
+}
+
 } // namespace
+
+int cluster_supervise(const serving_setup& setup, const fs::path& config_file,
+                      const fs::path& model) {
+  // `cluster up` reads how the start went from our stdout (a pipe); after that line the pipe
+  // may be gone, so stdout joins stderr in supervisor.log. A write to it after `up` died fails
+  // with EPIPE: SIGPIPE is blocked (not ignored, which the roles would inherit; the launcher
+  // clears the mask of every child).
+  sigset_t pipe_signal;
+  sigemptyset(&pipe_signal);
+  sigaddset(&pipe_signal, SIGPIPE);
+  ::sigprocmask(SIG_BLOCK, &pipe_signal, nullptr);
+  cl::supervisor_options options;
+  options.run_dir = setup.cluster.run_dir;
+  options.cluster = setup.cluster.name;
+  options.stop_on_signals = true;
+  options.on_start = [](const std::optional<cl::start_failure>& failure) {
+    if (failure)
+      std::printf("failed %s\n", failure->name.c_str());
+    else
+      std::printf("up\n");
+    std::fflush(stdout);
+    ::dup2(STDERR_FILENO, STDOUT_FILENO);
+  };
+  cl::supervisor supervisor(
+      options, supervised_slots(setup, fs::absolute(config_file).string(), fs::absolute(model)));
+  return supervisor.run();
+}
 
 int cluster_up(const serving_setup& setup, const fs::path& config_file) {
   const auto slots = slots_of(setup);
+  if (ask_supervisor(setup, {{"request", "status"}}, std::chrono::seconds(10)))
+    throw std::runtime_error("cluster " + setup.cluster.name +
+                             " already has a supervisor: run `supernode cluster down --config " +
+                             setup.source + "` first");
   for (auto& s : slots)
     if (pid_t pid = running_pid(s))
       throw std::runtime_error(s.name() + " is already running (pid " + std::to_string(pid) +
                                "): run `supernode cluster down --config " + setup.source +
                                "` first");
-  transport::ensure_private_dir(setup.cluster.run_dir / "logs");
-  transport::ensure_private_dir(setup.cluster.run_dir / "pids");
+  const auto& run = setup.cluster.run_dir;
+  transport::ensure_private_dir(run / "logs");
+  transport::ensure_private_dir(run / "pids");
   const auto config = fs::absolute(config_file).string();
   const auto model = fs::absolute(setup.serving.model_path).string();
-
-  // A log of an earlier run holds its "ready" line: gone before anything is spawned, or the wait
-  // below could read it before the new process truncates its log.
   for (auto& s : slots) fs::remove(s.log);
-  std::vector<cl::child_process> children;
-  std::vector<cl::starting_process> starting;
-  children.reserve(slots.size());
-  for (auto& s : slots) {
-    children.push_back(cl::launch_role({s.process, s.index, config, model, s.log, true}));
-    transport::write_private_file(s.pid_file, std::to_string(children.back().pid()) + "\n");
+
+  // The supervisor owns the processes and outlives us (a session of its own); it says on its
+  // stdout when every process is ready or which one failed.
+  auto spec = cl::self_command({"cluster", "supervise", "--config", config, "--model", model});
+  spec.stdout_to = cl::output_to::pipe;
+  spec.stderr_to = cl::output_to::file;
+  spec.log_file = run / "logs" / "supervisor.log";
+  spec.stdin_null = true;
+  spec.new_session = true;
+  auto supervisor = cl::child_process::launch(spec);
+  // The supervisor's own start-up deadline is 180 s; this one only catches a supervisor that hangs.
+  const auto line = supervisor.read_line(std::chrono::seconds(200));
+  if (line && *line == "up") {
+    supervisor.release();
+    std::printf("cluster %s up: %zu processes, logs in %s\n", setup.cluster.name.c_str(),
+                slots.size(), (run / "logs").c_str());
+    for (auto& s : slots)
+      for (const auto& listening : cl::lines_starting(cl::read_text_file(s.log), "listening "))
+        std::printf("%s\n", listening.c_str());
+    return 0;
   }
-  for (size_t i = 0; i < slots.size(); ++i)
-    starting.push_back({slots[i].name(), &children[i], slots[i].log});
-  // Every process prints "ready"; one that exits first failed to start.
-  const auto failure = cl::wait_until_ready(starting, std::chrono::seconds(180));
-  // The processes outlive this command: `cluster down` finds them by their pid files.
-  for (auto& c : children) c.release();
-  if (failure) {
-    log::process().error("cluster: {}", failure->describe());
-    cluster_down(setup, std::chrono::seconds(5));
+  if (line && line->rfind("failed ", 0) == 0) {
+    const auto name = line->substr(7);
+    const auto log = run / "logs" / (name + ".log");
+    // It stops every process itself; we wait for that, then say why.
+    supervisor.wait_for(std::chrono::seconds(60));
+    const auto events = cl::read_text_file(run / "events.jsonl");
+    const bool exited = events.find("\"exited during start-up\"") != std::string::npos;
+    const cl::start_failure failure{name, exited, log, cl::last_lines(cl::read_text_file(log), 15)};
+    log::process().error("cluster: {}", failure.describe());
     return 1;
   }
-  std::printf("cluster %s up: %zu processes, logs in %s\n", setup.cluster.name.c_str(),
-              slots.size(), (setup.cluster.run_dir / "logs").c_str());
-  for (auto& s : slots)
-    for (const auto& line : cl::lines_starting(cl::read_text_file(s.log), "listening "))
-      std::printf("%s\n", line.c_str());
-  return 0;
+  log::process().error("cluster: the supervisor {}; its log ({}) ends with:\n{}",
+                       line ? "said '" + *line + "'" : "ended or hung during start-up",
+                       spec.log_file.string(),
+                       cl::last_lines(cl::read_text_file(spec.log_file), 15));
+  supervisor.kill();
+  cluster_down(setup, std::chrono::seconds(5));
+  return 1;
 }
 
 int cluster_status(const serving_setup& setup) {
+  if (auto answer = ask_supervisor(setup, {{"request", "status"}}, std::chrono::seconds(10))) {
+    int code = 0;
+    for (auto& p : (*answer)["processes"]) {
+      const auto state = p["state"].get<std::string>();
+      std::string last;
+      if (const auto& e = p["last_exit"]; e.is_object())
+        last = e.contains("signal") ? "  last exit " + e["signal"].get<std::string>()
+                                    : "  last exit code " + std::to_string(e["code"].get<int>());
+      std::printf("%-24s %-10s pid %d  restarts %d%s  log %s\n",
+                  p["process"].get<std::string>().c_str(),
+                  (state == "running" && !p["ready"].get<bool>()) ? "starting" : state.c_str(),
+                  p["pid"].get<int>(), p["restarts"].get<int>(), last.c_str(),
+                  p["log"].get<std::string>().c_str());
+      if (state != "running" || !p["ready"].get<bool>()) code = 1;
+    }
+    return code;
+  }
   int code = 0;
   for (auto& s : slots_of(setup)) {
     if (pid_t pid = running_pid(s)) {
@@ -112,6 +216,27 @@ int cluster_status(const serving_setup& setup) {
 }
 
 int cluster_down(const serving_setup& setup, std::chrono::seconds grace) {
+  const auto supervisor_pid_file = setup.cluster.run_dir / "pids" / "supervisor.pid";
+  pid_t supervisor = 0;
+  std::ifstream(supervisor_pid_file) >> supervisor;
+  try {
+    const nlohmann::json request{
+        {"request", "down"},
+        {"grace_ms", std::chrono::duration_cast<std::chrono::milliseconds>(grace).count()}};
+    if (auto answer = ask_supervisor(setup, request, grace + std::chrono::seconds(30))) {
+      // Answered once every process is gone; the supervisor itself ends right after.
+      if (supervisor > 0) wait_for_exit(supervisor, std::chrono::seconds(10));
+      const auto killed = (*answer)["killed"].get<size_t>();
+      std::printf("cluster %s down: %zu processes stopped%s\n", setup.cluster.name.c_str(),
+                  (*answer)["stopped"].get<size_t>(),
+                  killed ? " (some killed after the grace period)" : "");
+      return 0;
+    }
+  } catch (const std::exception& e) {
+    // A supervisor that hangs is ended here, and its processes are found by their pid files.
+    log::process().error("cluster: {}; stopping the processes by their pid files", e.what());
+    if (supervisor > 0) ::kill(supervisor, SIGKILL);
+  }
   std::vector<std::pair<process_slot, pid_t>> alive;
   for (auto& s : slots_of(setup))
     if (pid_t pid = running_pid(s)) {
@@ -132,6 +257,7 @@ int cluster_down(const serving_setup& setup, std::chrono::seconds grace) {
     }
   }
   for (auto& s : slots_of(setup)) fs::remove(s.pid_file);
+  fs::remove(supervisor_pid_file);
   std::printf("cluster %s down: %zu processes stopped%s\n", setup.cluster.name.c_str(),
               alive.size(), killed ? " (some killed after the grace period)" : "");
   return 0;

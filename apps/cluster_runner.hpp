@@ -2,6 +2,9 @@
 // `supernode cluster up|status|down`: one OS process per process instance of a config on this
 // host, started from this binary as `supernode role NAME --id I`, each with its log and pid
 // file in the config's run folder (run_dir/logs, run_dir/pids), so a later command finds them.
+// `up` leaves a supervisor (`cluster supervise`, services/cluster/supervisor.hpp) owning them: it
+// restarts a dead one per [process.X] restart, logs to run_dir/events.jsonl and answers
+// `status` and `down` on run_dir/supervisor.sock; without one, status and down go by pid files.
 
 #include "apps/serving_setup.hpp"
 
@@ -9,12 +12,18 @@
 
 namespace supernode::apps {
 
-// Starts every process and waits until each prints "ready"; on any failure stops those started
-// and returns 1 with the failing process's log tail on stderr.
+// Starts the supervisor, which starts every process, and waits until each prints "ready"; on any
+// failure everything is stopped and it returns 1 with the failing process's log tail on stderr.
 int cluster_up(const serving_setup& setup, const std::filesystem::path& config_file);
-// One line per process: running (pid) or not; returns 0 when all run.
+// The supervisor itself (run by `up` in a session of its own): until `down`; 1 when the start
+// failed.
+int cluster_supervise(const serving_setup& setup, const std::filesystem::path& config_file,
+                      const std::filesystem::path& model);
+// One line per process: its state (running, starting, restarting, gave_up, stopped), pid and
+// restarts; returns 0 when all run and are ready.
 int cluster_status(const serving_setup& setup);
-// SIGTERM to every process, SIGKILL to any still alive after `grace`; returns 0.
+// SIGTERM to every process, SIGKILL to any still alive after `grace` (through the supervisor,
+// which then ends; by pid files when none runs); returns 0.
 int cluster_down(const serving_setup& setup, std::chrono::seconds grace = std::chrono::seconds(15));
 
 } // namespace supernode::apps

@@ -30,13 +30,17 @@ int cmd_cluster(cli_args& args) {
   auto config = args.take("--config");
   auto model = args.take("--model");
   if (!action ||
-      (*action != "up" && *action != "status" && *action != "down" && *action != "keys") || !config)
+      (*action != "up" && *action != "status" && *action != "down" && *action != "keys" &&
+       *action != "supervise") ||
+      !config || (*action == "supervise" && !model))
     throw usage_error("expected `cluster up|status|down|keys --config FILE [--model DIR]`");
   args.expect_consumed("cluster " + *action);
-  // Only `up` starts roles that load the model; the others just find the processes.
+  // Only `up` starts roles that load the model (the supervisor it starts gets the folder `up`
+  // resolved); the others just find the processes.
   const bool up = *action == "up";
   auto setup = load_serving_setup(*config, model, up);
   if (up) return cluster_up(setup, *config);
+  if (*action == "supervise") return cluster_supervise(setup, *config, *model);
   if (*action == "status") return cluster_status(setup);
   if (*action == "keys") return cluster_keys(setup.cluster);
   return cluster_down(setup);

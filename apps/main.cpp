@@ -24,8 +24,9 @@ commands:
               (configs/local.toml, embedded) on 127.0.0.1:8000 with the demo model; without
               [gateway] api_keys_file only a loopback host unless --allow-unauthenticated
   cluster up|status|down --config FILE [--model DIR]
-              one process per process instance of FILE on this host (logs and pid files in
-              its run_dir)
+              one process per process instance of FILE on this host under a supervisor that
+              restarts them per [process.NAME] restart (logs, pid files, events.jsonl and
+              supervisor.sock in its run_dir)
   cluster keys --config FILE
               the CurveZMQ key pairs FILE's instances lack, made in its key folder (0700)
   role NAME   --config FILE --id ID [--model DIR]

@@ -107,7 +107,24 @@ const config_table<process_config>& process_table() {
           .integer("per_process", &process_config::per_process, 1, 256,
                    "instances of each role in one process (ranks as threads)")
           .integers("cpus", &process_config::cpus, 0, 4095,
-                    "CPUs each process is pinned to; empty: not pinned");
+                    "CPUs each process is pinned to; empty: not pinned")
+          .enumerated("restart", &process_config::restart,
+                      {{"always", restart_mode::always},
+                       {"on-failure", restart_mode::on_failure},
+                       {"never", restart_mode::never}},
+                      "when the supervisor of `cluster up` starts an ended process again: "
+                      "always, on-failure (an exit code other than 0 or a signal), never")
+          .integer("restart_backoff_ms", &process_config::restart_backoff, 1, 3'600'000,
+                   "wait before the first restart; each further one waits twice the last")
+          .integer("restart_backoff_max_ms", &process_config::restart_backoff_max, 1, 3'600'000,
+                   "the longest wait before a restart")
+          .rule("at least restart_backoff_ms")
+          .integer("restart_window_s", &process_config::restart_window, 1, 86'400,
+                   "max_restarts counts failures within this time; a process up this long "
+                   "starts its back-off afresh")
+          .integer("max_restarts", &process_config::max_restarts, 0, 1'000'000,
+                   "restarts within restart_window_s; the next failure is given up on and "
+                   "reported");
   return table;
 }
 
@@ -168,6 +185,11 @@ cluster_config cluster_config::from(const config_document& file) {
     if (p.roles.empty() ||
         std::any_of(p.roles.begin(), p.roles.end(), [](auto& r) { return r.empty(); }))
       file.fail({"process", name}, "roles", "must be a non-empty array of role names");
+    if (p.restart_backoff_max < p.restart_backoff)
+      file.fail(
+          {"process", name}, "restart_backoff_max_ms",
+          std::to_string(p.restart_backoff_max.count()) +
+              " is less than restart_backoff_ms = " + std::to_string(p.restart_backoff.count()));
     c.processes.push_back(p);
   }
   c.instances_ = expand_instances(file, c.processes);

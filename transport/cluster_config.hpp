@@ -13,6 +13,7 @@
 //   [planes.ub]   kind = "shm"  ring_bytes = 67108864
 //   [flows]       control = "vpc"   bulk = "rdma"   dispatch = "ub"
 //   [process.decode]  roles = ["decode", "expert_shard"]   count = 2   threads = 1   cpus = [1]
+//                     restart = "on-failure"   max_restarts = 5   restart_window_s = 60
 //
 // Process "decode" #1 hosts instances "decode-1" and "expert_shard-1". With per_process = 4 it
 // would host decode-4..7 and expert_shard-4..7 (ranks as threads of one process).
@@ -41,6 +42,13 @@ struct plane_config {
   size_t ring_bytes = size_t{8} << 20; // shm: per ordered pair of peers
 };
 
+// When the supervisor of `cluster up` starts a process of a kind again after it ended.
+enum class restart_mode {
+  always,     // whatever the exit
+  on_failure, // an exit code other than 0, or a signal
+  never,
+};
+
 struct process_config {
   std::string name;
   std::vector<std::string> roles;
@@ -48,6 +56,15 @@ struct process_config {
   int threads = 0;       // compute threads of each process; 0: all cores
   int per_process = 1;   // instances of each role in one process (ranks as threads)
   std::vector<int> cpus; // CPUs each process is pinned to; empty: not pinned
+  // Restarts (services/cluster/restart_policy.hpp): the first after restart_backoff, each
+  // further one after twice the last wait up to restart_backoff_max; more than max_restarts
+  // failures within restart_window is given up on, and a process up for restart_window starts
+  // its back-off afresh.
+  restart_mode restart = restart_mode::on_failure;
+  std::chrono::milliseconds restart_backoff{200};
+  std::chrono::milliseconds restart_backoff_max{5000};
+  std::chrono::seconds restart_window{60};
+  int max_restarts = 5;
 };
 
 struct instance_config {

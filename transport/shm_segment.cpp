@@ -85,7 +85,7 @@ enum class leftover { missing, foreign, alive, stale, garbage_young, garbage_old
 // What a segment name currently holds, without keeping it mapped. A segment of another user is
 // never judged stale: this user removes only its own (another user's process may live in a pid
 // namespace we cannot see, and its segments are not ours to delete).
-leftover inspect(const std::string& full, std::string* detail = nullptr) {
+leftover inspect(const std::string& full, std::string* detail = nullptr, pid_t* creator = nullptr) {
   const int fd = shm_open(full.c_str(), O_RDWR, 0);
   if (fd < 0) return errno == EACCES ? leftover::foreign : leftover::missing;
   if (struct stat st{}; fstat(fd, &st) == 0 && st.st_uid != geteuid()) {
@@ -99,6 +99,7 @@ leftover inspect(const std::string& full, std::string* detail = nullptr) {
     const auto* h = header_of(m.base);
     const bool alive = process_alive(h->creator_pid, h->creator_start);
     if (detail) *detail = "pid " + std::to_string(h->creator_pid);
+    if (creator) *creator = h->creator_pid;
     munmap(m.base, m.bytes);
     result = alive ? leftover::alive : leftover::stale;
   } catch (const shm_error& e) {
@@ -310,6 +311,19 @@ size_t cleanup_stale_segments(std::string_view cluster) {
     const auto state = inspect(full);
     if (state == leftover::stale || state == leftover::garbage_old)
       removed += shm_unlink(full.c_str()) == 0;
+  }
+  return removed;
+}
+
+std::vector<std::string> cleanup_segments_of(std::string_view cluster, pid_t creator) {
+  check_name_part("cluster", cluster);
+  std::vector<std::string> removed;
+  for (const auto& name : list_segments(cluster)) {
+    const std::string full = "/" + name;
+    pid_t owner = 0;
+    if (inspect(full, nullptr, &owner) == leftover::stale && owner == creator &&
+        shm_unlink(full.c_str()) == 0)
+      removed.push_back(name);
   }
   return removed;
 }

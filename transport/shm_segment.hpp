@@ -78,6 +78,13 @@ private:
 // another user's segments stay whatever they hold. Returns how many.
 size_t cleanup_stale_segments(std::string_view cluster);
 
+// Removes the segments of `cluster` that process `creator` created, once it is dead (its pid and
+// start time in their headers no longer name a live process), of this user only: what a
+// supervisor cleans after one process of a running cluster died, leaving every other process's
+// segments alone. The names go; peers that still map one keep their mapping until they drop it.
+// Returns the names removed (without the leading '/').
+std::vector<std::string> cleanup_segments_of(std::string_view cluster, pid_t creator);
+
 // The segment names of `cluster` currently in /dev/shm (without the leading '/').
 std::vector<std::string> list_segments(std::string_view cluster);
 

@@ -6,7 +6,7 @@
 
 namespace supernode::services::cluster {
 
-child_process launch_role(const role_command& command) {
+launch_spec role_spec(const role_command& command) {
   auto spec = self_command({"role", command.process, "--config", command.config.string(), "--id",
                             std::to_string(command.id)});
   if (command.model) {
@@ -18,7 +18,11 @@ child_process launch_role(const role_command& command) {
   spec.log_file = command.log;
   spec.stdin_null = true;
   spec.new_session = command.new_session;
-  return child_process::launch(spec);
+  return spec;
+}
+
+child_process launch_role(const role_command& command) {
+  return child_process::launch(role_spec(command));
 }
 
 std::string start_failure::describe() const {

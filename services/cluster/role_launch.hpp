@@ -23,7 +23,9 @@ struct role_command {
 };
 
 // `supernode role PROCESS --config CONFIG --id ID [--model MODEL]` from this binary, stdin from
-// /dev/null.
+// /dev/null, stdout and stderr to the log.
+launch_spec role_spec(const role_command& command);
+// That command, started.
 child_process launch_role(const role_command& command);
 
 // A started process whose log is watched for its "ready" line.

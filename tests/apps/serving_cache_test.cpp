@@ -88,7 +88,9 @@ INSTANTIATE_TEST_SUITE_P(shapes, serving_cache,
                          [](const auto& info) { return std::string(info.param.name); });
 
 TEST(serving_cache_fault, a_killed_pool_server_costs_hits_not_answers) {
-  serving_cluster cluster("pdc-ems.toml", tiny_model_dir(), {{"ems", "block_tokens", "16"}});
+  // Left dead (the supervisor would restart it): the ring without it is what is tested.
+  serving_cluster cluster("pdc-ems.toml", tiny_model_dir(),
+                          {{"ems", "block_tokens", "16"}, {"process.ems", "restart", "\"never\""}});
   ASSERT_TRUE(cluster.up());
   const auto prompts = shared_prefix_prompts();
   expect_reference(cluster.port(), prompts, "before the kill");

@@ -84,8 +84,11 @@ TEST(serving_ep, eplb_replacing_experts_mid_generation_changes_no_token) {
 }
 
 TEST(serving_ep, a_rank_process_killed_mid_step_fails_the_groups_requests_without_a_hang) {
-  serving_cluster cluster("lep-ep4.toml", tiny_model_dir(),
-                          {{{"gateway", "recovery_timeout_ms", "3000"}}});
+  // Left dead (the supervisor would restart it): the broken group is what is tested; resuming
+  // gives up after 3 s (the default waits 30 s).
+  serving_cluster cluster(
+      "lep-ep4.toml", tiny_model_dir(),
+      {{"process.decode", "restart", "\"never\""}, {"gateway", "recovery_timeout_ms", "3000"}});
   ASSERT_TRUE(cluster.up());
   // Long generations on every rank, so the kill lands while the group is stepping.
   std::vector<http_reply> replies(8);

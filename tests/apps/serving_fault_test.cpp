@@ -13,9 +13,11 @@
 using namespace supernode::testing;
 
 TEST(serving_fault, a_killed_prefill_instance_fails_its_requests_and_frees_their_kv) {
-  // Nothing restarts it here, and resuming gives up after 3 s (the default waits 30 s).
-  serving_cluster cluster("pdc-1p1d.toml", tiny_model_dir(),
-                          {{{"gateway", "recovery_timeout_ms", "3000"}}});
+  // Left dead (the supervisor would restart it), and resuming gives up after 3 s (the default
+  // waits 30 s).
+  serving_cluster cluster(
+      "pdc-1p1d.toml", tiny_model_dir(),
+      {{"process.prefill", "restart", "\"never\""}, {"gateway", "recovery_timeout_ms", "3000"}});
   ASSERT_TRUE(cluster.up());
   served_prompt p{test_prompt(40, 9), 8};
   auto ok = http_call(cluster.port(), "POST", "/v1/completions", completion_body(p));

@@ -36,10 +36,13 @@ bool gone(pid_t pid) {
 }
 
 struct forgery_cluster {
-  serving_cluster cluster{
-      "pdc-1p1d.toml",
-      tiny_model_dir(),
-      {{"process.spare", "roles", "[\"echo\"]"}, {"model", "max_context", "1024"}}};
+  serving_cluster cluster{"pdc-1p1d.toml",
+                          tiny_model_dir(),
+                          // The spare stays dead once killed: the supervisor must not restart it
+                          // under the impersonator.
+                          {{"process.spare", "roles", "[\"echo\"]"},
+                           {"process.spare", "restart", "\"never\""},
+                           {"model", "max_context", "1024"}}};
   services::cluster_file file = services::cluster_file::load(cluster.config_file());
 
   // The spare's process is replaced by the test's own endpoint under its name and keys.

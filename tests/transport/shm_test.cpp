@@ -227,6 +227,25 @@ TEST_F(shm_fixture, stale_segments_of_a_dead_creator_are_cleaned_up) {
   EXPECT_EQ(replaced.creator_pid(), getpid());
 }
 
+TEST_F(shm_fixture, cleanup_of_one_dead_creator_leaves_other_dead_creators_segments) {
+  // Two children crash leaving segments; a supervisor cleans after the one it saw die only.
+  auto leak = [&](const char* name) {
+    return fork_child([&, name] {
+      new shm_segment(shm_segment::create(cluster, name, segment_kind::region, 4096));
+      return 0;
+    });
+  };
+  const pid_t first = leak("first"), second = leak("second");
+  ASSERT_EQ(wait_child(first), 0);
+  ASSERT_EQ(wait_child(second), 0);
+  auto mine = shm_segment::create(cluster, "mine", segment_kind::region, 64);
+  EXPECT_EQ(cleanup_segments_of(cluster, first),
+            std::vector<std::string>{shm_segment::full_name(cluster, "first").substr(1)});
+  EXPECT_EQ(list_segments(cluster).size(), 2u) << "the other dead one's and the live one's stay";
+  EXPECT_TRUE(cleanup_segments_of(cluster, ::getpid()).empty()) << "a live creator's stay";
+  EXPECT_EQ(cleanup_segments_of(cluster, second).size(), 1u);
+}
+
 TEST_F(shm_fixture, stale_cleanup_leaves_another_users_segment_alone) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to give a segment to another user (nobody)";
   const passwd* nobody = ::getpwnam("nobody");

@@ -6,3 +6,14 @@ supernode_add_test(cluster_launch_test
     ${CMAKE_CURRENT_LIST_DIR}/cluster_file_test.cpp
   LIBS supernode_services
   LABEL unit)
+# The supervisor's restart rules on a made-up clock.
+supernode_add_test(restart_policy_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/restart_policy_test.cpp
+  LIBS supernode_services
+  LABEL unit)
+# The supervisor with /bin/sh children: events, restarts, give-up, its control socket.
+supernode_add_test(supervisor_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/supervisor_test.cpp
+  LIBS supernode_services
+  LABEL integration)
+target_link_libraries(supervisor_test PRIVATE nlohmann_json::nlohmann_json)

@@ -1,0 +1,79 @@
+#pragma once
+// The supervisor `cluster up` leaves running: it owns a cluster's processes on this host,
+// starts each slot, waits on their pidfds, restarts one that ended per its restart_policy,
+// keeps <run_dir>/pids/<slot>.pid naming the live pid (gone while none lives), logs every
+// spawn, ready, exit, restart and give-up to <run_dir>/events.jsonl (event_log.hpp), removes
+// the shm segments a dead process created, and answers on <run_dir>/supervisor.sock
+// (control_socket.hpp), one JSON line each way:
+//
+//   {"request":"status"}  → {"ok":true,"supervisor_pid":P,"processes":[{"process":"decode-1",
+//                            "state":"running"|"restarting"|"gave_up"|"stopped","ready":B,
+//                            "pid":N,"restarts":R,"log":"...","last_exit":{"code":C} or
+//                            {"signal":"SIGKILL","signal_number":9} or null}]}
+//   {"request":"down","grace_ms":G} → SIGTERM to every child, SIGKILL to those alive after G,
+//                            no more restarts; answered once all are gone with
+//                            {"ok":true,"stopped":N,"killed":K}; then run() returns.
+//
+// A slot is ready when its log holds a line starting with "ready" (watched with inotify). Until
+// every slot has been ready once, a slot that exits, or a start that takes longer than
+// start_timeout, fails the start: on_start hears of it, everything is stopped and run() returns
+// 1. A restarted slot's previous log is kept as <log>.1, the previous run's events.jsonl as
+// events.jsonl.1.
+//
+//   spawned ──exit──▶ (policy) ──restart──▶ restarting ──back-off──▶ spawned
+//      │                       ──give up──▶ gave_up
+//      │                       ──leave────▶ stopped
+//      └──down──▶ stopped
+
+#include "services/cluster/process_launcher.hpp"
+#include "services/cluster/restart_policy.hpp"
+#include "services/cluster/role_launch.hpp"
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace supernode::services::cluster {
+
+struct supervised_process {
+  std::string name; // the slot: "decode-1"
+  // Launched afresh at every start; its output must go to spec.log_file (watched for "ready").
+  launch_spec spec;
+  restart_rules rules;
+};
+
+struct supervisor_options {
+  std::filesystem::path run_dir; // pids/, events.jsonl, supervisor.sock (made private)
+  // The cluster whose shm segments a dead child created are removed; empty: none are.
+  std::string cluster;
+  std::chrono::milliseconds start_timeout{std::chrono::seconds(180)};
+  // Grace before SIGKILL when the start failed or SIGTERM/SIGINT asked for the end.
+  std::chrono::milliseconds stop_grace{std::chrono::seconds(15)};
+  // Called once: every slot ready (nothing), or why the start failed.
+  std::function<void(const std::optional<start_failure>&)> on_start;
+  // SIGTERM and SIGINT mean `down` (blocked and read from a signalfd: the caller's only thread).
+  bool stop_on_signals = false;
+};
+
+class supervisor {
+public:
+  supervisor(supervisor_options options, std::vector<supervised_process> processes);
+  ~supervisor();
+  supervisor(const supervisor&) = delete;
+  supervisor& operator=(const supervisor&) = delete;
+
+  // Starts every slot and supervises them until `down`; 0 then, 1 when the start failed.
+  // Throws std::runtime_error when it cannot begin (the socket is taken, the run folder is not
+  // private).
+  int run();
+
+private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+} // namespace supernode::services::cluster
