@@ -6,6 +6,7 @@
 // plane threads), and the actor calls tick() every heartbeat interval.
 
 #include "transport/cluster_config.hpp"
+#include "transport/fault_injection.hpp"
 #include "transport/membership.hpp"
 #include "transport/pending_requests.hpp"
 #include "transport/plane.hpp"
@@ -103,6 +104,8 @@ private:
   log::rate_limiter rejected_lines_;
   message_handler on_message_;
   event_handler on_event_;
+  // Last, so it goes first: its delayed frames reference the planes. Null outside chaos runs.
+  std::unique_ptr<fault_injector> faults_;
 };
 
 } // namespace supernode::transport
