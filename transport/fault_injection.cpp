@@ -5,6 +5,7 @@
 #include "transport/config_document.hpp"
 
 #include <cstdlib>
+#include <fstream>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
@@ -38,7 +39,6 @@ const std::vector<config_key>& run_keys() {
         {"epoch_s", config_type::floating, "unix seconds every fault's at_s counts from"},
         {"seed", config_type::integer, "seed of the frames' draws"},
     };
-    k[0].required = true;
     k[1].min = 0;
     return k;
   }();
@@ -93,7 +93,9 @@ std::optional<plane_fault_kind> plane_fault_kind_named(std::string_view name) {
 
 std::string plane_fault_plan_text(const plane_fault_plan& plan) {
   std::ostringstream out;
-  out << "[run]\nepoch_s = " << float_text(plan.epoch_s) << "\nseed = " << plan.seed << "\n";
+  out << "[run]\n";
+  if (plan.epoch_s) out << "epoch_s = " << float_text(*plan.epoch_s) << "\n";
+  out << "seed = " << plan.seed << "\n";
   for (const auto& f : plan.faults) {
     out << "\n[[fault]]\nkind = \"" << to_string(f.kind) << "\"\nflow = " << quoted(f.flow) << "\n";
     if (!f.process.empty()) out << "process = " << quoted(f.process) << "\n";
@@ -146,8 +148,9 @@ plane_fault_plan parse_plane_fault_plan(std::string_view text, const std::string
 }
 
 fault_injector::fault_injector(plane_fault_plan plan, const std::string& process_slot,
-                               log::logger logger, clock_function now)
-    : plan_(std::move(plan)), log_(std::move(logger)), now_(now ? std::move(now) : unix_now) {
+                               log::logger logger, std::string epoch_file, clock_function now)
+    : plan_(std::move(plan)), log_(std::move(logger)), now_(now ? std::move(now) : unix_now),
+      epoch_file_(std::move(epoch_file)) {
   const uint64_t process_seed = fnv1a(process_slot.data(), process_slot.size());
   for (size_t i = 0; i < plan_.faults.size(); ++i) {
     const auto& f = plan_.faults[i];
@@ -180,15 +183,29 @@ std::unique_ptr<fault_injector> fault_injector::from_environment(const instance_
   }();
   if (!plan) return nullptr;
   const std::string slot = self.process + "-" + std::to_string(self.index);
-  auto injector = std::make_unique<fault_injector>(*plan, slot, logger);
+  auto injector = std::make_unique<fault_injector>(
+      *plan, slot, logger, std::string(std::getenv(fault_plan_env)) + ".epoch");
   if (injector->windows_.empty()) return nullptr;
   logger.info("fault injection armed: {} plane fault(s) of {} apply to process {}",
               injector->windows_.size(), std::getenv(fault_plan_env), slot);
   return injector;
 }
 
+bool fault_injector::armed(double now) {
+  if (plan_.epoch_s) return true;
+  if (epoch_file_.empty() || now < next_epoch_check_) return false;
+  next_epoch_check_ = now + 0.05;
+  std::ifstream in(epoch_file_);
+  double epoch = 0;
+  if (!(in >> epoch)) return false;
+  plan_.epoch_s = epoch;
+  log_.info("fault injection: the plan's clock started at unix time {:.3f}", epoch);
+  return true;
+}
+
 const plane_fault* fault_injector::pick(const std::string& flow, double now) {
-  const double since_epoch = now - plan_.epoch_s;
+  if (!armed(now)) return nullptr;
+  const double since_epoch = now - *plan_.epoch_s;
   for (auto& w : windows_) {
     const auto& f = w.fault;
     if (f.flow != flow || since_epoch < f.at_s || since_epoch >= f.at_s + f.duration_s) continue;
@@ -207,7 +224,8 @@ const plane_fault* fault_injector::pick(const std::string& flow, double now) {
 
 void fault_injector::note_closed_windows(double now) {
   std::lock_guard lock(mutex_);
-  const double since_epoch = now - plan_.epoch_s;
+  if (!plan_.epoch_s) return;
+  const double since_epoch = now - *plan_.epoch_s;
   for (auto& w : windows_) {
     const auto& f = w.fault;
     if (!w.announced || w.summarised || since_epoch < f.at_s + f.duration_s) continue;

@@ -6,7 +6,7 @@
 // so a restarted process reads the same plan and keeps the same clock):
 //
 //   [run]
-//   epoch_s = 1764600000.25        # unix seconds every at_s counts from
+//   epoch_s = 1764600000.25        # unix seconds every at_s counts from (optional, see below)
 //   seed = 7
 //   [[fault]]
 //   kind = "drop"                  # drop | duplicate | corrupt | delay
@@ -16,6 +16,11 @@
 //   duration_s = 2.0
 //   rate = 0.1                     # fraction of the flow's frames, drawn from the seed
 //   delay_ms = 0                   # delay: how much later the frame leaves
+//
+// Without epoch_s the clock starts when the file "<plan>.epoch" appears holding it (looked for
+// at most every 50 ms while frames are sent): the chaos runner's faults count from its load's
+// start, which comes after the cluster is up, so it cannot be in the file the processes start
+// with. Until then no fault applies.
 //
 // drop: the frame is not sent and the sender sees ok (a lossy network). duplicate: sent twice.
 // corrupt: encoded, one payload byte flipped, then judged by the receiver's frame checks
@@ -63,7 +68,7 @@ struct plane_fault {
 };
 
 struct plane_fault_plan {
-  double epoch_s = 0;
+  std::optional<double> epoch_s;
   uint64_t seed = 0;
   std::vector<plane_fault> faults;
 };
@@ -81,9 +86,10 @@ public:
   using send_function = std::function<send_status(const envelope&)>;
   using clock_function = std::function<double()>; // unix seconds
 
-  // `process_slot` is "<process>-<index>", what a fault's `process` names.
+  // `process_slot` is "<process>-<index>", what a fault's `process` names; `epoch_file` is
+  // where the epoch appears when the plan has none.
   fault_injector(plane_fault_plan plan, const std::string& process_slot, log::logger logger,
-                 clock_function now = {});
+                 std::string epoch_file = {}, clock_function now = {});
   ~fault_injector();
   fault_injector(const fault_injector&) = delete;
   fault_injector& operator=(const fault_injector&) = delete;
@@ -114,6 +120,8 @@ private:
     send_function send;
   };
 
+  // Whether the windows' clock has started; reads the epoch file when due. Under mutex_.
+  bool armed(double now);
   // The fault that takes this frame now, if any (the first open window whose draw hits).
   const plane_fault* pick(const std::string& flow, double now);
   void note_closed_windows(double now);
@@ -123,6 +131,8 @@ private:
   plane_fault_plan plan_;
   log::logger log_;
   clock_function now_;
+  std::string epoch_file_;
+  double next_epoch_check_ = 0;
   std::mutex mutex_;
   std::vector<window_state> windows_;
   std::array<std::atomic<uint64_t>, plane_fault_kind_count> injected_{};
