@@ -27,6 +27,8 @@ size_t replay_length(const std::vector<int32_t>& received, size_t i,
   return 0;
 }
 
+constexpr size_t max_mismatches_listed = 5;
+
 enum phase : size_t { before_faults, during_faults, after_faults };
 
 phase phase_of(const loadgen::request_outcome& o, double first_fault_s, double faults_end_s) {
@@ -109,7 +111,15 @@ chaos_report make_chaos_report(const std::vector<loadgen::request_outcome>& outc
       continue;
     }
     ++r.succeeded;
-    if (o.token_ids != ref) ++r.mismatched;
+    if (o.token_ids != ref) {
+      ++r.mismatched;
+      if (r.mismatches.size() < max_mismatches_listed) {
+        const auto diff =
+            std::mismatch(o.token_ids.begin(), o.token_ids.end(), ref.begin(), ref.end());
+        r.mismatches.push_back({i, static_cast<size_t>(diff.first - o.token_ids.begin()),
+                                o.token_ids.size(), ref.size()});
+      }
+    }
     by_phase[phase_of(o, first_fault, faults_end)].push_back(&o);
   }
   r.before = phase_summary(by_phase[before_faults]);
@@ -148,6 +158,12 @@ nlohmann::ordered_json to_json(const chaos_report& r) {
   }
   auto& failures = out["failures"] = nlohmann::ordered_json::array();
   for (const auto& f : r.failures) failures.push_back({{"reason", f.reason}, {"count", f.count}});
+  auto& mismatches = out["mismatches"] = nlohmann::ordered_json::array();
+  for (const auto& m : r.mismatches)
+    mismatches.push_back({{"request", m.request},
+                          {"first_diff", m.first_diff},
+                          {"received", m.received},
+                          {"expected", m.expected}});
   return out;
 }
 

@@ -48,12 +48,20 @@ struct phase_latency {
   loadgen::latency_summary ttft_ms, tpot_ms;
 };
 
+// Where a succeeded request's tokens left the reference's, for reading a failed run.
+struct token_mismatch {
+  size_t request = 0;    // in workload order
+  size_t first_diff = 0; // index of the first token that differs (or where one stream ended)
+  size_t received = 0, expected = 0;
+};
+
 struct chaos_report {
   int64_t requests = 0, succeeded = 0, failed = 0, mismatched = 0, duplicated_tokens = 0;
   int64_t retried = 0; // requests resubmitted after a connection error (bench serve --retry)
   std::vector<fault_record> faults;
   phase_latency before, during, after;
   std::vector<loadgen::failure_count> failures; // the first distinct reasons
+  std::vector<token_mismatch> mismatches;       // the first few
   // True when nothing was lost, wrong or repeated: the run's exit status.
   bool clean() const { return failed == 0 && mismatched == 0 && duplicated_tokens == 0; }
 };
@@ -68,7 +76,8 @@ chaos_report make_chaos_report(const std::vector<loadgen::request_outcome>& outc
                                std::vector<fault_record> faults);
 
 // Fields in reading order: requests, succeeded, failed, mismatched, duplicated_tokens, retried,
-// faults[], ttft_ms and tpot_ms as {before, during, after} of {requests, p50, p99}, failures.
+// faults[], ttft_ms and tpot_ms as {before, during, after} of {requests, p50, p99}, failures,
+// mismatches.
 nlohmann::ordered_json to_json(const chaos_report& r);
 // A few lines for a terminal.
 std::string to_text(const chaos_report& r);
