@@ -62,7 +62,7 @@ wrong or repeated. Plans: configs/faults/*.toml (the format is in services/chaos
   --svg FILE             write the timeline (throughput and TTFT over time, faults marked)
 
 Exit status 0 when no request failed, mismatched or got a token twice; 1 otherwise; 2 on bad
-options or a plan the runner cannot carry out (disk_full and slow_store are not supported yet).
+options or a plan the runner cannot carry out.
 )";
 
 struct chaos_options {
@@ -138,9 +138,6 @@ std::vector<chaos::fired_fault> resolve_plan(const chaos::fault_plan& plan,
                                              uint64_t seed) {
   std::vector<chaos::fired_fault> out;
   for (const auto& f : plan.faults) {
-    if (f.kind == chaos::fault_kind::disk_full || f.kind == chaos::fault_kind::slow_store)
-      throw usage_error("fault " + std::to_string(f.index) + ": " + chaos::to_string(f.kind) +
-                        " is not supported yet (no storage fault hook in the MP server)");
     try {
       out.push_back({f, chaos::resolve_target(f, cluster, seed), false, 0, {}});
     } catch (const std::runtime_error& e) {
@@ -150,24 +147,30 @@ std::vector<chaos::fired_fault> resolve_plan(const chaos::fault_plan& plan,
   return out;
 }
 
-// The plane faults, as the processes read them (SUPERNODE_FAULT_PLAN); false when there are none.
+// The plane and storage faults, as the processes read them (SUPERNODE_FAULT_PLAN); false when
+// there are none.
 bool write_plane_plan(const std::vector<chaos::fired_fault>& faults, uint64_t seed,
                       const fs::path& file) {
   transport::plane_fault_plan plan;
   plan.seed = seed;
   for (const auto& f : faults) {
+    const std::string slot = f.target ? f.target->slot : "";
+    if (auto storage = transport::storage_fault_kind_named(chaos::to_string(f.spec.kind))) {
+      plan.storage.push_back({*storage, slot, f.spec.at_s, f.spec.duration_s, f.spec.delay_ms});
+      continue;
+    }
     if (!chaos::is_plane_fault(f.spec.kind)) continue;
     transport::plane_fault p;
     p.kind = *transport::plane_fault_kind_named(chaos::to_string(f.spec.kind));
     p.flow = f.spec.flow;
-    p.process = f.target ? f.target->slot : "";
+    p.process = slot;
     p.at_s = f.spec.at_s;
     p.duration_s = f.spec.duration_s;
     p.rate = f.spec.rate;
     p.delay_ms = f.spec.delay_ms;
     plan.faults.push_back(std::move(p));
   }
-  if (plan.faults.empty()) return false;
+  if (plan.faults.empty() && plan.storage.empty()) return false;
   transport::write_private_file(file, transport::plane_fault_plan_text(plan));
   return true;
 }

@@ -32,6 +32,7 @@ double unix_now() {
 
 constexpr std::array<const char*, plane_fault_kind_count> kind_names{"drop", "duplicate", "corrupt",
                                                                      "delay"};
+constexpr std::array<const char*, 2> storage_kind_names{"disk_full", "slow_store"};
 
 const std::vector<config_key>& run_keys() {
   static const std::vector<config_key> keys = [] {
@@ -66,6 +67,27 @@ const std::vector<config_key>& fault_keys() {
   return keys;
 }
 
+const std::vector<config_key>& storage_fault_keys() {
+  static const std::vector<config_key> keys = [] {
+    std::vector<config_key> k{
+        {"kind", config_type::string, "what the storage does"},
+        {"process", config_type::string, "only in this process slot"},
+        {"at_s", config_type::floating, "start, seconds after epoch_s"},
+        {"duration_s", config_type::floating, "length of the window"},
+        {"delay_ms", config_type::integer, "slow_store: added to every read"},
+    };
+    k[0].choices.assign(storage_kind_names.begin(), storage_kind_names.end());
+    k[0].required = k[2].required = k[3].required = true;
+    k[2].low = k[3].low = 0;
+    k[4].min = 0;
+    return k;
+  }();
+  return keys;
+}
+
+std::mutex slot_mutex;
+std::string slot_of_process; // under slot_mutex
+
 std::string float_text(double v) {
   std::ostringstream out;
   out.precision(17);
@@ -91,6 +113,48 @@ std::optional<plane_fault_kind> plane_fault_kind_named(std::string_view name) {
   return std::nullopt;
 }
 
+const char* to_string(storage_fault_kind k) {
+  return storage_kind_names[static_cast<size_t>(k)];
+}
+
+std::optional<storage_fault_kind> storage_fault_kind_named(std::string_view name) {
+  for (size_t i = 0; i < storage_kind_names.size(); ++i)
+    if (name == storage_kind_names[i]) return static_cast<storage_fault_kind>(i);
+  return std::nullopt;
+}
+
+std::optional<double> fault_epoch::since(double now, bool* started) {
+  if (!epoch_ && !file_.empty() && now >= next_check_) {
+    next_check_ = now + 0.05;
+    std::ifstream in(file_);
+    if (double epoch = 0; in >> epoch) {
+      epoch_ = epoch;
+      if (started) *started = true;
+    }
+  }
+  if (!epoch_) return std::nullopt;
+  return now - *epoch_;
+}
+
+const plane_fault_plan* process_fault_plan() {
+  static const std::optional<plane_fault_plan> plan = []() -> std::optional<plane_fault_plan> {
+    const char* file = std::getenv(fault_plan_env);
+    if (!file || !*file) return std::nullopt;
+    return parse_plane_fault_plan(read_config_file(file), file);
+  }();
+  return plan ? &*plan : nullptr;
+}
+
+std::string process_fault_epoch_file() {
+  const char* file = std::getenv(fault_plan_env);
+  return file && *file ? std::string(file) + ".epoch" : std::string();
+}
+
+std::string process_fault_slot() {
+  std::lock_guard lock(slot_mutex);
+  return slot_of_process;
+}
+
 std::string plane_fault_plan_text(const plane_fault_plan& plan) {
   std::ostringstream out;
   out << "[run]\n";
@@ -102,12 +166,18 @@ std::string plane_fault_plan_text(const plane_fault_plan& plan) {
     out << "at_s = " << float_text(f.at_s) << "\nduration_s = " << float_text(f.duration_s)
         << "\nrate = " << float_text(f.rate) << "\ndelay_ms = " << f.delay_ms << "\n";
   }
+  for (const auto& f : plan.storage) {
+    out << "\n[[storage_fault]]\nkind = \"" << to_string(f.kind) << "\"\n";
+    if (!f.process.empty()) out << "process = " << quoted(f.process) << "\n";
+    out << "at_s = " << float_text(f.at_s) << "\nduration_s = " << float_text(f.duration_s)
+        << "\ndelay_ms = " << f.delay_ms << "\n";
+  }
   return out.str();
 }
 
 plane_fault_plan parse_plane_fault_plan(std::string_view text, const std::string& source) {
   const config_document doc(text, source);
-  const std::vector<std::string> tables{"run", "fault"};
+  const std::vector<std::string> tables{"run", "fault", "storage_fault"};
   doc.check_tables(tables);
   plane_fault_plan plan;
   doc.read_table({"run"}, run_keys(), {}, [&](size_t i, config_value v) {
@@ -144,13 +214,26 @@ plane_fault_plan parse_plane_fault_plan(std::string_view text, const std::string
                    });
     plan.faults.push_back(std::move(f));
   }
+  const size_t storage = doc.table_count({"storage_fault"});
+  for (size_t index = 0; index < storage; ++index) {
+    storage_fault f;
+    doc.read_table({"storage_fault", std::to_string(index)}, storage_fault_keys(), {},
+                   [&](size_t i, config_value v) {
+                     if (i == 0) f.kind = *storage_fault_kind_named(std::get<std::string>(v));
+                     if (i == 1) f.process = std::get<std::string>(v);
+                     if (i == 2) f.at_s = std::get<double>(v);
+                     if (i == 3) f.duration_s = std::get<double>(v);
+                     if (i == 4) f.delay_ms = std::get<int64_t>(v);
+                   });
+    plan.storage.push_back(std::move(f));
+  }
   return plan;
 }
 
 fault_injector::fault_injector(plane_fault_plan plan, const std::string& process_slot,
                                log::logger logger, std::string epoch_file, clock_function now)
     : plan_(std::move(plan)), log_(std::move(logger)), now_(now ? std::move(now) : unix_now),
-      epoch_file_(std::move(epoch_file)) {
+      epoch_(plan_.epoch_s, std::move(epoch_file)) {
   const uint64_t process_seed = fnv1a(process_slot.data(), process_slot.size());
   for (size_t i = 0; i < plan_.faults.size(); ++i) {
     const auto& f = plan_.faults[i];
@@ -176,36 +259,26 @@ fault_injector::~fault_injector() {
 
 std::unique_ptr<fault_injector> fault_injector::from_environment(const instance_config& self,
                                                                  const log::logger& logger) {
-  static const std::optional<plane_fault_plan> plan = []() -> std::optional<plane_fault_plan> {
-    const char* file = std::getenv(fault_plan_env);
-    if (!file || !*file) return std::nullopt;
-    return parse_plane_fault_plan(read_config_file(file), file);
-  }();
+  const plane_fault_plan* plan = process_fault_plan();
   if (!plan) return nullptr;
   const std::string slot = self.process + "-" + std::to_string(self.index);
-  auto injector = std::make_unique<fault_injector>(
-      *plan, slot, logger, std::string(std::getenv(fault_plan_env)) + ".epoch");
+  {
+    std::lock_guard lock(slot_mutex);
+    if (slot_of_process.empty()) slot_of_process = slot; // storage faults match on it
+  }
+  auto injector = std::make_unique<fault_injector>(*plan, slot, logger, process_fault_epoch_file());
   if (injector->windows_.empty()) return nullptr;
   logger.info("fault injection armed: {} plane fault(s) of {} apply to process {}",
               injector->windows_.size(), std::getenv(fault_plan_env), slot);
   return injector;
 }
 
-bool fault_injector::armed(double now) {
-  if (plan_.epoch_s) return true;
-  if (epoch_file_.empty() || now < next_epoch_check_) return false;
-  next_epoch_check_ = now + 0.05;
-  std::ifstream in(epoch_file_);
-  double epoch = 0;
-  if (!(in >> epoch)) return false;
-  plan_.epoch_s = epoch;
-  log_.info("fault injection: the plan's clock started at unix time {:.3f}", epoch);
-  return true;
-}
-
 const plane_fault* fault_injector::pick(const std::string& flow, double now) {
-  if (!armed(now)) return nullptr;
-  const double since_epoch = now - *plan_.epoch_s;
+  bool started = false;
+  const auto since = epoch_.since(now, &started);
+  if (started) log_.info("fault injection: the plan's clock started {:.3f} s ago", *since);
+  if (!since) return nullptr;
+  const double since_epoch = *since;
   for (auto& w : windows_) {
     const auto& f = w.fault;
     if (f.flow != flow || since_epoch < f.at_s || since_epoch >= f.at_s + f.duration_s) continue;
@@ -224,8 +297,9 @@ const plane_fault* fault_injector::pick(const std::string& flow, double now) {
 
 void fault_injector::note_closed_windows(double now) {
   std::lock_guard lock(mutex_);
-  if (!plan_.epoch_s) return;
-  const double since_epoch = now - *plan_.epoch_s;
+  const auto since = epoch_.since(now);
+  if (!since) return;
+  const double since_epoch = *since;
   for (auto& w : windows_) {
     const auto& f = w.fault;
     if (!w.announced || w.summarised || since_epoch < f.at_s + f.duration_s) continue;

@@ -16,6 +16,12 @@
 //   duration_s = 2.0
 //   rate = 0.1                     # fraction of the flow's frames, drawn from the seed
 //   delay_ms = 0                   # delay: how much later the frame leaves
+//   [[storage_fault]]              # storage_faults.hpp: the MP server's SSD tier, object store
+//   kind = "disk_full"             # disk_full | slow_store
+//   process = "ems-0"              # optional, as above
+//   at_s = 4.0
+//   duration_s = 2.0
+//   delay_ms = 0                   # slow_store: added to every read
 //
 // Without epoch_s the clock starts when the file "<plan>.epoch" appears holding it (looked for
 // at most every 50 ms while frames are sent): the chaos runner's faults count from its load's
@@ -67,11 +73,49 @@ struct plane_fault {
   int64_t delay_ms = 0;
 };
 
+enum class storage_fault_kind : uint8_t { disk_full = 0, slow_store };
+const char* to_string(storage_fault_kind k);
+std::optional<storage_fault_kind> storage_fault_kind_named(std::string_view name);
+
+struct storage_fault {
+  storage_fault_kind kind = storage_fault_kind::disk_full;
+  std::string process; // a process slot; empty: every process
+  double at_s = 0;
+  double duration_s = 0;
+  int64_t delay_ms = 0;
+};
+
+// The whole plan file: plane faults and storage faults.
 struct plane_fault_plan {
   std::optional<double> epoch_s;
   uint64_t seed = 0;
   std::vector<plane_fault> faults;
+  std::vector<storage_fault> storage;
 };
+
+// The clock a plan's windows count from: its epoch_s, or the epoch file's once that appears
+// (looked for at most every 50 ms). Not thread-safe: its owner locks.
+class fault_epoch {
+public:
+  fault_epoch(std::optional<double> epoch_s, std::string epoch_file)
+      : epoch_(epoch_s), file_(std::move(epoch_file)) {}
+  // Seconds since the epoch at unix time `now`; nothing while the epoch is unknown. `started`
+  // is set when this call learnt it.
+  std::optional<double> since(double now, bool* started = nullptr);
+
+private:
+  std::optional<double> epoch_;
+  std::string file_;
+  double next_check_ = 0;
+};
+
+// The plan file the environment names, read once per process; nullptr when none is named.
+const plane_fault_plan* process_fault_plan();
+// "<plan>.epoch" next to it.
+std::string process_fault_epoch_file();
+// This process's slot ("<process>-<index>"), known once its first endpoint is made; empty
+// before.
+std::string process_fault_slot();
 
 // The plan file's text, and back; parsing throws std::runtime_error naming source, line and key.
 std::string plane_fault_plan_text(const plane_fault_plan& plan);
@@ -120,8 +164,6 @@ private:
     send_function send;
   };
 
-  // Whether the windows' clock has started; reads the epoch file when due. Under mutex_.
-  bool armed(double now);
   // The fault that takes this frame now, if any (the first open window whose draw hits).
   const plane_fault* pick(const std::string& flow, double now);
   void note_closed_windows(double now);
@@ -131,8 +173,7 @@ private:
   plane_fault_plan plan_;
   log::logger log_;
   clock_function now_;
-  std::string epoch_file_;
-  double next_epoch_check_ = 0;
+  fault_epoch epoch_; // under mutex_
   std::mutex mutex_;
   std::vector<window_state> windows_;
   std::array<std::atomic<uint64_t>, plane_fault_kind_count> injected_{};

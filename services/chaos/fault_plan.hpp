@@ -15,7 +15,9 @@
 //
 // A target that is both an instance name and a process slot means the instance (with ranks as
 // threads, instance "decode-1" may live in process slot "decode-0"). kill and stop need a target
-// or role; a plane fault without one applies in every process.
+// or role; a plane or storage fault without one applies in every process. disk_full fails the
+// MP servers' SSD-tier writes with ENOSPC for duration_s; slow_store adds delay_ms to every
+// object-store read (transport/storage_faults.hpp).
 
 #include <cstddef>
 #include <cstdint>

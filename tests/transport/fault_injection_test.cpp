@@ -1,10 +1,12 @@
 // The plane-fault injector over an inproc plane pair: its window, its seeded rate and each kind
-// of fault, with a clock the test sets. Ordering is the plane's: "a" -> "b" frames arrive in
-// the order they were handed over, so a marker sent last tells when everything before it is in.
+// of fault, with a clock the test sets; and the storage faults' windows. Ordering is the
+// plane's: "a" -> "b" frames arrive in the order they were handed over, so a marker sent last
+// tells when everything before it is in.
 
 #include "transport/control_messages.hpp"
 #include "transport/fault_injection.hpp"
 #include "transport/inproc_plane.hpp"
+#include "transport/storage_faults.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -249,4 +251,34 @@ TEST(fault_injection, a_bad_plan_file_names_the_fault_and_key) {
               std::string::npos)
         << e.what();
   }
+}
+
+TEST(storage_faults, a_window_applies_to_its_kind_and_process_only) {
+  plane_fault_plan plan;
+  plan.epoch_s = 1000.0;
+  plan.storage.push_back({storage_fault_kind::disk_full, "ems-1", 4.0, 2.0, 0});
+  plan.storage.push_back({storage_fault_kind::slow_store, "", 1.0, 1.0, 250});
+  fake_clock clock;
+  storage_fault_table table(plan, {}, clock.function());
+  clock.now->store(1004.5);
+  EXPECT_TRUE(table.active(storage_fault_kind::disk_full, "ems-1"));
+  EXPECT_FALSE(table.active(storage_fault_kind::disk_full, "ems-0"));
+  EXPECT_FALSE(table.active(storage_fault_kind::disk_full, "")); // slot unknown: not this one
+  EXPECT_FALSE(table.active(storage_fault_kind::slow_store, "ems-1"));
+  clock.now->store(1001.5);
+  const auto slow = table.active(storage_fault_kind::slow_store, "");
+  ASSERT_TRUE(slow);
+  EXPECT_EQ(slow->delay_ms, 250);
+  clock.now->store(1006.0); // both windows over
+  EXPECT_FALSE(table.active(storage_fault_kind::disk_full, "ems-1"));
+  EXPECT_FALSE(table.active(storage_fault_kind::slow_store, ""));
+
+  plan.seed = 3;
+  const auto back = parse_plane_fault_plan(plane_fault_plan_text(plan), "plan");
+  ASSERT_EQ(back.storage.size(), 2u);
+  EXPECT_EQ(back.storage[0].kind, storage_fault_kind::disk_full);
+  EXPECT_EQ(back.storage[0].process, "ems-1");
+  EXPECT_EQ(back.storage[0].at_s, 4.0);
+  EXPECT_EQ(back.storage[1].kind, storage_fault_kind::slow_store);
+  EXPECT_EQ(back.storage[1].delay_ms, 250);
 }
