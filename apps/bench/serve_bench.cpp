@@ -9,6 +9,7 @@
 #include "services/loadgen/report.hpp"
 #include "services/loadgen/workload.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -257,6 +258,9 @@ int run_serve_bench(cli_args& args) {
   out.update(lg::to_json(report));
   // The load generator shares the machine with the server: what it spent, to read throughput by.
   out["client_cpu_s"] = client_cpu;
+  // Requests resubmitted after a connection error (--retry).
+  out["retried"] = std::count_if(result.outcomes.begin(), result.outcomes.end(),
+                                 [](const lg::request_outcome& r) { return r.retries > 0; });
   if (o.compare_engine) {
     // The server is idle by now, so the engine has the cores the server had.
     auto engine = run_engine_baseline(*o.compare_engine, plan, o.concurrency);
