@@ -94,6 +94,9 @@ private:
   log::rate_limiter membership_lines_;
   uint64_t heartbeat_seq_ = 0;
   std::map<std::string, std::unique_ptr<plane>> planes_; // by plane name
+  // After the planes, so it goes first: its delayed frames reference them. Null outside chaos
+  // runs (fault_injection.hpp).
+  std::unique_ptr<fault_injector> faults_;
   mutable std::mutex mutex_;                             // guards membership_
   membership membership_;
   pending_requests pending_;
@@ -104,8 +107,6 @@ private:
   log::rate_limiter rejected_lines_;
   message_handler on_message_;
   event_handler on_event_;
-  // Last, so it goes first: its delayed frames reference the planes. Null outside chaos runs.
-  std::unique_ptr<fault_injector> faults_;
 };
 
 } // namespace supernode::transport
