@@ -18,6 +18,7 @@ int cmd_role(cli_args& args);
 int cmd_serve(cli_args& args);
 int cmd_cluster(cli_args& args);
 int cmd_config(cli_args& args);
+int cmd_chaos(cli_args& args);
 
 // --model DIR if given, else the demo model under $SUPERNODE_HOME/models/demo (or ./models/demo),
 // made from the tiny preset on first use.

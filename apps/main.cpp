@@ -29,6 +29,10 @@ commands:
               supervisor.sock in its run_dir)
   cluster keys --config FILE
               the CurveZMQ key pairs FILE's instances lack, made in its key folder (0700)
+  chaos       --config FILE --faults PLAN.toml [--num-prompts N] [--concurrency C]
+              [--max-tokens M] [--seed S] [--json] [--svg FILE]
+              a fault-injection run: a load under the plan's faults (configs/faults/),
+              every token checked against the reference engine (`supernode chaos --help`)
   role NAME   --config FILE --id ID [--model DIR]
               one process of a cluster: the role instances that FILE's [process.NAME] lists
   config keys                 every table and key of a config file (docs/configuration.md)
@@ -118,6 +122,7 @@ int main(int argc, char** argv) {
     if (command == "serve") return cmd_serve(args);
     if (command == "cluster") return cmd_cluster(args);
     if (command == "config") return cmd_config(args);
+    if (command == "chaos") return cmd_chaos(args);
     log.error("unknown command '{}'", command);
     std::fputs(usage, stderr);
     return 2;

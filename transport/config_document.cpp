@@ -5,6 +5,7 @@
 #include <cctype>
 #include <charconv>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <toml++/toml.h>
@@ -130,6 +131,19 @@ std::string hint(std::string_view name, std::span<const std::string> known, cons
   throw std::runtime_error(message + what);
 }
 
+// A part of a path that indexes an array of tables ({"fault", "2"}: the third [[fault]]).
+std::optional<size_t> array_index(const std::string& part) {
+  if (part.empty() || part.size() > 9 ||
+      !std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return std::nullopt;
+  return std::stoul(part);
+}
+
+bool is_array_of_tables(const toml::node& n) {
+  const auto* a = n.as_array();
+  return a && std::all_of(a->begin(), a->end(), [](const toml::node& e) { return e.is_table(); });
+}
+
 // The table at `path`, nullptr when absent; fails when something else is there.
 const toml::table* find_table(const std::string& source, const toml::table& root,
                               const config_path& path) {
@@ -137,6 +151,12 @@ const toml::table* find_table(const std::string& source, const toml::table& root
   for (size_t i = 0; i < path.size(); ++i) {
     const toml::node* n = t->get(path[i]);
     if (!n) return nullptr;
+    if (i + 1 < path.size() && is_array_of_tables(*n))
+      if (const auto index = array_index(path[i + 1])) {
+        n = n->as_array()->get(*index);
+        if (!n) return nullptr;
+        ++i;
+      }
     if (!n->is_table()) {
       const config_path table(path.begin(), path.begin() + static_cast<std::ptrdiff_t>(i + 1));
       fail_at(source, n, table, "", std::string("must be a table, got ") + type_name(n->type()));
@@ -381,10 +401,24 @@ void config_document::read_entries(
     }
 }
 
+size_t config_document::table_count(const config_path& array) const {
+  if (array.empty()) return 0;
+  const config_path parent(array.begin(), array.end() - 1);
+  const toml::table* t = find_table(source_, impl_->root, parent);
+  const toml::node* n = t ? t->get(array.back()) : nullptr;
+  if (!n) return 0;
+  if (!is_array_of_tables(*n))
+    fail_at(source_, n, {}, "",
+            "[[" + table_name(array) + "]] must be an array of tables, got " +
+                type_name(n->type()));
+  return n->as_array()->size();
+}
+
 void config_document::check_tables(std::span<const std::string> known) const {
   for (auto& [key, node] : impl_->root) {
     const std::string name(key.str());
-    if (!node.is_table())
+    if (!node.is_table() &&
+        !(node.is_array() && is_array_of_tables(node) && !node.as_array()->empty()))
       fail_at(source_, &node, {}, "",
               "key '" + name + "' is outside any table (tables: " + listed(known, "[", "]") + ")");
     if (std::find(known.begin(), known.end(), name) == known.end())

@@ -90,8 +90,11 @@ public:
   // `value`, then passed to set(name, value) in name order.
   void read_entries(const config_path& table, const config_key& value,
                     const std::function<void(const std::string&, config_value)>& set) const;
-  // Fails on a top-level table `known` does not name (suggesting the nearest) and on a key
-  // outside any table.
+  // The tables of an array of tables ([[fault]] ... [[fault]]): {"fault", "0"} is the first,
+  // for read_table(). 0 when absent; fails when `array` is something else.
+  size_t table_count(const config_path& array) const;
+  // Fails on a top-level table (or array of tables) `known` does not name (suggesting the nearest)
+  // and on a key outside any table.
   void check_tables(std::span<const std::string> known) const;
 
   // Throws std::runtime_error "<source>:<line of key>: [<table>] <key> <what>"; with an empty

@@ -36,6 +36,7 @@ endpoint::endpoint(cluster_config cluster, const std::string& self, plane_factor
     });
     planes_[name] = std::move(p);
   }
+  faults_ = fault_injector::from_environment(self_, log_);
   // Every instance of the config is a member from the start: the config is the directory.
   const auto now = std::chrono::steady_clock::now();
   for (auto& inst : cluster_.instances()) {
@@ -124,7 +125,10 @@ send_status endpoint::send(const std::string& flow, const peer_id& to, const env
     if (!m) return send_status::unknown_peer;
     if (m->state != member_state::alive) return send_status::peer_down;
   }
-  return planes_.at(cluster_.plane_for_flow(flow).name)->send(to, message);
+  plane& p = *planes_.at(cluster_.plane_for_flow(flow).name);
+  if (faults_)
+    return faults_->send(flow, message, [&p, to](const envelope& m) { return p.send(to, m); });
+  return p.send(to, message);
 }
 
 send_status endpoint::send_retrying(const std::string& flow, const peer_id& to,

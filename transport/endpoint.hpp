@@ -6,6 +6,7 @@
 // plane threads), and the actor calls tick() every heartbeat interval.
 
 #include "transport/cluster_config.hpp"
+#include "transport/fault_injection.hpp"
 #include "transport/membership.hpp"
 #include "transport/pending_requests.hpp"
 #include "transport/plane.hpp"
@@ -107,6 +108,9 @@ private:
   log::rate_limiter membership_lines_;
   uint64_t heartbeat_seq_ = 0;
   std::map<std::string, std::unique_ptr<plane>> planes_; // by plane name
+  // After the planes, so it goes first: its delayed frames reference them. Null outside chaos
+  // runs (fault_injection.hpp).
+  std::unique_ptr<fault_injector> faults_;
   mutable std::mutex mutex_;                             // guards membership_
   membership membership_;
   pending_requests pending_;

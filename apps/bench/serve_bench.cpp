@@ -9,6 +9,7 @@
 #include "services/loadgen/report.hpp"
 #include "services/loadgen/workload.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -31,7 +32,13 @@ Streams greedy, ignore_eos completions of random token-id prompts to an OpenAI-c
 server (POST /v1/completions) and reports TTFT, TPOT, ITL, E2E latency and throughput as JSON
 on stdout.
 
-  --url URL              server (default http://127.0.0.1:8000)
+  --url URL              server (default http://127.0.0.1:8000); give it more than once for
+                         --retry to fail over to (the first one gets every first attempt)
+  --retry N              resubmit a request that failed on a connection error (refused,
+                         reset, the connection broken mid-stream; not an HTTP error, an
+                         error event or the deadline) up to N times, each time to the next
+                         --url (wrapping around); the request starts over and its TTFT and
+                         E2E count from the first attempt (default 0)
   --model ID             model to request (default: the first one GET /v1/models lists)
   --num-prompts N        requests to send (default 100)
   --input-len SPEC       prompt length in tokens: N, uniform:MIN:MAX or normal:MEAN:SD
@@ -83,6 +90,8 @@ std::optional<double> take_optional_double(cli_args& args, const std::string& na
 struct serve_bench_options {
   lg::http_url url;
   std::string url_text;
+  std::vector<lg::http_url> more_urls;
+  int64_t retries = 0;
   std::optional<std::string> model;
   lg::workload_spec workload;
   int64_t concurrency = 0;
@@ -98,9 +107,14 @@ serve_bench_options parse_options(cli_args& args) {
   o.url_text = args.take_or("--url", "http://127.0.0.1:8000");
   try {
     o.url = lg::parse_http_url(o.url_text);
+    while (auto more = args.take("--url")) {
+      o.more_urls.push_back(lg::parse_http_url(*more));
+      o.url_text += " " + *more;
+    }
   } catch (const std::invalid_argument& e) {
     throw usage_error(std::string("--url: ") + e.what());
   }
+  o.retries = args.take_int("--retry", 0, 0, 1000);
   o.model = args.take("--model");
   auto& w = o.workload;
   w.num_prompts = args.take_int("--num-prompts", 100, 1, 10'000'000);
@@ -146,6 +160,7 @@ nlohmann::ordered_json config_json(const serve_bench_options& o, const std::stri
        std::isfinite(w.request_rate) ? nlohmann::json(w.request_rate) : nlohmann::json(nullptr)},
       {"concurrency", o.concurrency > 0 ? nlohmann::json(o.concurrency) : nlohmann::json(nullptr)},
       {"timeout_s", o.timeout_s},
+      {"retry", o.retries},
       {"slo",
        {{"ttft_ms", or_null(o.slo.ttft_ms)},
         {"tpot_ms", or_null(o.slo.tpot_ms)},
@@ -223,6 +238,8 @@ int run_serve_bench(cli_args& args) {
 
   lg::run_options ro;
   ro.url = o.url;
+  ro.more_urls = o.more_urls;
+  ro.retries = o.retries;
   ro.model = model;
   ro.max_concurrency = o.concurrency;
   ro.timeout_s = o.timeout_s;
@@ -241,6 +258,9 @@ int run_serve_bench(cli_args& args) {
   out.update(lg::to_json(report));
   // The load generator shares the machine with the server: what it spent, to read throughput by.
   out["client_cpu_s"] = client_cpu;
+  // Requests resubmitted after a connection error (--retry).
+  out["retried"] = std::count_if(result.outcomes.begin(), result.outcomes.end(),
+                                 [](const lg::request_outcome& r) { return r.retries > 0; });
   if (o.compare_engine) {
     // The server is idle by now, so the engine has the cores the server had.
     auto engine = run_engine_baseline(*o.compare_engine, plan, o.concurrency);

@@ -3,6 +3,7 @@
 #include "services/ems/block_checksum.hpp"
 #include "services/ems/hash_ring.hpp"
 #include "transport/private_files.hpp"
+#include "transport/storage_faults.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -334,7 +335,10 @@ std::string block_store::write_file(const std::string& name, const entry& e,
   };
   for (auto part : {std::span<const std::byte>(header), data}) {
     while (!part.empty()) {
-      const ssize_t n = ::write(fd, part.data(), part.size());
+      // A chaos run's disk_full fault (transport/storage_faults.hpp) fails it as a full disk.
+      const ssize_t n = transport::active_storage_fault(transport::storage_fault_kind::disk_full)
+                            ? (errno = ENOSPC, -1)
+                            : ::write(fd, part.data(), part.size());
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) return fail("write");
       part = part.subspan(static_cast<size_t>(n));

@@ -1,15 +1,18 @@
 #include "services/ems/object_store.hpp"
 
 #include "services/ems/hash_ring.hpp"
+#include "transport/storage_faults.hpp"
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <fcntl.h>
 #include <stdexcept>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <thread>
 #include <time.h>
 #include <unistd.h>
 
@@ -177,6 +180,9 @@ uint64_t object_store::reserve(size_t n) {
 
 void object_store::paced_read(const std::string& path, uint64_t offset, std::span<std::byte> out,
                               bool metadata) {
+  // A chaos run's slow_store fault (transport/storage_faults.hpp): this read is that much later.
+  if (auto slow = transport::active_storage_fault(transport::storage_fault_kind::slow_store))
+    std::this_thread::sleep_for(std::chrono::milliseconds(slow->delay_ms));
   const auto full = resolve(path);
   reads_.fetch_add(1, std::memory_order_relaxed);
   const int fd = ::open(full.c_str(), O_RDONLY | O_CLOEXEC);

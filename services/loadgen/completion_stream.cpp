@@ -51,7 +51,23 @@ void completion_stream::on_data(const std::string& data, double now_s) {
     error_ = "stream event without choices: " + clip(data);
     return;
   }
-  if (!choices->empty()) token_times_s_.push_back(now_s);
+  if (!choices->empty()) {
+    token_times_s_.push_back(now_s);
+    const auto& choice = (*choices)[0];
+    if (auto ids = choice.find("token_ids"); choice.is_object() && ids != choice.end()) {
+      if (!ids->is_array()) {
+        error_ = "token_ids is not an array: " + clip(data);
+        return;
+      }
+      for (const auto& id : *ids) {
+        if (!id.is_number_integer()) {
+          error_ = "token_ids holds a non-integer: " + clip(data);
+          return;
+        }
+        token_ids_.push_back(id.get<int32_t>());
+      }
+    }
+  }
   if (auto u = chunk.find("usage"); u != chunk.end() && u->is_object()) {
     if (auto c = u->find("completion_tokens"); c != u->end() && c->is_number_integer())
       usage_completion_tokens_ = c->get<int64_t>();

@@ -24,6 +24,8 @@ public:
   bool failed() const { return error_.has_value(); }
   const std::optional<std::string>& error() const { return error_; }
   const std::vector<double>& token_times_s() const { return token_times_s_; }
+  // Every chunk's choices[0].token_ids, concatenated (empty when the server sends none).
+  const std::vector<int32_t>& token_ids() const { return token_ids_; }
   // Usage's completion_tokens if the server reported it, else the token events seen.
   int64_t completion_tokens() const;
   std::optional<int64_t> usage_prompt_tokens() const { return usage_prompt_tokens_; }
@@ -34,6 +36,7 @@ private:
   sse_parser parser_;
   std::vector<sse_event> events_;
   std::vector<double> token_times_s_;
+  std::vector<int32_t> token_ids_;
   std::optional<int64_t> usage_completion_tokens_;
   std::optional<int64_t> usage_prompt_tokens_;
   std::optional<std::string> error_;

@@ -60,6 +60,7 @@ net::awaitable<void> stream_completion_or_throw(const completion_call& call,
   co_await stream.async_connect(*call.endpoints, with_ec);
   if (ec) {
     out.error = "connect: " + describe(ec, call.timeout);
+    out.connection_error = ec != beast::error::timeout;
     co_return;
   }
 
@@ -68,11 +69,12 @@ net::awaitable<void> stream_completion_or_throw(const completion_call& call,
   req.set(http::field::user_agent, "supernode-bench-serve");
   req.set(http::field::content_type, "application/json");
   req.set(http::field::accept, "text/event-stream");
-  req.body() = completion_request_body(call.model, request);
+  req.body() = completion_request_body(call.model, request, call.return_token_ids);
   req.prepare_payload();
   co_await http::async_write(stream, req, with_ec);
   if (ec) {
     out.error = "send: " + describe(ec, call.timeout);
+    out.connection_error = ec != beast::error::timeout;
     co_return;
   }
 
@@ -82,6 +84,7 @@ net::awaitable<void> stream_completion_or_throw(const completion_call& call,
   co_await http::async_read_header(stream, buffer, parser, with_ec);
   if (ec) {
     out.error = "response header: " + describe(ec, call.timeout);
+    out.connection_error = ec != beast::error::timeout;
     co_return;
   }
   out.http_status = parser.get().result_int();
@@ -124,12 +127,14 @@ net::awaitable<void> stream_completion_or_throw(const completion_call& call,
     co_return;
   }
   if (!events.done() && !events.failed()) {
-    if (ec)
+    if (ec) {
       out.error = "reading stream: " + describe(ec, call.timeout);
-    else
+      out.connection_error = ec != beast::error::timeout;
+    } else
       events.finish();
   }
   out.token_times_s = events.token_times_s();
+  out.token_ids = events.token_ids();
   out.completion_tokens = events.completion_tokens();
   if (events.error()) out.error = *events.error();
   out.ok = out.error.empty();
@@ -138,7 +143,8 @@ net::awaitable<void> stream_completion_or_throw(const completion_call& call,
 
 } // namespace
 
-std::string completion_request_body(const std::string& model, const planned_request& request) {
+std::string completion_request_body(const std::string& model, const planned_request& request,
+                                    bool return_token_ids) {
   nlohmann::json body = {
       {"model", model},
       {"prompt", request.prompt},
@@ -148,6 +154,7 @@ std::string completion_request_body(const std::string& model, const planned_requ
       {"stream", true},
       {"stream_options", {{"include_usage", true}}},
   };
+  if (return_token_ids) body["return_token_ids"] = true;
   return body.dump();
 }
 

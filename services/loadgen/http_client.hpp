@@ -29,11 +29,14 @@ struct completion_call {
   std::chrono::steady_clock::duration timeout = std::chrono::seconds(600);
   // Bumped for every token event as it arrives, for live progress.
   int64_t* tokens_seen = nullptr;
+  // Ask for each chunk's token ids (vLLM's return_token_ids), into request_outcome::token_ids.
+  bool return_token_ids = false;
 };
 
 // The JSON body of a streamed, greedy, ignore_eos completion, so every request generates exactly
 // max_tokens and runs against different servers compare.
-std::string completion_request_body(const std::string& model, const planned_request& request);
+std::string completion_request_body(const std::string& model, const planned_request& request,
+                                    bool return_token_ids = false);
 
 // POSTs /v1/completions and reads the event stream into `out`. Never throws: a refused
 // connection, a non-200 status, a malformed or truncated stream or the timeout become

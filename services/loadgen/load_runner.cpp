@@ -25,15 +25,21 @@ public:
   net::awaitable<void> dispatch() {
     net::ip::tcp::resolver resolver(ioc_);
     error_code ec;
-    endpoints_ = co_await resolver.async_resolve(options_.url.host, options_.url.port,
-                                                 net::redirect_error(net::use_awaitable, ec));
+    urls_.push_back(&options_.url);
+    for (const auto& u : options_.more_urls) urls_.push_back(&u);
+    for (const auto* url : urls_) {
+      endpoints_.push_back(co_await resolver.async_resolve(
+          url->host, url->port, net::redirect_error(net::use_awaitable, ec)));
+      if (ec) break;
+    }
     origin_ = clock_type::now();
     if (ec) {
       for (auto& o : result_.outcomes)
-        o.error = "resolve " + options_.url.host + ": " + ec.message();
+        o.error = "resolve " + urls_[endpoints_.size() - 1]->host + ": " + ec.message();
       finish();
       co_return;
     }
+    if (options_.on_start) options_.on_start(origin_);
     net::steady_timer arrival(ioc_);
     for (size_t i = 0; i < plan_.size(); ++i) {
       const auto due = origin_ + std::chrono::duration_cast<clock_type::duration>(
@@ -77,15 +83,24 @@ private:
 
   net::awaitable<void> send(size_t i) {
     completion_call call;
-    call.url = &options_.url;
-    call.endpoints = &endpoints_;
     call.model = options_.model;
     call.origin = origin_;
     call.timeout = std::chrono::duration_cast<clock_type::duration>(
         std::chrono::duration<double>(options_.timeout_s));
     call.tokens_seen = &tokens_seen_;
+    call.return_token_ids = options_.return_token_ids;
     auto& out = result_.outcomes[i];
-    co_await stream_completion(call, plan_[i], out);
+    for (int64_t attempt = 0;; ++attempt) {
+      const size_t server = static_cast<size_t>(attempt) % urls_.size();
+      call.url = urls_[server];
+      call.endpoints = &endpoints_[server];
+      request_outcome tried;
+      co_await stream_completion(call, plan_[i], tried);
+      tried.retries = attempt;
+      if (attempt > 0) tried.send_s = out.send_s;
+      out = std::move(tried);
+      if (out.ok || !out.connection_error || attempt >= options_.retries) break;
+    }
     --in_flight_;
     ++done_;
     if (!out.ok) ++failed_;
@@ -123,7 +138,8 @@ private:
   const run_options& options_;
   net::steady_timer slot_freed_;
   net::steady_timer ticker_;
-  net::ip::tcp::resolver::results_type endpoints_;
+  std::vector<const http_url*> urls_;
+  std::vector<net::ip::tcp::resolver::results_type> endpoints_; // of urls_, in order
   clock_type::time_point origin_ = clock_type::now();
   run_result result_;
   int64_t in_flight_ = 0, done_ = 0, failed_ = 0, tokens_seen_ = 0;

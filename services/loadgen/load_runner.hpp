@@ -7,6 +7,7 @@
 #include "services/loadgen/request_outcome.hpp"
 #include "services/loadgen/workload.hpp"
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -25,9 +26,18 @@ struct run_progress {
 
 struct run_options {
   http_url url;
+  // More servers for --retry: a request that fails on a connection error is resubmitted to the
+  // next of url, more_urls... (wrapping around), up to `retries` times.
+  std::vector<http_url> more_urls;
+  int64_t retries = 0;
+  // Ask for token ids (request_outcome::token_ids).
+  bool return_token_ids = false;
   std::string model;
   int64_t max_concurrency = 0; // 0: no cap
   double timeout_s = 600;
+  // Called on the io thread once, with the instant every outcome's seconds count from, before
+  // the first request is sent (a fault schedule keeps the same clock).
+  std::function<void(std::chrono::steady_clock::time_point)> on_start;
   // Called on the io thread every progress_interval_s and once at the end.
   std::function<void(const run_progress&)> on_progress;
   double progress_interval_s = 0.25;

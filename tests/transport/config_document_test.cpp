@@ -162,6 +162,29 @@ TEST(config_document, required_keys_unknown_tables_and_syntax_errors) {
   }
 }
 
+TEST(config_document, an_array_of_tables_is_read_one_table_at_a_time) {
+  const config_document doc("[[step]]\nrate = 2\n\n[[step]]\nrate = 0\n", "steps.toml");
+  const std::vector<std::string> known{"step"};
+  doc.check_tables(known); // an array of tables under a known name is a table
+  ASSERT_EQ(doc.table_count({"step"}), 2u);
+  EXPECT_EQ(doc.table_count({"absent"}), 0u);
+  config_key rate("rate", config_type::integer, "strokes");
+  rate.min = 1;
+  const std::vector<config_key> keys{rate};
+  int64_t first = 0;
+  doc.read_table({"step", "0"}, keys, {},
+                 [&](size_t, const config_value& v) { first = std::get<int64_t>(v); });
+  EXPECT_EQ(first, 2);
+  try {
+    doc.read_table({"step", "1"}, keys, {}, [](size_t, const config_value&) {});
+    FAIL() << "accepted rate = 0";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()), "steps.toml:5: [step.1] rate must be >= 1, got 0");
+  }
+  EXPECT_FALSE(doc.has({"step", "2"}));
+  EXPECT_THROW(config_document("step = 1\n", "x.toml").table_count({"step"}), std::runtime_error);
+}
+
 TEST(config_document, nearest_name_suggests_only_likely_misspellings) {
   const std::vector<std::string> keys{"max_batch", "kv_blocks", "max_context"};
   EXPECT_EQ(nearest_name("max_bach", keys), "max_batch");

@@ -10,3 +10,7 @@ supernode_add_test(mp_server_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/mp_server_te
                    LIBS supernode_services LABEL unit)
 supernode_add_test(ems_client_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/ems_client_test.cpp
                    LIBS supernode_services LABEL unit)
+# Chaos-run storage faults in the block store and the object store (its own binary: the plan is
+# read once per process).
+supernode_add_test(storage_fault_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/storage_fault_test.cpp
+                   LIBS supernode_services LABEL unit)

@@ -85,3 +85,22 @@ TEST(loadgen_completion_stream, nothing_after_done_counts) {
   EXPECT_FALSE(s.failed());
   EXPECT_EQ(s.completion_tokens(), 1);
 }
+
+TEST(loadgen_completion_stream, collects_each_chunks_token_ids_in_order) {
+  auto with_ids = [](const std::string& ids) {
+    return "data: {\"choices\":[{\"index\":0,\"text\":\"a\",\"token_ids\":" + ids + "}]}\n\n";
+  };
+  lg::completion_stream s;
+  s.feed(with_ids("[11]") + with_ids("[12, 13]"), 1.0);
+  s.feed(with_ids("[14]") + done_event, 2.0);
+  EXPECT_TRUE(s.done());
+  EXPECT_EQ(s.token_ids(), (std::vector<int32_t>{11, 12, 13, 14}));
+
+  lg::completion_stream bad;
+  bad.feed(with_ids("\"11\""), 1.0);
+  ASSERT_TRUE(bad.failed());
+  EXPECT_NE(bad.error()->find("token_ids is not an array"), std::string::npos) << *bad.error();
+  lg::completion_stream not_integers;
+  not_integers.feed(with_ids("[1.5]"), 1.0);
+  EXPECT_TRUE(not_integers.failed());
+}

@@ -192,3 +192,58 @@ TEST(loadgen_runner, model_id_comes_from_v1_models) {
   EXPECT_EQ(m.max_model_len, 4096);
   EXPECT_EQ(server.completions_received(), 0);
 }
+
+TEST(loadgen_runner, a_refused_connection_is_retried_on_the_next_url) {
+  uint16_t closed = 0;
+  {
+    boost::asio::io_context ioc;
+    boost::asio::ip::tcp::acceptor a(ioc, {boost::asio::ip::make_address("127.0.0.1"), 0});
+    closed = a.local_endpoint().port();
+  }
+  fake_server_options fo;
+  fo.reply_for = [](int64_t nth) { return nth == 3 ? fake_reply::overloaded : fake_reply::stream; };
+  fake_openai_server server(fo);
+  const auto plan = lg::make_workload(small_workload(6));
+  auto options = options_for("http://127.0.0.1:" + std::to_string(closed), 2, 20);
+  options.more_urls.push_back(lg::parse_http_url(server.url()));
+  options.retries = 1;
+  const auto result = lg::run_load(plan, options);
+  EXPECT_EQ(server.completions_received(), 6); // each request once, after one refusal
+  int overloaded = 0;
+  for (const auto& o : result.outcomes) {
+    EXPECT_EQ(o.retries, 1);
+    EXPECT_FALSE(o.connection_error && o.ok);
+    if (o.http_status == 429) {
+      ++overloaded; // the retry went to the fake, which answered 429: that is the outcome
+      EXPECT_FALSE(o.connection_error);
+      continue;
+    }
+    EXPECT_TRUE(o.ok) << o.error;
+    EXPECT_LE(o.send_s, o.token_times_s.front()); // the first attempt's send time
+  }
+  EXPECT_EQ(overloaded, 1);
+
+  // With no retry left after the refusal, the refusal is the outcome.
+  options.retries = 0;
+  const auto no_retry = lg::run_load(plan, options);
+  for (const auto& o : no_retry.outcomes) {
+    EXPECT_FALSE(o.ok);
+    EXPECT_TRUE(o.connection_error);
+    EXPECT_EQ(o.error, "connect: Connection refused");
+  }
+}
+
+TEST(loadgen_runner, an_http_error_is_not_resubmitted) {
+  fake_server_options fo;
+  fo.reply_for = [](int64_t) { return fake_reply::overloaded; };
+  fake_openai_server server(fo);
+  const auto plan = lg::make_workload(small_workload(3));
+  auto options = options_for(server.url(), 1, 20);
+  options.retries = 5;
+  const auto result = lg::run_load(plan, options);
+  EXPECT_EQ(server.completions_received(), 3);
+  for (const auto& o : result.outcomes) {
+    EXPECT_EQ(o.http_status, 429);
+    EXPECT_EQ(o.retries, 0);
+  }
+}

@@ -1,0 +1,172 @@
+#include "apps/chaos_driver.hpp"
+
+#include "services/loadgen/http_client.hpp"
+#include "services/loadgen/prometheus_text.hpp"
+
+#include <algorithm>
+#include <csignal>
+#include <fstream>
+
+namespace supernode::apps {
+
+namespace chaos = services::chaos;
+namespace lg = services::loadgen;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+constexpr auto scrape_interval = std::chrono::milliseconds(100);
+
+// The pid the slot's pid file holds now, if that process exists.
+pid_t live_pid(const std::filesystem::path& pid_file) {
+  std::ifstream in(pid_file);
+  pid_t pid = 0;
+  if (!(in >> pid) || pid <= 0 || ::kill(pid, 0) != 0) return 0;
+  return pid;
+}
+
+} // namespace
+
+chaos_driver::chaos_driver(std::vector<chaos::fired_fault> faults, std::filesystem::path pid_dir,
+                           std::vector<lg::http_url> gateways)
+    : faults_(std::move(faults)), pid_dir_(std::move(pid_dir)), gateways_(std::move(gateways)) {}
+
+chaos_driver::~chaos_driver() {
+  finish(std::chrono::seconds(0));
+}
+
+double chaos_driver::now_s() const {
+  return std::chrono::duration<double>(clock_type::now() - origin_).count();
+}
+
+bool chaos_driver::wait_until_s(double at_s) {
+  const auto due = origin_ + std::chrono::duration_cast<clock_type::duration>(
+                                 std::chrono::duration<double>(at_s));
+  std::unique_lock lock(mutex_);
+  wake_.wait_until(lock, due, [&] { return stopping_; });
+  return !stopping_;
+}
+
+void chaos_driver::start(clock_type::time_point origin) {
+  origin_ = origin;
+  started_ = true;
+  firing_ = std::thread([this] { fire_faults(); });
+  monitoring_ = std::thread([this] { monitor(); });
+}
+
+void chaos_driver::fire_faults() {
+  std::vector<action> plan;
+  for (size_t i = 0; i < faults_.size(); ++i) {
+    const auto& f = faults_[i].spec;
+    if (f.kind == chaos::fault_kind::kill) {
+      plan.push_back({f.at_s, i, SIGKILL});
+    } else if (f.kind == chaos::fault_kind::stop) {
+      plan.push_back({f.at_s, i, SIGSTOP});
+      plan.push_back({f.at_s + f.duration_s, i, SIGCONT});
+    } else {
+      plan.push_back({f.at_s, i, 0});
+    }
+  }
+  std::stable_sort(plan.begin(), plan.end(),
+                   [](const action& a, const action& b) { return a.at_s < b.at_s; });
+  {
+    std::lock_guard lock(mutex_);
+    actions_ = plan.size();
+  }
+  for (const auto& a : plan) {
+    if (!wait_until_s(a.at_s)) return;
+    fire(a);
+    std::lock_guard lock(mutex_);
+    ++fired_actions_;
+    wake_.notify_all();
+  }
+}
+
+void chaos_driver::fire(const action& a) {
+  auto& f = faults_[a.fault];
+  std::unique_lock lock(mutex_);
+  if (a.signal == SIGCONT) {
+    auto it = stopped_.find(a.fault);
+    if (it == stopped_.end()) return;
+    ::kill(it->second, SIGCONT);
+    stopped_.erase(it);
+    return;
+  }
+  if (a.signal == 0) {
+    f.fired = true;
+    f.fired_s = f.spec.at_s; // the window opens on the processes' own clocks
+    return;
+  }
+  const auto pid_file = pid_dir_ / (f.target->slot + ".pid");
+  const pid_t pid = live_pid(pid_file);
+  if (pid == 0) {
+    f.note = "not fired: no live process in " + pid_file.string();
+    return;
+  }
+  if (::kill(pid, a.signal) != 0) {
+    f.note = "not fired: kill(" + std::to_string(pid) + ") failed";
+    return;
+  }
+  f.fired = true;
+  f.fired_s = now_s();
+  if (a.signal == SIGSTOP) stopped_[a.fault] = pid;
+}
+
+void chaos_driver::monitor() {
+  for (;;) {
+    scrape();
+    std::unique_lock lock(mutex_);
+    wake_.notify_all(); // finish() waits on what scrapes see
+    if (wake_.wait_for(lock, scrape_interval, [&] { return stopping_; })) return;
+  }
+}
+
+void chaos_driver::scrape() {
+  for (const auto& url : gateways_) {
+    const auto r = lg::http_request(url, "GET", "/metrics", "", std::chrono::seconds(1));
+    if (!r.error.empty() || r.status != 200) continue;
+    const lg::metrics_snapshot snap(r.body);
+    const double t = now_s();
+    std::lock_guard lock(mutex_);
+    alive_.clear();
+    for (const auto& s : snap.samples()) {
+      if (s.name != "supernode_instance_alive") continue;
+      for (const auto& [key, value] : s.labels)
+        if (key == "instance") alive_[value] = s.value > 0;
+    }
+    // The gateway reports the others; it is alive itself when it answers.
+    for (const auto& [instance, up] : alive_) {
+      auto last = std::find_if(samples_.rbegin(), samples_.rend(),
+                               [&](const auto& x) { return x.instance == instance; });
+      if (last == samples_.rend() || last->alive != up) samples_.push_back({t, instance, up});
+    }
+    return;
+  }
+  std::lock_guard lock(mutex_);
+  alive_.clear(); // no gateway answered: nothing is known to be alive
+}
+
+bool chaos_driver::settled() const {
+  if (fired_actions_ < actions_) return false;
+  if (alive_.empty()) return false;
+  return std::all_of(alive_.begin(), alive_.end(), [](const auto& kv) { return kv.second; });
+}
+
+void chaos_driver::finish(clock_type::duration bound) {
+  if (!started_ || finished_) return;
+  {
+    std::unique_lock lock(mutex_);
+    wake_.wait_for(lock, bound, [&] { return settled(); });
+    stopping_ = true;
+    for (const auto& [fault, pid] : stopped_) ::kill(pid, SIGCONT);
+    stopped_.clear();
+  }
+  wake_.notify_all();
+  firing_.join();
+  monitoring_.join();
+  finished_ = true;
+  for (auto& f : faults_)
+    if (!f.fired && f.note.empty()) f.note = "not fired: the run ended first";
+}
+
+} // namespace supernode::apps
