@@ -117,3 +117,47 @@ TEST(serving_recovery, a_decode_process_hung_past_the_liveness_bound_loses_no_re
   ASSERT_EQ(reply.status, 200u) << reply.body;
   EXPECT_EQ(answered_tokens(reply), reference_tokens(later));
 }
+
+TEST(serving_recovery, a_decode_process_of_1p1d_killed_is_restarted_and_loses_no_request) {
+  // The only decode instance: its requests wait at the gateway until the supervisor has it
+  // back (a new incarnation), then resume there.
+  serving_cluster cluster("pdc-1p1d.toml", tiny_model_dir());
+  ASSERT_TRUE(cluster.up());
+  const auto before = pid_of(cluster, "decode-0");
+  expect_no_request_lost(
+      cluster, workload(6, 40, 120),
+      [](const std::string& m) { return running_on(m, "decode-0") >= 2; },
+      [&] { ASSERT_EQ(::kill(before, SIGKILL), 0); });
+  EXPECT_NE(pid_of(cluster, "decode-0"), before) << "the supervisor did not restart it";
+}
+
+TEST(serving_recovery,
+     an_expert_parallel_rank_killed_mid_step_loses_no_request_and_the_group_grows_back) {
+  // lep-ep4: decode-0..3 are one decode instance of four ranks. The survivors re-form over
+  // three and keep their sequences; decode-2's resume on them; the restarted rank rejoins and
+  // the group is four again.
+  serving_cluster cluster("lep-ep4.toml", tiny_model_dir());
+  ASSERT_TRUE(cluster.up());
+  expect_no_request_lost(
+      cluster, workload(8, 20, 200),
+      [](const std::string& m) {
+        double all = 0;
+        for (int r = 0; r < 4; ++r) all += running_on(m, "decode-" + std::to_string(r));
+        return running_on(m, "decode-2") >= 1 && all >= 4;
+      },
+      [&] { ASSERT_EQ(::kill(pid_of(cluster, "decode-2"), SIGKILL), 0); });
+  const auto logs = read_logs(cluster.run_dir());
+  EXPECT_NE(logs.find("re-formed over 3 of 4 ranks"), std::string::npos) << logs;
+  EXPECT_TRUE(eventually([&] {
+    return read_logs(cluster.run_dir()).find("re-formed over 4 of 4 ranks") != std::string::npos;
+  })) << read_logs(cluster.run_dir());
+  const auto [health, ok] = poll_metrics(cluster.port(), [&](const std::string&) {
+    return http_call(cluster.port(), "GET", "/health").status == 200;
+  });
+  EXPECT_TRUE(ok);
+  const served_prompt later{test_prompt(30, 9), 12};
+  const auto reply = http_call(cluster.port(), "POST", "/v1/completions", completion_body(later),
+                               std::chrono::seconds(60));
+  ASSERT_EQ(reply.status, 200u) << reply.body;
+  EXPECT_EQ(answered_tokens(reply), reference_tokens(later));
+}
