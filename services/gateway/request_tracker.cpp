@@ -22,9 +22,11 @@ uint64_t random_id_prefix() {
 } // namespace
 
 request_tracker::request_tracker(metrics_registry& metrics, int64_t max_in_flight, upstream up,
-                                 std::chrono::milliseconds recovery_timeout)
+                                 std::chrono::milliseconds recovery_timeout,
+                                 std::chrono::milliseconds stall_timeout)
     : metrics_(metrics), max_in_flight_(max_in_flight), up_(std::move(up)),
-      recovery_timeout_(recovery_timeout), next_id_(random_id_prefix()) {}
+      recovery_timeout_(recovery_timeout), stall_timeout_(stall_timeout),
+      next_id_(random_id_prefix()) {}
 
 request_tracker::~request_tracker() {
   stop({protocol::serving_errc::shutting_down, "gateway shutting down"});
@@ -60,6 +62,7 @@ void request_tracker::admit(std::shared_ptr<tracked_request> r, protocol::admit_
   thread_.post([this, r = std::move(r), message = std::move(message)] {
     r->cluster_id = message.key.id;
     r->admission = std::move(message);
+    r->last_progress = clock::now();
     live_[r->cluster_id] = r;
     cluster_id_of_[r->id] = r->cluster_id;
     send_admission(*r);
@@ -115,13 +118,21 @@ void request_tracker::recover(tracked_request& r, const protocol::error& why) {
 void request_tracker::tick() {
   thread_.post([this] {
     const auto now = clock::now();
-    std::vector<std::shared_ptr<tracked_request>> due;
+    std::vector<std::shared_ptr<tracked_request>> due, stalled;
     for (auto& [id, r] : live_)
       if (r->retry_at && *r->retry_at <= now) due.push_back(r);
+      // Mid-stream only: before its first token a request may queue for a prefill that long.
+      else if (!r->retry_at && r->placed() && !r->tokens.empty() &&
+               now - r->last_progress > stall_timeout_)
+        stalled.push_back(r);
     for (auto& r : due) {
       r->retry_at.reset();
       send_admission(*r);
     }
+    for (auto& r : stalled)
+      recover(*r, {protocol::serving_errc::delivery_failed,
+                   "nothing from " + r->decode + " for " + std::to_string(stall_timeout_.count()) +
+                       " ms"});
   });
 }
 
@@ -169,6 +180,7 @@ void request_tracker::placed(protocol::request_placed p) {
     auto r = it->second; // an early update may finish it
     r->decode = p.decode;
     r->prefill = p.prefill;
+    r->last_progress = clock::now();
     if (up_.alive && !up_.alive(p.decode))
       return recover(
           *r, {protocol::serving_errc::instance_down, "placed on " + p.decode + ", which is down"});
@@ -221,10 +233,13 @@ void request_tracker::apply_update(tracked_request& r, const protocol::token_upd
   const bool stream = r.api.stream;
   const auto now = clock::now();
   const auto have = static_cast<int64_t>(r.tokens.size());
+  r.last_progress = now;
+  // Updates of one attempt arrive in order; a gap means some were lost on the way: the
+  // request goes on from what its client has.
   if (!u.tokens.empty() && u.first_index > have)
-    return fail(r, {protocol::serving_errc::internal,
-                    "tokens from index " + std::to_string(u.first_index) + " after only " +
-                        std::to_string(have) + " arrived"});
+    return recover(r, {protocol::serving_errc::delivery_failed,
+                       "tokens from index " + std::to_string(u.first_index) +
+                           " arrived after only " + std::to_string(have) + ": some were lost"});
   if (r.recovering_since && (!u.tokens.empty() || u.finish != protocol::finish_reason::error)) {
     metrics_.observe("supernode_request_recovery_seconds",
                      "From losing a request's instance to its stream going on",

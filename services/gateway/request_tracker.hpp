@@ -51,6 +51,7 @@ struct tracked_request {
   int attempts = 1;
   // Set while it is being placed again: since when, when the next attempt goes, and why.
   std::optional<clock::time_point> recovering_since, retry_at;
+  clock::time_point last_progress; // admitted, placed, or a token applied
   protocol::error recovering_from;
   // Updates that came before the placement did (the decode instance hears of the request first),
   // with their senders: applied once the placement names the decode instance, refused otherwise.
@@ -85,8 +86,11 @@ public:
   // Updates held per request until its placement arrives; more are refused.
   static constexpr size_t max_updates_before_placement = 256;
   // A request that lost its instance is placed again for up to `recovery_timeout` (0: never).
+  // A request mid-stream that hears nothing for `stall_timeout` (its tokens lost on the way,
+  // its instance stuck without dying) is placed again too.
   request_tracker(metrics_registry& metrics, int64_t max_in_flight, upstream up,
-                  std::chrono::milliseconds recovery_timeout = std::chrono::seconds(30));
+                  std::chrono::milliseconds recovery_timeout = std::chrono::seconds(30),
+                  std::chrono::milliseconds stall_timeout = std::chrono::seconds(15));
   ~request_tracker();
 
   // HTTP front, before posting: a slot for one more request (false: the limit is reached) and
@@ -107,7 +111,8 @@ public:
   // `peer` left or died: the requests it held are placed again (a prefill instance's only
   // until their first token). With `no_scheduler`, requests not yet placed wait for one.
   void peer_down(std::string peer, std::string reason, bool no_scheduler);
-  // Heartbeat pace: the attempts whose back-off has passed go out.
+  // Heartbeat pace: the attempts whose back-off has passed go out, and placed requests that
+  // stalled are placed again.
   void tick();
   // Ends every open request with `why` and stops the thread.
   void stop(const protocol::error& why);
@@ -136,7 +141,7 @@ private:
   metrics_registry& metrics_;
   const int64_t max_in_flight_;
   upstream up_;
-  const std::chrono::milliseconds recovery_timeout_;
+  const std::chrono::milliseconds recovery_timeout_, stall_timeout_;
   log::logger log_;
   std::atomic<int64_t> in_flight_{0};
   std::atomic<uint64_t> next_id_;

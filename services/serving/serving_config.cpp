@@ -65,7 +65,10 @@ const std::vector<table>& serving_tables() {
             .integer("recovery_timeout_ms", &serving_config::recovery_timeout_ms, 0, 3600000,
                      "a request whose instance died, hung or failed retryably is placed again, "
                      "resuming where its stream stopped, for this long before its client gets "
-                     "the error; 0: never resumed"));
+                     "the error; 0: never resumed")
+            .integer("stall_timeout_ms", &serving_config::stall_timeout_ms, 100, 3600000,
+                     "a request mid-stream that hears nothing from its decode instance for this "
+                     "long (its tokens lost on the way, the instance stuck) is placed again"));
     t.push_back(table("scheduler", "Admission and placement of requests.")
                     .integer("max_queued", &serving_config::max_queued, 1, int64_t{1} << 20,
                              "requests admitted but not yet placed; beyond: 429"));

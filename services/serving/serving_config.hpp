@@ -11,7 +11,7 @@
 //   [gateway]   host = "127.0.0.1"  port = 8000  max_body_bytes = 1048576  max_pending = 1024
 //               api_keys_file = ""  allow_unauthenticated = false  default_max_tokens = 4096
 //               header_timeout_ms = 10000  idle_timeout_ms = 60000  max_connections_per_client = 64
-//               recovery_timeout_ms = 30000
+//               recovery_timeout_ms = 30000  stall_timeout_ms = 15000
 //   [scheduler] max_queued = 1024
 //   [prefill]   token_budget = 2048   kv_blocks = 0     # 0: enough for one budget of prompts
 //   [decode]    max_batch = 64   kv_blocks = 2048
@@ -57,6 +57,8 @@ struct serving_config {
   // How long a request whose instance died, hung or failed retryably is placed again (it
   // resumes where its stream stopped) before its client gets the error; 0: never resumed.
   int64_t recovery_timeout_ms = 30000;
+  // A request mid-stream that hears nothing from its decode instance this long is placed again.
+  int64_t stall_timeout_ms = 15000;
 
   int64_t max_queued = 1024; // admitted but not yet placed, at the scheduler; beyond: 429
 

@@ -55,7 +55,8 @@ private:
 };
 
 struct tracker_under_test {
-  explicit tracker_under_test(std::chrono::milliseconds recovery = std::chrono::seconds(30))
+  explicit tracker_under_test(std::chrono::milliseconds recovery = std::chrono::seconds(30),
+                              std::chrono::milliseconds stall = std::chrono::seconds(15))
       : tracker{metrics, 1,
                 request_tracker::upstream{
                     [this](const protocol::admit_request& m) {
@@ -72,7 +73,7 @@ struct tracker_under_test {
                       rejected.emplace_back(from, reason);
                     },
                     [](const std::string& peer) { return peer != "decode-dead"; }},
-                recovery} {}
+                recovery, stall} {}
   metrics_registry metrics;
   request_tracker tracker;
   std::vector<std::pair<std::string, std::string>> rejected; // on the tracker's thread
@@ -270,4 +271,30 @@ TEST(request_tracker, a_placement_on_an_instance_known_dead_is_placed_again) {
   const auto again = t.admission(1);
   EXPECT_NE(again.key.id, 3u);
   EXPECT_TRUE(again.spec.generated.empty());
+}
+
+TEST(request_tracker, lost_tokens_or_a_stalled_stream_resume_from_what_the_client_has) {
+  tracker_under_test t(std::chrono::seconds(30), std::chrono::milliseconds(50));
+  auto ex = t.start(1, false);
+  auto at_end = ex->in_flight_at_end();
+  t.send(1, {5}, protocol::finish_reason::none);
+  t.send(1, {7}, protocol::finish_reason::none, {}, "decode-0", 2); // index 1 was lost
+  const auto again = t.admission(1);
+  EXPECT_EQ(again.spec.generated, (std::vector<int32_t>{5}));
+  t.tracker.placed({again.key, "prefill-0", "decode-1"});
+  t.send(again.key.id, {6, 7}, protocol::finish_reason::none, {}, "decode-1", 1);
+  // Then nothing: after the stall timeout a tick places it again, with all three tokens.
+  protocol::admit_request third;
+  ASSERT_TRUE(supernode::testing::eventually([&] {
+    t.tracker.tick();
+    std::lock_guard lock(t.mutex);
+    if (t.admissions.size() < 3) return false;
+    third = t.admissions[2];
+    return true;
+  }));
+  EXPECT_EQ(third.spec.generated, (std::vector<int32_t>{5, 6, 7}));
+  t.tracker.placed({third.key, "prefill-0", "decode-0"});
+  t.send(third.key.id, {8}, protocol::finish_reason::length, {}, "decode-0", 3);
+  EXPECT_EQ(at_end.get(), 0u);
+  EXPECT_NE(ex->body.find("\"text\":\"5678\""), std::string::npos) << ex->body;
 }
