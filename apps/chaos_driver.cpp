@@ -128,6 +128,7 @@ void chaos_driver::scrape() {
     const lg::metrics_snapshot snap(r.body);
     const double t = now_s();
     std::lock_guard lock(mutex_);
+    last_metrics_ = r.body;
     alive_.clear();
     for (const auto& s : snap.samples()) {
       if (s.name != "supernode_instance_alive") continue;
@@ -144,6 +145,11 @@ void chaos_driver::scrape() {
   }
   std::lock_guard lock(mutex_);
   alive_.clear(); // no gateway answered: nothing is known to be alive
+}
+
+std::string chaos_driver::last_metrics() const {
+  std::lock_guard lock(mutex_);
+  return last_metrics_;
 }
 
 bool chaos_driver::settled() const {

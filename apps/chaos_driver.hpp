@@ -38,6 +38,8 @@ public:
   // Valid after finish().
   const std::vector<services::chaos::fired_fault>& faults() const { return faults_; }
   const std::vector<services::chaos::liveness_sample>& samples() const { return samples_; }
+  // The gateway's /metrics as the last scrape read it (after finish(): the run's totals).
+  std::string last_metrics() const;
 
 private:
   struct action {
@@ -66,6 +68,7 @@ private:
   std::map<size_t, pid_t> stopped_; // fault index -> pid awaiting SIGCONT
   std::vector<services::chaos::liveness_sample> samples_;
   std::map<std::string, bool> alive_; // the last scrape; empty when it failed
+  std::string last_metrics_;          // the last scrape that answered
   std::thread firing_, monitoring_;
 };
 

@@ -225,6 +225,7 @@ struct run_record {
   lg::run_result load;
   std::vector<chaos::fired_fault> faults;
   std::vector<chaos::liveness_sample> samples;
+  std::string gateway_metrics; // at the end
   double origin_unix = 0;
 };
 
@@ -256,6 +257,7 @@ run_record run_under_faults(const serving_setup& setup, const chaos_options& o,
       std::chrono::duration<double>(o.recovery_wait_s)));
   out.faults = driver.faults();
   out.samples = driver.samples();
+  out.gateway_metrics = driver.last_metrics();
   return out;
 }
 
@@ -330,7 +332,8 @@ int cmd_chaos(cli_args& args) {
   const auto events = chaos::parse_process_events(events_text, run.origin_unix);
   std::vector<chaos::fault_record> records;
   for (const auto& f : run.faults) records.push_back(chaos::time_fault(f, events, run.samples));
-  const auto report = chaos::make_chaos_report(run.load.outcomes, reference, records);
+  auto report = chaos::make_chaos_report(run.load.outcomes, reference, records);
+  report.resumes = chaos::resume_stats_of(lg::metrics_snapshot(run.gateway_metrics));
 
   if (o.json) {
     auto j = chaos::to_json(report);

@@ -128,6 +128,28 @@ chaos_report make_chaos_report(const std::vector<loadgen::request_outcome>& outc
   return r;
 }
 
+resume_stats resume_stats_of(const loadgen::metrics_snapshot& m) {
+  resume_stats r;
+  r.resumed = m.sum("supernode_requests_resumed_total");
+  r.recovered = m.value("supernode_request_recovery_seconds_count").value_or(0);
+  if (r.recovered > 0)
+    r.mean_s = m.value("supernode_request_recovery_seconds_sum").value_or(0) / r.recovered;
+  // Buckets are cumulative: the first bound holding 99 % of the observations.
+  std::vector<std::pair<double, double>> buckets; // (le, count)
+  for (const auto& s : m.samples()) {
+    if (s.name != "supernode_request_recovery_seconds_bucket") continue;
+    for (const auto& [key, value] : s.labels)
+      if (key == "le" && value != "+Inf") buckets.emplace_back(std::stod(value), s.value);
+  }
+  std::sort(buckets.begin(), buckets.end());
+  for (const auto& [le, count] : buckets)
+    if (r.recovered > 0 && count >= 0.99 * r.recovered) {
+      r.p99_bound_s = le;
+      break;
+    }
+  return r;
+}
+
 nlohmann::ordered_json to_json(const chaos_report& r) {
   nlohmann::ordered_json out;
   out["requests"] = r.requests;
@@ -136,6 +158,10 @@ nlohmann::ordered_json to_json(const chaos_report& r) {
   out["mismatched"] = r.mismatched;
   out["duplicated_tokens"] = r.duplicated_tokens;
   out["retried"] = r.retried;
+  out["resumed"] = {{"requests", r.resumes.resumed},
+                    {"recovered", r.resumes.recovered},
+                    {"mean_s", r.resumes.mean_s},
+                    {"p99_bound_s", optional_json(r.resumes.p99_bound_s)}};
   auto& faults = out["faults"] = nlohmann::ordered_json::array();
   for (const auto& f : r.faults) {
     nlohmann::ordered_json j;
@@ -177,6 +203,13 @@ std::string to_text(const chaos_report& r) {
                 static_cast<long long>(r.failed), static_cast<long long>(r.mismatched),
                 static_cast<long long>(r.duplicated_tokens), static_cast<long long>(r.retried));
   s += line;
+  if (r.resumes.resumed > 0) {
+    std::snprintf(line, sizeof line,
+                  "resumed %.0f request(s); their streams went on %.3f s after the loss on "
+                  "average\n",
+                  r.resumes.resumed, r.resumes.mean_s);
+    s += line;
+  }
   auto opt = [](const std::optional<double>& v) {
     char b[32];
     if (!v) return std::string("-");

@@ -21,6 +21,7 @@
 //               recovered), "during" otherwise; TTFT and TPOT as bench serve defines them, over
 //               the succeeded requests of each phase.
 
+#include "services/loadgen/prometheus_text.hpp"
 #include "services/loadgen/report.hpp"
 #include "services/loadgen/request_outcome.hpp"
 
@@ -55,6 +56,17 @@ struct token_mismatch {
   size_t received = 0, expected = 0;
 };
 
+// What the gateway's /metrics said about resumed requests at the end of the run: how many were
+// placed again, and the time from losing an instance to the stream going on (its histogram:
+// the mean, and the bucket bound under which 99 % fell).
+struct resume_stats {
+  double resumed = 0;   // supernode_requests_resumed_total
+  double recovered = 0; // observations of supernode_request_recovery_seconds
+  double mean_s = 0;
+  std::optional<double> p99_bound_s;
+};
+resume_stats resume_stats_of(const loadgen::metrics_snapshot& gateway_metrics);
+
 struct chaos_report {
   int64_t requests = 0, succeeded = 0, failed = 0, mismatched = 0, duplicated_tokens = 0;
   int64_t retried = 0; // requests resubmitted after a connection error (bench serve --retry)
@@ -62,6 +74,7 @@ struct chaos_report {
   phase_latency before, during, after;
   std::vector<loadgen::failure_count> failures; // the first distinct reasons
   std::vector<token_mismatch> mismatches;       // the first few
+  resume_stats resumes;
   // True when nothing was lost, wrong or repeated: the run's exit status.
   bool clean() const { return failed == 0 && mismatched == 0 && duplicated_tokens == 0; }
 };
