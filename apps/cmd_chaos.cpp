@@ -4,6 +4,7 @@
 // reference's (services/chaos/chaos_report.hpp defines the counts).
 
 #include "apps/bench/bench_report.hpp"
+#include "apps/bench/engine_baseline.hpp"
 #include "apps/bench/stop_signals.hpp"
 #include "apps/chaos_driver.hpp"
 #include "apps/cluster_runner.hpp"
@@ -119,15 +120,9 @@ reference_tokens(std::shared_ptr<const model::model_weights> weights,
   model::reference_engine engine(std::move(weights), eo);
   std::vector<std::vector<int32_t>> out;
   for (size_t first = 0; first < plan.size(); first += static_cast<size_t>(batch)) {
-    std::vector<model::generation_request> requests;
-    for (size_t i = first; i < std::min(plan.size(), first + static_cast<size_t>(batch)); ++i) {
-      model::generation_request r;
-      r.prompt = plan[i].prompt;
-      r.max_tokens = static_cast<int32_t>(plan[i].max_tokens);
-      r.stop_at_eos = false; // as the load asks (ignore_eos)
-      requests.push_back(std::move(r));
-    }
-    for (auto& res : engine.generate_batch(requests)) out.push_back(std::move(res.tokens));
+    for (auto& res :
+         engine.generate_batch(engine_requests(plan, first, static_cast<size_t>(batch))))
+      out.push_back(std::move(res.tokens));
   }
   return out;
 }

@@ -7,6 +7,20 @@
 
 namespace supernode::apps {
 
+std::vector<model::generation_request>
+engine_requests(const std::vector<services::loadgen::planned_request>& plan, size_t first,
+                size_t count) {
+  std::vector<model::generation_request> requests;
+  for (size_t i = first; i < std::min(plan.size(), first + count); ++i) {
+    model::generation_request r;
+    r.prompt = plan[i].prompt;
+    r.max_tokens = static_cast<int32_t>(plan[i].max_tokens);
+    r.stop_at_eos = false; // as the load generator asks the server (ignore_eos)
+    requests.push_back(std::move(r));
+  }
+  return requests;
+}
+
 nlohmann::json run_engine_baseline(const std::filesystem::path& model_dir,
                                    const std::vector<services::loadgen::planned_request>& plan,
                                    int64_t concurrency) {
@@ -25,14 +39,7 @@ nlohmann::json run_engine_baseline(const std::filesystem::path& model_dir,
   int64_t output_tokens = 0;
   const auto t0 = std::chrono::steady_clock::now();
   for (size_t first = 0; first < plan.size(); first += static_cast<size_t>(batch)) {
-    std::vector<model::generation_request> requests;
-    for (size_t i = first; i < std::min(plan.size(), first + static_cast<size_t>(batch)); ++i) {
-      model::generation_request r;
-      r.prompt = plan[i].prompt;
-      r.max_tokens = static_cast<int32_t>(plan[i].max_tokens);
-      r.stop_at_eos = false; // as the load generator asks the server (ignore_eos)
-      requests.push_back(std::move(r));
-    }
+    const auto requests = engine_requests(plan, first, static_cast<size_t>(batch));
     for (auto& res : engine.generate_batch(requests))
       output_tokens += static_cast<int64_t>(res.tokens.size());
   }

@@ -54,6 +54,10 @@ bool ep_rank::form(const std::function<bool()>& give_up, std::chrono::millisecon
   while (!give_up()) {
     if (clock::now() >= deadline) {
       fail("cannot re-form: " + why);
+      configured_.fabric.log.error("expert parallelism: {} could not form within {} ms: {}; "
+                                   "trying again",
+                                   configured_.fabric.group, patience.count(), why);
+      reform_wanted_ = true; // the next round tries again
       return false;
     }
     const auto view = alive_view();
@@ -75,6 +79,10 @@ bool ep_rank::form(const std::function<bool()>& give_up, std::chrono::millisecon
       std::lock_guard lock(mutex_);
       formation_members_ = f.membership.members;
     }
+    if (!broken_) { // growing back: the formation in service stops serving now
+      std::lock_guard lock(mutex_);
+      broke_at_ = clock::now();
+    }
     auto stop = [&] { return give_up() || reform_wanted_ || clock::now() >= deadline; };
     if (!connect_formation(f, stop, why)) continue;
     ++formations_;
@@ -93,7 +101,8 @@ bool ep_rank::form(const std::function<bool()>& give_up, std::chrono::millisecon
     configured_.fabric.log.info(
         "expert parallelism: {} {} over {} of {} ranks (epoch {}){}", configured_.fabric.group,
         first ? "formed" : "re-formed", f.membership.options.ranks, configured_.options.ranks,
-        f.epoch, first ? "" : ", " + std::to_string(last_pause_ms_) + " ms after it broke");
+        f.epoch,
+        first ? "" : ", serving again " + std::to_string(last_pause_ms_) + " ms after it stopped");
     return true;
   }
   return false;
@@ -173,6 +182,7 @@ void ep_rank::ring() {
 }
 
 void ep_rank::fail(const std::string& why) {
+  reform_wanted_ = true; // also when it already broke: a formation being made is stale too
   {
     std::lock_guard lock(mutex_);
     if (!failure_.empty()) return;
@@ -180,7 +190,6 @@ void ep_rank::fail(const std::string& why) {
     broke_at_ = std::chrono::steady_clock::now();
   }
   broken_ = true;
-  reform_wanted_ = true;
   configured_.fabric.log.error("expert parallelism: {} broken: {}; re-forming over the members "
                                "alive",
                                configured_.fabric.group, why);
@@ -211,9 +220,11 @@ void ep_rank::on_member_event(const transport::membership_event& event) {
     in_formation = contains(formation_members_, event.peer);
   }
   if (event.what == transport::membership_event::kind::joined) {
-    if (in_formation) return;
-    configured_.fabric.log.info("expert parallelism: {} is back; the group grows at the next step",
-                                event.peer);
+    // Back (a new incarnation, or alive again): whether or not the formation being made
+    // counted it, its incarnation may differ from the one it used.
+    configured_.fabric.log.info("expert parallelism: {} {}; the group forms again at the next "
+                                "step",
+                                event.peer, in_formation ? "rejoined" : "is back");
     reform_wanted_ = true;
     return ring();
   }
