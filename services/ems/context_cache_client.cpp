@@ -6,7 +6,8 @@ context_cache_client::context_cache_client(transport::endpoint& out, const ems_c
                                            const std::string& model_key,
                                            const model::kv_block_layout& layout)
     : client_(std::make_unique<ems_client>(out, config)), pool_(*client_),
-      cache_(pool_, config.context_namespace, model_key, config.block_tokens, layout) {}
+      cache_(pool_, config.context_namespace, model_key, config.block_tokens, layout),
+      stores_(std::make_unique<serial_executor>()) {}
 
 context_cache_client::context_cache_client(pool_client& pool, const ems_config& config,
                                            const std::string& model_key,
@@ -55,8 +56,18 @@ context_cache::put_fn context_cache_client::putter() {
       c->stored_blocks += stored;
       c->store_failures += failed;
     };
-    // The answer may come after the role is gone: only the counters stay.
-    if (client_) return client_->put_async(ns, items, count);
+    if (client_) {
+      std::vector<std::pair<std::string, std::vector<std::byte>>> blocks;
+      for (const auto& item : items)
+        blocks.emplace_back(item.key, std::vector<std::byte>(item.data.begin(), item.data.end()));
+      stores_->post([this, ns, blocks = std::move(blocks), count] {
+        std::vector<pool_put> puts;
+        for (const auto& [key, bytes] : blocks) puts.push_back({key, bytes});
+        // The answer may come after the role is gone: only the counters stay.
+        client_->put_async(ns, puts, count);
+      });
+      return;
+    }
     size_t stored = 0;
     for (const auto& outcome : pool_.put(ns, items)) stored += outcome.stored;
     count(stored, items.size() - stored, {});

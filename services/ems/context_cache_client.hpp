@@ -10,6 +10,7 @@
 #include "services/ems/context_cache.hpp"
 #include "services/ems/ems_client.hpp"
 #include "services/protocol/serving_messages.hpp"
+#include "services/serving/serial_executor.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -43,7 +44,9 @@ public:
   // the pool has, loaded into their blocks of `table`; counted like load_prefix.
   context_lookup load_generated(std::span<const int32_t> tokens, int64_t prompt_tokens,
                                 const model::kv_block_table& table, model::kv_block_pool& pool);
-  // Exports the full blocks of `tokens` from `from_block` on and puts them without waiting.
+  // Exports the full blocks of `tokens` from `from_block` on and puts them without waiting: the
+  // caller's thread only copies the blocks out; sending them (which may first ask the
+  // controller for its ring) is the client's store thread's.
   void store_async(std::span<const int32_t> tokens, int64_t from_block,
                    const model::kv_block_table& table, const model::kv_block_pool& pool);
   // The same for decode-made KV after a prompt of `prompt_tokens` (context_cache::store_generated).
@@ -68,6 +71,8 @@ private:
   pool_client& pool_;
   context_cache cache_;
   std::shared_ptr<counters> counters_ = std::make_shared<counters>();
+  // Sends the puts of client_ (stopped, after sending what is queued, before client_ goes).
+  std::unique_ptr<serial_executor> stores_;
 };
 
 } // namespace supernode::services::ems
