@@ -4,6 +4,7 @@
 #include "apps/bench/model_bench.hpp"
 #include "apps/bench/model_cache_bench.hpp"
 #include "apps/bench/moe_bench.hpp"
+#include "apps/bench/resume_bench.hpp"
 #include "apps/bench/serve_bench.hpp"
 #include "apps/bench/shm_plane_bench.hpp"
 #include "apps/bench/zmq_plane_bench.hpp"
@@ -22,6 +23,7 @@ int cmd_bench(cli_args& args) {
   if (what && *what == "moe") return run_moe_bench(args);
   if (what && *what == "cache") return run_cache_bench(args);
   if (what && *what == "model-cache") return run_model_cache_bench(args);
+  if (what && *what == "resume") return run_resume_bench(args);
   if (what && *what == "kernels") {
     // The kernel benchmark parses its own options: hand it the rest as argv.
     std::vector<std::string> rest = args.take_rest();
@@ -46,7 +48,7 @@ int cmd_bench(cli_args& args) {
     return 0;
   }
   throw usage_error("expected `bench cache`, `bench kernels`, `bench model`, `bench model-cache`, "
-                    "`bench moe`, "
+                    "`bench moe`, `bench resume`, "
                     "`bench planes` or `bench serve` (`bench cache --help` and `bench serve "
                     "--help` list their options)");
 }

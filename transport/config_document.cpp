@@ -211,6 +211,8 @@ config_value value_of(const std::string& source, const config_path& table, const
     return v;
   }
   case config_type::string: {
+    if (n.is_boolean() && !k.if_true.empty())
+      return *n.value_exact<bool>() ? k.if_true : k.if_false;
     if (!n.is_string()) fail_at(source, &n, table, k.name, type_mismatch(k, n));
     std::string v = *n.value_exact<std::string>();
     if (!k.choices.empty() && std::find(k.choices.begin(), k.choices.end(), v) == k.choices.end())

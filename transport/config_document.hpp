@@ -49,6 +49,8 @@ struct config_key {
   double high = std::numeric_limits<double>::infinity();
   bool low_open = false;
   std::vector<std::string> choices; // string: the values allowed; empty: any
+  // string with choices: what a boolean reads as (a flag that grew values keeps its old form).
+  std::string if_false, if_true;
   bool required = false;
   std::string rule;         // a condition the range cannot say, checked after reading; for docs
   std::string default_text; // the default as documented when the member's initialiser is not it

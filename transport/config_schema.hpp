@@ -122,6 +122,12 @@ public:
   config_table& choices(std::vector<std::string> allowed) {
     return last().choices = std::move(allowed), *this;
   }
+  // The enumerated key declared last also reads true and false, as these two of its values.
+  config_table& booleans_as(std::string if_false, std::string if_true) {
+    last().if_false = std::move(if_false);
+    last().if_true = std::move(if_true);
+    return *this;
+  }
   config_table& excluding_low() { return last().low_open = true, *this; }
   config_table& rule(std::string text) { return last().rule = std::move(text), *this; }
   config_table& documented_default(std::string text) {

@@ -12,6 +12,8 @@ target_sources(supernode PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/cache_bench_cluster.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cache_bench_sweep.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cache_bench_plot.cpp
+  # `supernode bench resume`: a resumed request's time to its next token, recomputed or loaded
+  ${CMAKE_CURRENT_LIST_DIR}/resume_bench.cpp
   # `supernode bench model-cache`
   ${CMAKE_CURRENT_LIST_DIR}/model_cache_bench.cpp
   ${CMAKE_CURRENT_LIST_DIR}/model_cache_files.cpp

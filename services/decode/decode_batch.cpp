@@ -3,6 +3,8 @@
 #include "kernels/sampling.hpp"
 #include "model/engine.hpp"
 
+#include <algorithm>
+
 namespace supernode::services {
 
 decode_batch::decode_batch(model::transformer& model, model::kv_block_pool& pool,
@@ -60,7 +62,11 @@ protocol::token_update decode_batch::resume(std::unique_ptr<decode_sequence> s,
     release_(*s);
     return u;
   }
-  s->feed = generated;
+  // KV loaded from the pool covers the first loaded_generated tokens; the last one never has
+  // KV (it was sampled, not fed), so at least it is fed.
+  s->feed.assign(generated.begin() + std::min(s->loaded_generated, n - 1), generated.end());
+  s->table.set_tokens(static_cast<int64_t>(s->spec.prompt.size()) + n -
+                      static_cast<int64_t>(s->feed.size()));
   running_.push_back(std::move(s));
   return u;
 }
@@ -96,6 +102,8 @@ std::vector<protocol::token_update> decode_batch::step() {
       s->table.set_tokens(s->table.tokens() - static_cast<int64_t>(s->feed.size()));
     throw;
   }
+  if (after_forward_)
+    for (auto& s : running_) after_forward_(*s);
   // Each sequence samples from its last position's hidden state.
   const float* last = hidden_.data();
   if (!one_row_each) {

@@ -28,6 +28,12 @@ struct decode_sequence {
   // copied into `table` by the compute thread before the sequence joins: the actor thread that
   // received them never copies KV.
   std::vector<std::shared_ptr<const protocol::kv_transfer>> kv_runs;
+  // Of `generated`, the leading tokens whose KV a resume loaded from the pool: the first step
+  // feeds only the ones after them (decode_kv_mirror.hpp).
+  int64_t loaded_generated = 0;
+  // Context-cache blocks of prompt + generated known to be in the pool under decode keys (0:
+  // none yet, the prompt's full blocks being the prefill's).
+  int64_t mirrored_blocks = 0;
 };
 
 class decode_batch {
@@ -62,6 +68,10 @@ public:
       std::function<void(std::span<const int32_t>, std::span<const model::sequence_step>,
                          model::kv_block_pool&, std::vector<float>&)>;
   void set_forward(forward_fn f) { forward_ = std::move(f); }
+  // Runs for each sequence after a step wrote its KV (its table counts the new positions),
+  // before it samples and maybe leaves: [ems] store_decode_kv = "incremental" stores there.
+  using written_fn = std::function<void(decode_sequence&)>;
+  void set_after_forward(written_fn f) { after_forward_ = std::move(f); }
 
   size_t size() const { return running_.size(); }
   bool empty() const { return running_.empty(); }
@@ -76,6 +86,7 @@ private:
   model::kv_block_pool& pool_;
   release_fn release_;
   forward_fn forward_;
+  written_fn after_forward_;
   std::vector<std::unique_ptr<decode_sequence>> running_;
   std::vector<int32_t> tokens_;
   std::vector<model::sequence_step> steps_;

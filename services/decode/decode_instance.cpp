@@ -1,5 +1,6 @@
 #include "services/decode/decode_instance.hpp"
 
+#include "services/decode/decode_kv_mirror.hpp"
 #include "services/protocol/ems_messages.hpp"
 #include "services/serving/delivery.hpp"
 
@@ -37,9 +38,12 @@ decode_instance::~decode_instance() {
 void decode_instance::start(transport::endpoint& out) {
   out_ = &out;
   if (group_) group_->watch(out);
-  if (config_.ems.store_decode_kv)
+  using ems::decode_kv_store;
+  if (config_.ems.store_decode_kv != decode_kv_store::off)
     cache_ = std::make_unique<ems::context_cache_client>(out, config_.ems,
                                                          config_.cache_model_key(), pool_.layout());
+  if (config_.ems.store_decode_kv == decode_kv_store::incremental)
+    batch_.set_after_forward([this](decode_sequence& s) { mirror(s); });
   auto at_exit = [this] {
     send_updates(
         batch_.fail_all({protocol::serving_errc::shutting_down, "decode instance stopping"}));
@@ -73,15 +77,17 @@ void decode_instance::release(decode_sequence& s) {
   finished_.push_back(s.key);
 }
 
-void decode_instance::leave_batch(decode_sequence& s) {
-  if (cache_ && !s.generated.empty()) {
-    // KV exists for the prompt and every generated token but the last (never fed back). The
-    // prompt's full blocks are the prefill instance's to store.
-    std::vector<int32_t> tokens = s.spec.prompt;
-    tokens.insert(tokens.end(), s.generated.begin(), s.generated.end() - 1);
-    const auto prompt_blocks = static_cast<int64_t>(s.spec.prompt.size()) / cache_->block_tokens();
-    cache_->store_async(tokens, prompt_blocks, s.table, pool_);
+void decode_instance::mirror(decode_sequence& s) {
+  try {
+    mirror_full_blocks(s, *cache_, pool_);
+  } catch (const std::exception& e) {
+    // A block not mirrored costs a resume recomputing it, never the request.
+    out_->log().warn("decode KV of {} not stored: {}", s.key.str(), e.what());
   }
+}
+
+void decode_instance::leave_batch(decode_sequence& s) {
+  if (cache_) mirror(s);
   release(s);
 }
 
@@ -418,6 +424,11 @@ void decode_instance::compute_round() {
     }
     --waiting_;
     import_kv(*next.first);
+    // A resumed request: the generated span's KV its first instance mirrored, when the pool
+    // has it, so the step recomputes only what follows. The lookup waits on the pool here,
+    // between steps; resumes follow failures only, and save a step over the whole span.
+    if (cache_ && !next.first->spec.generated.empty())
+      load_mirrored_kv(*next.first, *cache_, pool_);
     updates.push_back(batch_.join(std::move(next.first), next.second));
   }
   running_ = static_cast<int64_t>(batch_.size());

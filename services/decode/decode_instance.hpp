@@ -71,9 +71,11 @@ private:
   // Ends a request wherever it is: awaiting KV (here), or queued or running (compute thread).
   void cancel(const protocol::request_key& key, protocol::error why);
   void release(decode_sequence& s);
-  // A sequence leaving the batch: with [ems] store_decode_kv, the blocks its generated tokens
-  // filled go to the context cache first; then its KV is released.
+  // A sequence leaving the batch: with [ems] store_decode_kv, the blocks its decode arithmetic
+  // filled go to the pool first (those not mirrored yet); then its KV is released.
   void leave_batch(decode_sequence& s);
+  // Hands the full blocks of `s` not in the pool yet to it, without waiting (compute thread).
+  void mirror(decode_sequence& s);
   // Ends a request that never reached the batch, telling its gateway.
   void end_unbatched(std::unique_ptr<decode_sequence> s, protocol::error why);
   void send_updates(std::vector<protocol::token_update> updates);
@@ -113,7 +115,7 @@ private:
   std::deque<local_prefill> prefilling_;
   std::atomic<int64_t> running_{0}, waiting_{0};
   std::unique_ptr<ep_rank> group_; // expert parallelism; null for a lone rank
-  // Context cache for generated KV; null unless [ems] store_decode_kv. Made in start().
+  // The pool for decode-made KV; null when [ems] store_decode_kv is off. Made in start().
   std::unique_ptr<ems::context_cache_client> cache_;
   std::unique_ptr<microbatch_pipeline> microbatches_;
   compute_worker worker_; // last: its thread stops before the members it uses go

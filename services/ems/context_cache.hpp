@@ -20,8 +20,9 @@
 namespace supernode::services::ems {
 
 struct context_lookup {
-  std::vector<uint64_t> keys;             // every full block of the prompt
-  int64_t hit_blocks = 0;                 // cache blocks loaded (a prefix of `keys`)
+  std::vector<uint64_t> keys;             // every full block of the tokens looked up
+  int64_t first_block = 0;                // the cache block kv[0] is
+  int64_t hit_blocks = 0;                 // cache blocks loaded (keys[first_block, +hit_blocks))
   std::vector<std::vector<std::byte>> kv; // their bytes, in order
   std::string error;                      // why the lookup failed, when it did (a miss)
   int64_t hit_tokens(int64_t block_tokens) const { return hit_blocks * block_tokens; }
@@ -40,7 +41,11 @@ public:
   // The longest usable cached prefix of `prompt`: blocks present in order, their bytes of the
   // right size, and at least one token left to compute. Never throws; a failure is a miss.
   context_lookup lookup(std::span<const int32_t> prompt);
-  // Copies the loaded blocks into the first KV blocks of `table` (reserved for the prompt).
+  // The longest run of decode-made blocks of `tokens` (a prompt of `prompt_tokens` and the
+  // generated tokens that have KV) in the pool, from the block holding position prompt_tokens
+  // on: what store_generated stored. Never throws; a failure is a miss.
+  context_lookup lookup_generated(std::span<const int32_t> tokens, int64_t prompt_tokens);
+  // Copies the loaded blocks into their KV blocks of `table`.
   void load_into(const context_lookup& hit, const model::kv_block_table& table,
                  model::kv_block_pool& pool) const;
   // Exports the full blocks of `tokens` from block `from_block` on (the earlier ones are in the
@@ -50,8 +55,19 @@ public:
   size_t store(std::span<const int32_t> tokens, int64_t from_block,
                const model::kv_block_table& table, const model::kv_block_pool& pool,
                const put_fn& put) const;
+  // store for KV the decode arithmetic made after a prompt of `prompt_tokens`: under the keys
+  // of prefix_keys.hpp's decode_kv_model_key, which no prompt prefix has.
+  size_t store_generated(std::span<const int32_t> tokens, int64_t prompt_tokens, int64_t from_block,
+                         const model::kv_block_table& table, const model::kv_block_pool& pool,
+                         const put_fn& put) const;
 
 private:
+  // Fills out.kv with the longest run of blocks keys[from, end) present in the pool.
+  void fetch_run(context_lookup& out, size_t from, size_t end);
+  size_t store_keyed(std::span<const uint64_t> keys, int64_t from_block,
+                     const model::kv_block_table& table, const model::kv_block_pool& pool,
+                     const put_fn& put) const;
+
   pool_client& pool_;
   std::string ns_, model_;
   int64_t block_tokens_;

@@ -35,8 +35,14 @@ const transport::config_table<ems_config>& ems_config_table() {
           .rule("a multiple of [kv] block_size")
           .string("context_namespace", &ems_config::context_namespace,
                   "the pool namespace of context-cache blocks")
-          .boolean("store_decode_kv", &ems_config::store_decode_kv,
-                   "decode also stores the KV of generated tokens, for multi-turn reuse")
+          .enumerated("store_decode_kv", &ems_config::store_decode_kv,
+                      {{"off", decode_kv_store::off},
+                       {"on_finish", decode_kv_store::on_finish},
+                       {"incremental", decode_kv_store::incremental}},
+                      "decode stores its generated tokens' KV (never served as a prompt prefix): "
+                      "when a sequence ends, or each block once full, for resuming elsewhere; "
+                      "true/false read as on_finish/off")
+          .booleans_as("off", "on_finish")
           .boolean("model_cache", &ems_config::model_cache,
                    "bring [model] path from object_store into a local copy through the pool: read "
                    "from the bucket once for all instances starting together")

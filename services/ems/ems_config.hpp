@@ -9,7 +9,7 @@
 //                                                      # DRAM; "vpc": bytes in the reply
 //          vnodes = 64   timeout_ms = 5000
 //          context_cache = false   block_tokens = 16   context_namespace = "context"
-//          store_decode_kv = false
+//          store_decode_kv = "off"   # "on_finish" | "incremental" (true, false: on_finish, off)
 //          model_cache = false     object_store = ""   object_store_bandwidth = 2.5e9
 //          model_namespace = "models"   model_block_bytes = 4194304
 //   [ems.quotas]  context = 1073741824   # bytes per namespace over the whole pool
@@ -26,6 +26,12 @@ class config_table;
 } // namespace supernode::transport
 
 namespace supernode::services::ems {
+
+// What a decode instance puts in the pool of the KV its decode arithmetic made (keyed apart from
+// prompt prefixes, so no prefill ever loads it): nothing; a sequence's full blocks when it
+// leaves the batch; or each block as soon as it is full, so a request resumed elsewhere after
+// this instance died loads its generated span instead of recomputing it.
+enum class decode_kv_store : uint8_t { off, on_finish, incremental };
 
 struct ems_config {
   // MP server tiers.
@@ -45,7 +51,7 @@ struct ems_config {
   bool context_cache = false;
   int64_t block_tokens = 16; // a multiple of [kv] block_size
   std::string context_namespace = "context";
-  bool store_decode_kv = false;
+  decode_kv_store store_decode_kv = decode_kv_store::off;
 
   // Model cache.
   bool model_cache = false;

@@ -34,6 +34,10 @@ std::vector<uint64_t> prefix_block_keys(std::string_view model_and_version,
   return keys;
 }
 
+std::string decode_kv_model_key(std::string_view model_and_version, int64_t prompt_tokens) {
+  return std::string(model_and_version) + "#decode-after-" + std::to_string(prompt_tokens);
+}
+
 size_t longest_cached_prefix(std::span<const uint64_t> keys,
                              const std::function<bool(uint64_t)>& cached) {
   size_t n = 0;

@@ -20,6 +20,13 @@ namespace supernode::services::ems {
 std::vector<uint64_t> prefix_block_keys(std::string_view model_and_version,
                                         std::span<const int32_t> tokens, int64_t block_tokens);
 
+// The model string KV made by the decode arithmetic is keyed under: the model's, salted with
+// the prompt length (the position where decode arithmetic starts), for prefix_block_keys. So a
+// decode-made block (one holding a position at or past the prompt's end) never has a prompt
+// prefix's key, and no prefill ever loads it: decode KV differs from prefill KV of the same
+// tokens in its last bits, and serving one for the other would break bit-identical outputs.
+std::string decode_kv_model_key(std::string_view model_and_version, int64_t prompt_tokens);
+
 // The number of leading blocks whose keys `cached` reports present: the longest cached prefix,
 // in blocks. Stops at the first miss (a later hit cannot be used without the blocks before it).
 size_t longest_cached_prefix(std::span<const uint64_t> keys,

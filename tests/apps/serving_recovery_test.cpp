@@ -81,6 +81,34 @@ TEST(serving_recovery, a_decode_process_killed_mid_generation_loses_no_request) 
       [&] { ASSERT_EQ(::kill(pid_of(cluster, "decode-1"), SIGKILL), 0); });
 }
 
+TEST(serving_recovery, a_decode_killed_with_its_kv_mirrored_resumes_from_the_pool) {
+  // [ems] store_decode_kv = "incremental": decode-1 mirrors each full KV block into the pool, and
+  // the instance a request resumes on loads its generated span from there instead of
+  // recomputing it, with the same tokens.
+  serving_cluster cluster(
+      "pdc-ems.toml", tiny_model_dir(),
+      {{"ems", "block_tokens", "16"}, {"ems", "store_decode_kv", "\"incremental\""}});
+  ASSERT_TRUE(cluster.up());
+  const auto prompts = workload(8, 40, 160);
+  auto decode_hits = [](const std::string& m) {
+    double hits = 0;
+    for (const char* d : {"decode-0", "decode-1"})
+      hits += metric(m, "supernode_cache_hit_tokens", {{"instance", d}}).value_or(0.0);
+    return hits;
+  };
+  expect_no_request_lost(
+      cluster, prompts,
+      [](const std::string& m) {
+        return running_on(m, "decode-1") >= 2 &&
+               metric(m, "supernode_cache_stored_blocks", {{"instance", "decode-1"}})
+                       .value_or(0.0) >= 4;
+      },
+      [&] { ASSERT_EQ(::kill(pid_of(cluster, "decode-1"), SIGKILL), 0); });
+  const auto [text, loaded] =
+      poll_metrics(cluster.port(), [&](const std::string& m) { return decode_hits(m) > 0; });
+  EXPECT_TRUE(loaded) << "no resumed request loaded mirrored KV:\n" << text;
+}
+
 TEST(serving_recovery, a_prefill_process_killed_with_prompts_queued_loses_no_request) {
   serving_cluster cluster("pdc-2p2d.toml", tiny_model_dir(), {{{"prefill", "token_budget", "64"}}});
   ASSERT_TRUE(cluster.up());
