@@ -111,7 +111,7 @@ private:
   // After the planes, so it goes first: its delayed frames reference them. Null outside chaos
   // runs (fault_injection.hpp).
   std::unique_ptr<fault_injector> faults_;
-  mutable std::mutex mutex_;                             // guards membership_
+  mutable std::mutex mutex_; // guards membership_
   membership membership_;
   pending_requests pending_;
   retrying_sender retry_;

@@ -49,8 +49,7 @@ std::string config_text(const std::string& gateway_keys = "") {
          "\"\nmax_context = 1024\n[kv]\nblock_size = 16\n[gateway]\nport = 0\n"
          // Every failure goes to the client as it comes: resuming is request_tracker_test's.
          "recovery_timeout_ms = 0\n" +
-         gateway_keys +
-         "[scheduler]\nmax_queued = 1\n";
+         gateway_keys + "[scheduler]\nmax_queued = 1\n";
 }
 
 std::string completion(int prompt_tokens, int max_tokens) {
