@@ -95,9 +95,9 @@ void mp_server::on_member_event(const transport::membership_event& event,
   out.send("ems", event.peer, transport::make_envelope(pr::ems_ring_request{0}));
 }
 
-pr::ems_server_report mp_server::report(bool full) {
+pr::ems_server_report mp_server::report(uint64_t incarnation, bool full) {
   pr::ems_server_report r;
-  r.incarnation = reported_incarnation_;
+  r.incarnation = incarnation;
   r.full = full;
   r.namespaces = store_->usage();
   if (!full) return r;
@@ -114,8 +114,8 @@ pr::ems_server_report mp_server::report(bool full) {
 
 void mp_server::enqueue_report(bool full) {
   ticks_since_report_ = 0;
-  enqueue([this, full, to = controller_] {
-    auto r = report(full);
+  enqueue([this, full, to = controller_, incarnation = reported_incarnation_] {
+    auto r = report(incarnation, full);
     // The full report must arrive (the controller's model index depends on it); a lost usage
     // report is replaced by the next.
     if (full)

@@ -68,8 +68,9 @@ private:
   void serve(const transport::peer_id& from, const protocol::ems_remove& m);
   void serve(const transport::peer_id& from, const protocol::ems_list& m);
   void reply(const transport::peer_id& to, transport::envelope m);
-  // Storage thread: what the store holds, with the model manifests when `full`.
-  protocol::ems_server_report report(bool full);
+  // Storage thread: what the store holds, with the model manifests when `full`, for the
+  // controller incarnation `incarnation`.
+  protocol::ems_server_report report(uint64_t incarnation, bool full);
   void enqueue_report(bool full);
 
   std::string instance_;

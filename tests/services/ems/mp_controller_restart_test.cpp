@@ -14,11 +14,9 @@
 #include <gtest/gtest.h>
 
 using namespace supernode;
+using namespace supernode::testing;
 using namespace std::chrono_literals;
 namespace ems = supernode::services::ems;
-using supernode::testing::eventually;
-using supernode::testing::inproc_pool;
-using supernode::testing::value_of;
 
 namespace {
 
