@@ -260,6 +260,16 @@ void ems_client::put_outcomes(const std::string& ns, std::span<const pool_put> i
   std::vector<std::pair<std::string, std::vector<size_t>>> groups;
   for (auto& [server, all] : route(*r, ns, keys))
     for (auto& at : split_by_bytes(items, all)) groups.emplace_back(server, std::move(at));
+  // Built before any put goes out: `done` may run (and the caller free the values) before
+  // this returns.
+  std::vector<std::pair<std::string, pr::ems_put>> second_copies;
+  if (config_.replicas > 1) {
+    std::vector<size_t> all(items.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+    for (auto& [server, second] : route_to_second_owner(*r, ns, keys, all))
+      for (auto& at : split_by_bytes(items, second))
+        second_copies.emplace_back(server, put_message(ns, items, at));
+  }
   // The answers arrive on plane threads, in any order; the last one hands the outcomes over.
   struct tally {
     std::mutex mutex;
@@ -267,17 +277,6 @@ void ems_client::put_outcomes(const std::string& ns, std::span<const pool_put> i
     std::vector<pool_put_outcome> out;
     std::function<void(std::vector<pool_put_outcome>)> done;
   };
-  // The second copies go first and nobody waits for them: a put succeeds when the owner took
-  // it, and a second server that is down costs only the copy.
-  if (config_.replicas > 1) {
-    std::vector<size_t> all(items.size());
-    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
-    for (auto& [server, second] : route_to_second_owner(*r, ns, keys, all))
-      for (auto& at : split_by_bytes(items, second)) {
-        auto msg = put_message(ns, items, at);
-        call(server, with_id(msg), [](call_result) {});
-      }
-  }
   auto t = std::make_shared<tally>();
   t->waiting = groups.size();
   t->out.resize(items.size());
@@ -304,6 +303,9 @@ void ems_client::put_outcomes(const std::string& ns, std::span<const pool_put> i
       t->done(std::move(t->out));
     });
   }
+  // The second copies go after the owners' puts and nobody waits for their answers: a put
+  // succeeds when the owner took it, and a second server that is down costs only the copy.
+  for (auto& [server, msg] : second_copies) call(server, with_id(msg), [](call_result) {});
 }
 
 std::vector<pool_put_outcome> ems_client::put(const std::string& ns,
