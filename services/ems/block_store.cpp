@@ -536,6 +536,14 @@ uint64_t block_store::namespace_bytes(const std::string& ns) const {
   return it == namespaces_.end() ? 0 : it->second.bytes;
 }
 
+std::vector<protocol::ems_namespace_usage> block_store::usage() const {
+  std::vector<protocol::ems_namespace_usage> out;
+  for (const auto& [ns, state] : namespaces_)
+    if (!state.blocks.empty()) out.push_back({ns, state.bytes, state.blocks.size()});
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.ns < b.ns; });
+  return out;
+}
+
 std::vector<std::string> block_store::keys(const std::string& ns) const {
   std::vector<std::string> out;
   auto it = namespaces_.find(ns);

@@ -9,6 +9,7 @@
 // and never returned. Not thread-safe: one MP server actor owns a store.
 
 #include "services/ems/dram_arena.hpp"
+#include "services/protocol/ems_messages.hpp"
 #include "services/protocol/error_codes.hpp"
 
 #include <cstddef>
@@ -113,6 +114,8 @@ public:
   void clear_quota(const std::string& ns);
   std::optional<uint64_t> quota(const std::string& ns) const;
   uint64_t namespace_bytes(const std::string& ns) const;
+  // Every namespace holding blocks, by name: its data bytes and block count.
+  std::vector<protocol::ems_namespace_usage> usage() const;
   // ns's keys, sorted; never another namespace's.
   std::vector<std::string> keys(const std::string& ns) const;
 

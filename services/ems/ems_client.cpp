@@ -260,6 +260,16 @@ void ems_client::put_outcomes(const std::string& ns, std::span<const pool_put> i
   std::vector<std::pair<std::string, std::vector<size_t>>> groups;
   for (auto& [server, all] : route(*r, ns, keys))
     for (auto& at : split_by_bytes(items, all)) groups.emplace_back(server, std::move(at));
+  // Built before any put goes out: `done` may run (and the caller free the values) before
+  // this returns.
+  std::vector<std::pair<std::string, pr::ems_put>> second_copies;
+  if (config_.replicas > 1) {
+    std::vector<size_t> all(items.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+    for (auto& [server, second] : route_to_second_owner(*r, ns, keys, all))
+      for (auto& at : split_by_bytes(items, second))
+        second_copies.emplace_back(server, put_message(ns, items, at));
+  }
   // The answers arrive on plane threads, in any order; the last one hands the outcomes over.
   struct tally {
     std::mutex mutex;
@@ -293,6 +303,9 @@ void ems_client::put_outcomes(const std::string& ns, std::span<const pool_put> i
       t->done(std::move(t->out));
     });
   }
+  // The second copies go after the owners' puts and nobody waits for their answers: a put
+  // succeeds when the owner took it, and a second server that is down costs only the copy.
+  for (auto& [server, msg] : second_copies) call(server, with_id(msg), [](call_result) {});
 }
 
 std::vector<pool_put_outcome> ems_client::put(const std::string& ns,
@@ -325,19 +338,25 @@ void ems_client::put_async(const std::string& ns, std::span<const pool_put> item
 }
 
 std::map<std::string, std::vector<size_t>>
-ems_client::route_to_previous_owner(const hash_ring& ring, const std::string& ns,
-                                    std::span<const std::string> keys,
-                                    const std::vector<size_t>& missed) const {
+ems_client::route_to_second_owner(const hash_ring& ring, const std::string& ns,
+                                  std::span<const std::string> keys,
+                                  const std::vector<size_t>& at) const {
   std::map<std::string, std::vector<size_t>> by_server;
   if (ring.size() < 2) return by_server;
-  for (size_t i : missed) by_server[ring.owners(ns, keys[i], 2)[1]].push_back(i);
+  for (size_t i : at) by_server[ring.owners(ns, keys[i], 2)[1]].push_back(i);
   return by_server;
+}
+
+std::vector<size_t> ems_client::second_round_keys(std::vector<size_t> missed,
+                                                  const std::vector<size_t>& unanswered) const {
+  if (config_.replicas > 1) missed.insert(missed.end(), unanswered.begin(), unanswered.end());
+  return missed;
 }
 
 void ems_client::get_round(const std::string& ns, std::span<const std::string> keys,
                            const std::map<std::string, std::vector<size_t>>& groups,
-                           bool allow_reference, pool_get_outcome& out,
-                           std::vector<size_t>& missed) {
+                           bool allow_reference, pool_get_outcome& out, std::vector<size_t>& missed,
+                           std::vector<size_t>& unanswered) {
   auto note_error = [&](const std::string& e) {
     ++out.errors;
     if (out.first_error.empty()) out.first_error = e;
@@ -376,11 +395,13 @@ void ems_client::get_round(const std::string& ns, std::span<const std::string> k
       const auto* reply = reply_as<pr::ems_get_reply>(result.reply, error, c.server);
       if (!reply) {
         note_error(error);
+        unanswered.insert(unanswered.end(), c.at.begin(), c.at.end());
         continue;
       }
       if (reply->sizes.size() != c.at.size() || reply->offsets.size() != c.at.size() ||
           reply->checksums.size() != c.at.size()) {
         note_error("malformed get reply from " + c.server);
+        unanswered.insert(unanswered.end(), c.at.begin(), c.at.end());
         continue;
       }
       std::shared_ptr<transport::shm_region> region;
@@ -457,12 +478,14 @@ pool_get_outcome ems_client::get(const std::string& ns, std::span<const std::str
     }
     return out;
   }
-  std::vector<size_t> missed, missed_again;
-  get_round(ns, keys, route(*r, ns, keys), true, out, missed);
-  // A key the ring moved to a server that joined since it was stored is still at its previous
-  // owner. Only worth a second round once the ring has changed under this client.
-  if (!missed.empty() && ring_moved())
-    get_round(ns, keys, route_to_previous_owner(*r, ns, keys, missed), true, out, missed_again);
+  std::vector<size_t> missed, unanswered, missed_again, unanswered_again;
+  get_round(ns, keys, route(*r, ns, keys), true, out, missed, unanswered);
+  // The second owner holds the second copy, or the key when the ring moved it to a server that
+  // joined since it was stored. Only worth a round with replicas or once the ring has changed.
+  const auto second = second_round_keys(std::move(missed), unanswered);
+  if (!second.empty() && ask_second_owner())
+    get_round(ns, keys, route_to_second_owner(*r, ns, keys, second), true, out, missed_again,
+              unanswered_again);
   return out;
 }
 
@@ -476,7 +499,7 @@ std::vector<bool> ems_client::exists(const std::string& ns, std::span<const std:
       pr::ems_exists msg{0, ns, pick(keys, at)};
       calls.emplace_back(at, call(server, with_id(msg)));
     }
-    std::vector<size_t> missed;
+    std::vector<size_t> missed; // absent, or its server did not answer
     for (auto& [at, f] : calls) {
       auto result = wait(f);
       std::string error;
@@ -490,24 +513,44 @@ std::vector<bool> ems_client::exists(const std::string& ns, std::span<const std:
     return missed;
   };
   auto missed = round(route(*r, ns, keys));
-  if (!missed.empty() && ring_moved()) round(route_to_previous_owner(*r, ns, keys, missed));
+  if (!missed.empty() && ask_second_owner()) round(route_to_second_owner(*r, ns, keys, missed));
   return out;
 }
 
 size_t ems_client::remove(const std::string& ns, std::span<const std::string> keys) {
   auto r = ring();
   if (!r || r->size() == 0) return 0;
-  std::vector<std::future<call_result>> calls;
-  for (auto& [server, at] : route(*r, ns, keys)) {
+  auto remove_at = [&](const std::string& server, const std::vector<size_t>& at) {
     pr::ems_remove msg{0, ns, pick(keys, at)};
-    calls.push_back(call(server, with_id(msg)));
-  }
-  size_t removed = 0;
-  for (auto& f : calls) {
+    return call(server, with_id(msg));
+  };
+  auto removed_by = [this](std::future<call_result>& f) -> std::optional<size_t> {
     auto result = wait(f);
     std::string error;
     if (auto* reply = reply_as<pr::ems_remove_reply>(result.reply, error, "MP server"))
-      removed += reply->removed;
+      return reply->removed;
+    return std::nullopt;
+  };
+  // One remove per owner, and with replicas one per (owner, second owner): a key counts as
+  // removed at its owner, or at its second owner when the owner did not answer.
+  struct owner_calls {
+    std::future<call_result> owner;
+    std::vector<std::future<call_result>> seconds;
+  };
+  std::vector<owner_calls> calls;
+  for (auto& [server, at] : route(*r, ns, keys)) {
+    owner_calls c{remove_at(server, at), {}};
+    if (config_.replicas > 1)
+      for (auto& [second, second_at] : route_to_second_owner(*r, ns, keys, at))
+        c.seconds.push_back(remove_at(second, second_at));
+    calls.push_back(std::move(c));
+  }
+  size_t removed = 0;
+  for (auto& c : calls) {
+    const auto at_owner = removed_by(c.owner);
+    size_t at_seconds = 0;
+    for (auto& f : c.seconds) at_seconds += removed_by(f).value_or(0);
+    removed += at_owner.value_or(at_seconds);
   }
   return removed;
 }

@@ -6,10 +6,12 @@
 // says where each block lies; the client copies it out and verifies its checksum, and a block
 // the server moved meanwhile is fetched again by value) and over VPC otherwise (bytes in the
 // reply). Once the ring has changed under the client, a key missing at its owner is looked for
-// at the server after it too (where it lived before a server joined). Every failure — no
-// controller, server down, timeout, bad reply — is a miss or a failed put with the reason, never an
-// exception out of the data calls and never wrong bytes. Thread-safe; replies complete on plane
-// threads, so calls may block any other thread.
+// at the server after it too (where it lived before a server joined). With [ems] replicas = 2
+// every put also goes, without waiting, to that second server, every remove to both, and a key
+// its owner misses or cannot serve (down, unreachable) is read from the second server. Every
+// failure — no controller, server down, timeout, bad reply — is a miss or a failed put with the
+// reason, never an exception out of the data calls and never wrong bytes. Thread-safe; replies
+// complete on plane threads, so calls may block any other thread.
 
 #include "services/ems/ems_config.hpp"
 #include "services/ems/hash_ring.hpp"
@@ -98,18 +100,27 @@ private:
   // Keys grouped by owning server: server -> indices into `keys`.
   std::map<std::string, std::vector<size_t>> route(const hash_ring& ring, const std::string& ns,
                                                    std::span<const std::string> keys) const;
-  // Missed keys grouped by the server after their owner on the ring: where a key lives when the
-  // server that now owns it joined after it was stored.
+  // Keys at `at` grouped by the server after their owner on the ring: where the second copy
+  // lives with replicas = 2, and where a key lives when the server that now owns it joined after
+  // it was stored. Empty on a ring of one server.
   bool ring_moved() const;
   std::map<std::string, std::vector<size_t>>
-  route_to_previous_owner(const hash_ring& ring, const std::string& ns,
-                          std::span<const std::string> keys,
-                          const std::vector<size_t>& missed) const;
+  route_to_second_owner(const hash_ring& ring, const std::string& ns,
+                        std::span<const std::string> keys, const std::vector<size_t>& at) const;
+  // Whether a key its owner did not give is worth asking of the second owner: it holds a copy
+  // (replicas = 2) or the key's previous owner (the ring changed under this client).
+  bool ask_second_owner() const { return config_.replicas > 1 || ring_moved(); }
   // One get per server of `groups`, results into `out`; keys the servers did not have go to
-  // `missed`. Region copies that fail their checksum are fetched again by value.
+  // `missed`, keys whose server did not answer to `unanswered`. Region copies that fail their
+  // checksum are fetched again by value.
   void get_round(const std::string& ns, std::span<const std::string> keys,
                  const std::map<std::string, std::vector<size_t>>& groups, bool allow_reference,
-                 pool_get_outcome& out, std::vector<size_t>& missed);
+                 pool_get_outcome& out, std::vector<size_t>& missed,
+                 std::vector<size_t>& unanswered);
+  // The keys the first round did not give that the second owner may have: misses, and with
+  // replicas also the keys of servers that did not answer (down, unreachable).
+  std::vector<size_t> second_round_keys(std::vector<size_t> missed,
+                                        const std::vector<size_t>& unanswered) const;
   std::shared_ptr<transport::shm_region> region_of(const std::string& server,
                                                    const std::string& name);
   void forget_region(const std::string& server);

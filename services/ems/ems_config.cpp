@@ -26,6 +26,9 @@ const transport::config_table<ems_config>& ems_config_table() {
                       "come in the reply")
           .integer("vnodes", &ems_config::vnodes, 1, 4096,
                    "points of each MP server on the consistent-hash ring")
+          .integer("replicas", &ems_config::replicas, 1, 2,
+                   "copies of every block, on the first distinct servers of its key on the ring "
+                   "(quotas count every copy)")
           .integer("timeout_ms", &ems_config::timeout_ms, 10, 3600000,
                    "how long a client waits for the pool before a get is a miss and a put fails")
           .boolean("context_cache", &ems_config::context_cache,

@@ -7,7 +7,7 @@
 //          data_dir = ""            # default <run_dir>/ems/<instance>
 //          huge_pages = true        read_path = "ub"   # "ub": copy out of the server's mapped
 //                                                      # DRAM; "vpc": bytes in the reply
-//          vnodes = 64   timeout_ms = 5000
+//          vnodes = 64   timeout_ms = 5000   replicas = 1   # 2: every block on two servers
 //          context_cache = false   block_tokens = 16   context_namespace = "context"
 //          store_decode_kv = "off"   # "on_finish" | "incremental" (true, false: on_finish, off)
 //          model_cache = false     object_store = ""   object_store_bandwidth = 2.5e9
@@ -45,6 +45,9 @@ struct ems_config {
   bool read_over_ub = true;
   int32_t vnodes = 64;
   int64_t timeout_ms = 5000;
+  // Copies of every block: 2 puts each block on the first two distinct servers of its key on the
+  // ring, so a read survives one server's outage. Quotas count every copy (see ems_config_table).
+  int32_t replicas = 1;
   std::vector<std::pair<std::string, uint64_t>> quotas;
 
   // Context cache (prefill).

@@ -148,8 +148,22 @@ std::string model_key(const std::string& model_id, const std::string& version) {
   return model_id + "@" + version;
 }
 
+namespace {
+constexpr std::string_view manifest_prefix = "model/", manifest_suffix = "/manifest";
+}
+
 std::string model_manifest_key(const std::string& model_key) {
-  return "model/" + model_key + "/manifest";
+  return std::string(manifest_prefix) + model_key + std::string(manifest_suffix);
+}
+
+std::optional<std::string> model_key_of_manifest_key(const std::string& pool_key) {
+  const std::string_view k = pool_key;
+  if (k.size() <= manifest_prefix.size() + manifest_suffix.size() ||
+      !k.starts_with(manifest_prefix) || !k.ends_with(manifest_suffix))
+    return std::nullopt;
+  // Block keys end in their block index, never in the suffix.
+  return std::string(
+      k.substr(manifest_prefix.size(), k.size() - manifest_prefix.size() - manifest_suffix.size()));
 }
 
 std::string model_block_key(const std::string& model_key, const std::string& part, size_t index) {

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <msgpack.hpp>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -69,6 +70,8 @@ struct model_manifest {
 std::string model_key(const std::string& model_id, const std::string& version);
 // Where the fetching instance stores the registered manifest, next to the blocks.
 std::string model_manifest_key(const std::string& model_key);
+// The model key of a pool key model_manifest_key gave; nullopt for any other key.
+std::optional<std::string> model_key_of_manifest_key(const std::string& pool_key);
 // The pool key of block `index` of `part` (a tensor, a file, "<file>#header", ...).
 std::string model_block_key(const std::string& model_key, const std::string& part, size_t index);
 

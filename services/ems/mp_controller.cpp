@@ -1,5 +1,6 @@
 #include "services/ems/mp_controller.hpp"
 
+#include "services/ems/model_blocks.hpp"
 #include "services/protocol/ems_messages.hpp"
 #include "services/serving/delivery.hpp"
 
@@ -18,6 +19,10 @@ mp_controller::mp_controller(const transport::cluster_config& cluster, const ems
   // when the config names it: processes start in any order, and a ring naming a server that is
   // still starting would send puts nowhere.
   for (auto& s : instances_with_role(cluster, "mp_server")) configured_servers_.insert(s);
+  // The roles that hold a pool client and take ring pushes: a restarted controller reaches them
+  // before they ask (they keep the ring they have and ask only when they have none).
+  for (const char* role : {"prefill", "decode"})
+    for (auto& i : instances_with_role(cluster, role)) subscribers_.insert(i);
 }
 
 void mp_controller::start(transport::endpoint& out) {
@@ -30,6 +35,7 @@ pr::ems_ring_view mp_controller::ring_view() const {
   v.version = epoch_ + ring_.version();
   v.vnodes = ring_.vnodes_per_server();
   v.servers = ring_.servers();
+  v.incarnation = epoch_;
   // The model namespace is bounded by whole-model eviction here, not by per-server quotas
   // (a server refusing one block of a model would leave the model half stored).
   const uint64_t n = std::max<uint64_t>(1, ring_.size());
@@ -41,7 +47,8 @@ pr::ems_ring_view mp_controller::ring_view() const {
 void mp_controller::push_ring(transport::endpoint& out) {
   const auto v = ring_view();
   auto message = transport::make_envelope(v);
-  std::set<transport::peer_id> targets = subscribers_;
+  std::set<transport::peer_id> targets;
+  if (settled_) targets = subscribers_;
   targets.insert(v.servers.begin(), v.servers.end());
   for (auto& t : targets) out.send("ems", t, message); // a lost push is re-asked on a miss
 }
@@ -52,15 +59,15 @@ void mp_controller::on_member_event(const transport::membership_event& event,
   if (server) {
     const bool up = event.what == transport::membership_event::kind::joined;
     if (up && !ring_.contains(event.peer)) {
-      ring_.add_server(event.peer);
+      add_server(event.peer, "joined (" + event.reason + ")", out);
     } else if (!up && ring_.contains(event.peer)) {
       ring_.remove_server(event.peer);
+      usage_.erase(event.peer);
+      out.log().info("{} left the ring ({}): {}", event.peer, event.reason, ring_.describe());
+      push_ring(out);
     } else {
       return;
     }
-    out.log().info("{} {} ({}): {}", event.peer, up ? "joined" : "left the ring", event.reason,
-                   ring_.describe());
-    push_ring(out);
   }
   if (event.what == transport::membership_event::kind::joined) return;
   subscribers_.erase(event.peer);
@@ -69,6 +76,57 @@ void mp_controller::on_member_event(const transport::membership_event& event,
   for (auto& [key, m] : models_)
     if (!m.ready && m.fetcher == event.peer) orphaned.push_back(key);
   for (auto& key : orphaned) pass_claim(out, key);
+}
+
+void mp_controller::add_server(const transport::peer_id& server, const std::string& why,
+                               transport::endpoint& out) {
+  ring_.add_server(server);
+  out.log().info("{} {}: {}", server, why, ring_.describe());
+  push_ring(out);
+  settle(out);
+}
+
+void mp_controller::settle(transport::endpoint& out) {
+  if (settled_ || (ring_.size() < configured_servers_.size() && ticks_ < settle_ticks)) return;
+  settled_ = true;
+  out.log().info("ring settled with {} of {} servers", ring_.size(), configured_servers_.size());
+  push_ring(out);
+}
+
+uint64_t mp_controller::copies() const {
+  return std::clamp<uint64_t>(ring_.size(), 1, static_cast<uint64_t>(config_.replicas));
+}
+
+void mp_controller::make_ready(transport::endpoint& out, model_entry& m, const std::string& ns,
+                               std::vector<std::string> block_keys, uint64_t bytes,
+                               transport::shared_bytes manifest) {
+  m.ready = true;
+  m.ns = ns;
+  m.block_keys = std::move(block_keys);
+  m.bytes = bytes;
+  m.manifest = std::move(manifest);
+  m.last_used = ++clock_;
+  for (auto& w : m.waiting) answer_claim(out, w, m);
+  m.waiting.clear();
+}
+
+std::map<std::string, pr::ems_namespace_usage> mp_controller::namespace_usage() const {
+  std::map<std::string, pr::ems_namespace_usage> total;
+  for (auto& [server, namespaces] : usage_)
+    for (auto& u : namespaces) {
+      auto& t = total[u.ns];
+      t.ns = u.ns;
+      t.bytes += u.bytes;
+      t.blocks += u.blocks;
+    }
+  return total;
+}
+
+std::map<std::string, mp_controller::model_index_entry> mp_controller::model_index() const {
+  std::map<std::string, model_index_entry> index;
+  for (auto& [key, m] : models_)
+    if (m.ready) index[key] = {m.ns, m.block_keys, m.bytes};
+  return index;
 }
 
 void mp_controller::answer_claim(transport::endpoint& out, const waiter& w, const model_entry& m) {
@@ -107,7 +165,7 @@ std::vector<std::string> mp_controller::evict_models(transport::endpoint& out,
     uint64_t lru_clock = UINT64_MAX;
     for (auto& [key, m] : models_) {
       if (!m.ready || m.ns != ns) continue;
-      used += m.bytes;
+      used += m.bytes * copies(); // the quota counts every copy
       if (key != keep && m.last_used < lru_clock) lru_clock = m.last_used, lru = key;
     }
     if (used <= *quota || lru.empty()) return evicted;
@@ -115,7 +173,8 @@ std::vector<std::string> mp_controller::evict_models(transport::endpoint& out,
     // Removes go to each block's owner; a server that missed one drops the block by LRU later.
     std::map<std::string, std::vector<std::string>> by_server;
     if (ring_.size() > 0)
-      for (auto& k : m.block_keys) by_server[ring_.owner(ns, k)].push_back(k);
+      for (auto& k : m.block_keys)
+        for (auto& server : ring_.owners(ns, k, copies())) by_server[server].push_back(k);
     for (auto& [server, keys] : by_server)
       out.send("ems", server, transport::make_envelope(pr::ems_remove{0, ns, std::move(keys)}));
     out.log().info("evicted model {} ({} bytes) from namespace {}", lru, m.bytes, ns);
@@ -128,9 +187,7 @@ void mp_controller::on(const transport::peer_id& from, const pr::ems_ring_reques
                        transport::endpoint& out) {
   subscribers_.insert(from);
   if (configured_servers_.count(from) && !ring_.contains(from)) {
-    ring_.add_server(from);
-    out.log().info("{} is up: {}", from, ring_.describe());
-    push_ring(out); // the asker gets it with the others
+    add_server(from, "is up", out); // the asker gets the push with the others
     return;
   }
   auto v = ring_view();
@@ -163,21 +220,41 @@ void mp_controller::on(const transport::peer_id& from, const pr::ems_model_regis
     out.log().warn("fetch of model {} by {} failed: {}", r.model_key, from, r.failed.str());
     if (it != models_.end() && !it->second.ready) pass_claim(out, r.model_key);
   } else {
-    auto& m = models_[r.model_key];
-    m.ready = true;
-    m.ns = r.ns;
-    m.block_keys = r.block_keys;
-    m.bytes = r.bytes;
-    m.manifest = r.manifest;
-    m.last_used = ++clock_;
-    for (auto& w : m.waiting) answer_claim(out, w, m);
-    m.waiting.clear();
+    make_ready(out, models_[r.model_key], r.ns, r.block_keys, r.bytes, r.manifest);
     reply.evicted = evict_models(out, r.ns, r.model_key);
   }
   out.send_retrying("ems", from, transport::make_envelope(std::move(reply)));
 }
 
+void mp_controller::on(const transport::peer_id& from, const pr::ems_server_report& r,
+                       transport::endpoint& out) {
+  if (r.incarnation != epoch_ || !configured_servers_.count(from)) return; // for another one
+  if (!ring_.contains(from)) add_server(from, "reported", out); // it is alive: it reports
+  usage_[from] = r.namespaces;
+  for (auto& e : r.models) {
+    auto& m = models_[e.model_key];
+    if (m.ready) continue; // registered, or reported by another server holding a copy
+    try {
+      const auto bytes = std::as_bytes(std::span(e.manifest));
+      const auto manifest = parse_manifest(bytes);
+      if (manifest.key() != e.model_key) throw std::runtime_error("it names " + manifest.key());
+      // What the fetching instance registered: its blocks and the manifest block.
+      auto keys = manifest.block_keys();
+      keys.push_back(model_manifest_key(e.model_key));
+      make_ready(out, m, e.ns, std::move(keys), manifest.total_bytes() + e.manifest.size(),
+                 transport::shared_bytes::copy_of(bytes.data(), bytes.size()));
+      out.log().info("model {} is in the pool (reported by {})", e.model_key, from);
+    } catch (const std::exception& error) {
+      out.log().warn("{} reported model {} with a bad manifest: {}", from, e.model_key,
+                     error.what());
+      if (m.waiting.empty() && m.fetcher.empty()) models_.erase(e.model_key);
+    }
+  }
+}
+
 void mp_controller::on_tick(transport::endpoint& out) {
+  ++ticks_;
+  settle(out);
   protocol::load_report r;
   r.role = "mp_controller";
   send_load_report(out, std::move(r));

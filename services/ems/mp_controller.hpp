@@ -5,6 +5,11 @@
 // over the servers; and keeps the model registry — which blocks make which model version, who is
 // fetching a model now (one fetch for N instances starting together), and which models to evict,
 // whole and least recently used first, when the model namespace outgrows its quota.
+// Nothing of it is persisted: a restarted controller rebuilds it from the servers' reports (see
+// mp_server) — the ring from the servers that report, each namespace's usage from their totals,
+// and the model index from the manifests they hold. Until every configured server is back on
+// its ring, or settle_ticks passed, it pushes its ring to the servers only, so clients keep the
+// ring they have rather than take a partial one.
 
 #include "services/ems/ems_config.hpp"
 #include "services/ems/hash_ring.hpp"
@@ -34,11 +39,25 @@ public:
           transport::endpoint& out);
   void on(const transport::peer_id& from, const protocol::ems_model_register& m,
           transport::endpoint& out);
+  void on(const transport::peer_id& from, const protocol::ems_server_report& m,
+          transport::endpoint& out);
   // Reports to the scheduler like the other roles (its unexpected messages reach /metrics).
   void on_tick(transport::endpoint& out) override;
   void on_member_event(const transport::membership_event& event, transport::endpoint& out) override;
 
   const hash_ring& ring() const { return ring_; }
+  // What the servers reported, summed per namespace (bytes count every copy).
+  std::map<std::string, protocol::ems_namespace_usage> namespace_usage() const;
+  struct model_index_entry {
+    std::string ns;
+    std::vector<std::string> block_keys;
+    uint64_t bytes = 0;
+    bool operator==(const model_index_entry&) const = default;
+  };
+  // The ready models: model key -> what makes it.
+  std::map<std::string, model_index_entry> model_index() const;
+
+  static constexpr int settle_ticks = 10;
 
 private:
   struct waiter {
@@ -59,6 +78,15 @@ private:
   // The ring as clients and servers see it; its version counts up across controller restarts.
   protocol::ems_ring_view ring_view() const;
   void push_ring(transport::endpoint& out);
+  void add_server(const transport::peer_id& server, const std::string& why,
+                  transport::endpoint& out);
+  void settle(transport::endpoint& out);
+  // Marks `m` ready with what makes it and wakes its waiters.
+  void make_ready(transport::endpoint& out, model_entry& m, const std::string& ns,
+                  std::vector<std::string> block_keys, uint64_t bytes,
+                  transport::shared_bytes manifest);
+  // Copies of a block the pool keeps: [ems] replicas, at most one per server.
+  uint64_t copies() const;
   void answer_claim(transport::endpoint& out, const waiter& w, const model_entry& m);
   // The claim passes to the next waiter (the fetcher failed or died); none left: forgotten.
   void pass_claim(transport::endpoint& out, const std::string& model_key);
@@ -70,6 +98,9 @@ private:
   std::set<std::string> configured_servers_;
   hash_ring ring_;
   std::set<transport::peer_id> subscribers_;
+  bool settled_ = false; // clients get the pushes
+  int ticks_ = 0;
+  std::map<transport::peer_id, std::vector<protocol::ems_namespace_usage>> usage_; // by server
   std::map<std::string, model_entry> models_;
   uint64_t clock_ = 0;
   uint64_t epoch_ = 0; // start time: views of a restarted controller are newer

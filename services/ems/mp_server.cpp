@@ -1,8 +1,10 @@
 #include "services/ems/mp_server.hpp"
 
+#include "services/ems/model_blocks.hpp"
 #include "services/protocol/ems_messages.hpp"
 #include "services/serving/delivery.hpp"
 
+#include <algorithm>
 #include <sys/mman.h>
 
 namespace supernode::services::ems {
@@ -22,7 +24,7 @@ std::string server_region_name(const std::string& instance) {
 
 mp_server::mp_server(const transport::cluster_config& cluster, const std::string& instance,
                      const ems_config& config)
-    : instance_(instance) {
+    : instance_(instance), model_namespace_(config.model_namespace) {
   pr::register_serving_messages();
   pr::register_ems_messages();
   region_ = transport::shm_region::create(cluster.name, server_region_name(instance),
@@ -77,6 +79,49 @@ void mp_server::on(const transport::peer_id& from, const pr::ems_ring_view& v,
   auto quotas = v.quotas;
   enqueue([this, quotas = std::move(quotas)] {
     for (auto& [ns, bytes] : quotas) store_->set_quota(ns, bytes);
+  });
+  if (v.incarnation != 0 && v.incarnation != reported_incarnation_) {
+    reported_incarnation_ = v.incarnation; // a controller this server has not told yet
+    controller_ = from;
+    enqueue_report(true);
+  }
+}
+
+void mp_server::on_member_event(const transport::membership_event& event,
+                                transport::endpoint& out) {
+  if (event.what != transport::membership_event::kind::joined) return;
+  const auto controllers = instances_with_role(out.cluster(), "mp_controller");
+  if (std::find(controllers.begin(), controllers.end(), event.peer) == controllers.end()) return;
+  out.send("ems", event.peer, transport::make_envelope(pr::ems_ring_request{0}));
+}
+
+pr::ems_server_report mp_server::report(uint64_t incarnation, bool full) {
+  pr::ems_server_report r;
+  r.incarnation = incarnation;
+  r.full = full;
+  r.namespaces = store_->usage();
+  if (!full) return r;
+  for (auto& key : store_->keys(model_namespace_)) {
+    auto model = model_key_of_manifest_key(key);
+    if (!model) continue;
+    auto bytes = store_->get(model_namespace_, key);
+    if (!bytes) continue; // corrupt: the controller learns the model from another copy or not
+    const auto* p = reinterpret_cast<const char*>(bytes->data());
+    r.models.push_back({std::move(*model), model_namespace_, {p, p + bytes->size()}});
+  }
+  return r;
+}
+
+void mp_server::enqueue_report(bool full) {
+  ticks_since_report_ = 0;
+  enqueue([this, full, to = controller_, incarnation = reported_incarnation_] {
+    auto r = report(incarnation, full);
+    // The full report must arrive (the controller's model index depends on it); a lost usage
+    // report is replaced by the next.
+    if (full)
+      out_->send_retrying("ems", to, transport::make_envelope(std::move(r)));
+    else
+      out_->send("ems", to, transport::make_envelope(std::move(r)));
   });
 }
 
@@ -178,6 +223,8 @@ void mp_server::on_tick(transport::endpoint& out) {
   if (ring_version_ == 0)
     for (auto& c : instances_with_role(out.cluster(), "mp_controller"))
       out.send("ems", c, transport::make_envelope(pr::ems_ring_request{0}));
+  if (reported_incarnation_ != 0 && ++ticks_since_report_ >= usage_report_ticks)
+    enqueue_report(false);
   block_store_stats s;
   {
     std::lock_guard lock(stats_mutex_);

@@ -7,6 +7,10 @@
 // thread-safe, and its fsyncs must not hold up the actor thread, which sends the heartbeats that
 // keep the server on the ring). A reply carries at most max_reply_bytes of block bytes; blocks
 // beyond are answered "ask again" and the client asks for them in another request.
+// The server reports what it holds to the controller — in full, with the model manifests it
+// stores, to every controller incarnation it meets, and its namespaces' usage every few ticks —
+// so a restarted controller rebuilds its ring, usage and model index without any server
+// restarting. While the controller is down the server goes on serving.
 
 #include "services/ems/block_store.hpp"
 #include "services/ems/ems_config.hpp"
@@ -48,9 +52,12 @@ public:
   }
   void on(const transport::peer_id& from, const protocol::ems_ring_view& m,
           transport::endpoint& out);
+  // A controller that (re)joined is asked for its ring at once: its answer starts the report.
+  void on_member_event(const transport::membership_event& event, transport::endpoint& out) override;
   void on_tick(transport::endpoint& out) override;
 
   static constexpr size_t max_reply_bytes = size_t{16} << 20;
+  static constexpr int usage_report_ticks = 10; // heartbeats between usage reports
 
 private:
   void enqueue(std::function<void()> task);
@@ -61,8 +68,17 @@ private:
   void serve(const transport::peer_id& from, const protocol::ems_remove& m);
   void serve(const transport::peer_id& from, const protocol::ems_list& m);
   void reply(const transport::peer_id& to, transport::envelope m);
+  // Storage thread: what the store holds, with the model manifests when `full`, for the
+  // controller incarnation `incarnation`.
+  protocol::ems_server_report report(uint64_t incarnation, bool full);
+  void enqueue_report(bool full);
 
   std::string instance_;
+  std::string model_namespace_;
+  // The controller incarnation last reported to in full (actor thread), and its instance.
+  uint64_t reported_incarnation_ = 0;
+  transport::peer_id controller_;
+  int ticks_since_report_ = 0;
   transport::endpoint* out_ = nullptr;
   transport::shm_region region_;
   std::unique_ptr<block_store> store_;

@@ -16,7 +16,7 @@ struct mp_server_interface {
   using sends =
       message_list<protocol::ems_put_reply, protocol::ems_get_reply, protocol::ems_exists_reply,
                    protocol::ems_remove_reply, protocol::ems_list_reply, protocol::ems_ring_request,
-                   protocol::load_report>;
+                   protocol::ems_server_report, protocol::load_report>;
 };
 
 } // namespace supernode::services::ems

@@ -15,6 +15,7 @@ void register_ems_messages() {
     register_message<ems_ring_request>();
     register_message<ems_model_claim>();
     register_message<ems_model_register>();
+    register_message<ems_server_report>();
     register_message<ems_ring_view>();
     register_message<ems_model_claimed>();
     register_message<ems_model_registered>();

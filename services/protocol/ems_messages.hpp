@@ -5,9 +5,9 @@
 // the plane thread (no actor in between), so a client may wait for replies from any thread.
 //
 //   client        -> mp_controller : ems_ring_request, ems_model_claim, ems_model_register
+//   mp_server     -> mp_controller : ems_ring_request, ems_server_report (what it holds)
 //   mp_controller -> client        : ems_ring_view (also pushed on every change),
-//   ems_model_claimed,
-//                                    ems_model_registered
+//                                    ems_model_claimed, ems_model_registered
 //   mp_controller -> mp_server     : ems_ring_view (pushed), ems_remove (model eviction)
 //   client        -> mp_server     : ems_put, ems_get, ems_exists, ems_remove, ems_list
 //   mp_server     -> client        : ems_put_reply, ems_get_reply, ems_exists_reply,
@@ -62,6 +62,37 @@ struct ems_model_register {
   MSGPACK_DEFINE_MAP(request_id, model_key, ns, block_keys, bytes, failed, manifest);
 };
 
+// One namespace on one MP server.
+struct ems_namespace_usage {
+  std::string ns;
+  uint64_t bytes = 0;
+  uint64_t blocks = 0;
+  MSGPACK_DEFINE_MAP(ns, bytes, blocks);
+  bool operator==(const ems_namespace_usage&) const = default;
+};
+
+// A model whose manifest block a server holds (its key is ems::model_manifest_key(model_key)).
+struct ems_model_entry {
+  std::string model_key;
+  std::string ns;
+  std::vector<char> manifest; // the registered manifest's bytes
+  MSGPACK_DEFINE_MAP(model_key, ns, manifest);
+};
+
+// What an MP server holds, so a restarted controller rebuilds its metadata from the servers:
+// in full (with the model manifests) the first time the server sees a controller incarnation,
+// and every few heartbeats after with the usage only.
+struct ems_server_report {
+  static constexpr uint16_t type_id = 203;
+  static constexpr const char* type_name = "ems_server_report";
+  static constexpr uint32_t max_bytes = 64u << 20;
+  uint64_t incarnation = 0; // the controller's, from its ring views: a report for that one
+  bool full = false;
+  std::vector<ems_namespace_usage> namespaces;
+  std::vector<ems_model_entry> models; // when full
+  MSGPACK_DEFINE_MAP(incarnation, full, namespaces, models);
+};
+
 // ---- from the MP controller --------------------------------------------------------------------
 
 // The ring: MP servers by instance name, in any order (the ring sorts them), and each namespace's
@@ -75,7 +106,8 @@ struct ems_ring_view {
   int32_t vnodes = 64;
   std::vector<std::string> servers;
   std::vector<std::pair<std::string, uint64_t>> quotas;
-  MSGPACK_DEFINE_MAP(reply_to, version, vnodes, servers, quotas);
+  uint64_t incarnation = 0; // the controller's: a new one has not heard the servers' reports
+  MSGPACK_DEFINE_MAP(reply_to, version, vnodes, servers, quotas, incarnation);
 };
 
 struct ems_model_claimed {

@@ -1,13 +1,15 @@
 // The context cache through the HTTP API: greedy tokens equal the reference engine's with the
 // cache cold and hot, for prompts sharing 0-100 % of a prefix, with the pool reached over UB,
 // over VPC, and embedded in `supernode serve`; the hot round really loads KV from the pool
-// (/metrics), and a pool server killed mid-service costs hits, never answers.
+// (/metrics), and a pool server killed mid-service costs hits, never answers — and with
+// [ems] replicas = 2 not even hits.
 
 #include "serving_fixture.hpp"
 
 #include <csignal>
 #include <fstream>
 #include <gtest/gtest.h>
+#include <iostream>
 
 using namespace supernode::testing;
 
@@ -104,6 +106,63 @@ TEST(serving_cache_fault, a_killed_pool_server_costs_hits_not_answers) {
   for (auto& p : more) p.ids.back() ^= 1; // new last tokens: the prefix blocks are unchanged
   expect_reference(cluster.port(), more, "after the ring changed");
 }
+
+class serving_cache_replicas : public ::testing::TestWithParam<int> {};
+
+// The context-cache hit tokens of a round of repeated prompts while one of the two pool servers
+// is dead, with one copy of every block and with two (the figure:
+// ./supernode test -R serving_cache_replicas -V).
+TEST_P(serving_cache_replicas, a_killed_pool_server_costs_hits_only_without_a_second_copy) {
+  const int replicas = GetParam();
+  // Left dead, so the whole round after the kill runs during the outage.
+  serving_cluster cluster("pdc-ems.toml", tiny_model_dir(),
+                          {{"ems", "block_tokens", "16"},
+                           {"ems", "replicas", std::to_string(replicas)},
+                           {"process.ems", "restart", "\"never\""}});
+  ASSERT_TRUE(cluster.up());
+  const auto prompts = shared_prefix_prompts();
+  const double rounds_lookups = static_cast<double>(prompts.size());
+  expect_reference(cluster.port(), prompts, "cold");
+  expect_reference(cluster.port(), prompts, "hot");
+  auto blocks_on = [](const std::string& t, const char* server) {
+    return metric(t, "supernode_pool_blocks", {{"instance", server}, {"tier", "ssd"}}).value_or(0);
+  };
+  // Both rounds counted, and with two servers and two copies each server holds every block
+  // once the second copies landed.
+  auto [before, ok] = poll_metrics(cluster.port(), [&](const std::string& t) {
+    return metric_sum(t, "supernode_cache_lookups") >= 2 * rounds_lookups &&
+           metric_sum(t, "supernode_cache_stored_blocks") >= 20 &&
+           (replicas == 1 || (blocks_on(t, "mp_server-0") > 0 &&
+                              blocks_on(t, "mp_server-0") == blocks_on(t, "mp_server-1")));
+  });
+  ASSERT_TRUE(ok) << before;
+  const double hits_before = metric_sum(before, "supernode_cache_hit_tokens");
+  const double lookups_before = metric_sum(before, "supernode_cache_lookups");
+  pid_t pid = 0;
+  std::ifstream(cluster.run_dir() / "pids" / "ems-1.pid") >> pid;
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  expect_reference(cluster.port(), prompts, "during the outage");
+  // A hot round loads each prompt's 5 whole blocks: with two copies half of them come from
+  // their second owner, with one the dead server's are computed again.
+  const double hot_round = 5 * ((prompt_tokens - 1) / cache_block) * cache_block;
+  auto [text, counted] = poll_metrics(cluster.port(), [&](const std::string& t) {
+    return metric_sum(t, "supernode_cache_lookups") >= lookups_before + rounds_lookups &&
+           (replicas == 1 ||
+            metric_sum(t, "supernode_cache_hit_tokens") >= hits_before + hot_round);
+  });
+  EXPECT_TRUE(counted) << text;
+  const double outage_hits = metric_sum(text, "supernode_cache_hit_tokens") - hits_before;
+  std::cout << "context-cache hit tokens while mp_server-1 is down, replicas = " << replicas << ": "
+            << outage_hits << " of " << hot_round << " = " << outage_hits / hot_round << "\n";
+  if (replicas == 2)
+    EXPECT_EQ(outage_hits, hot_round);
+  else
+    EXPECT_LT(outage_hits, hot_round) << "the dead server's blocks were hits with one copy";
+}
+
+INSTANTIATE_TEST_SUITE_P(replicas, serving_cache_replicas, ::testing::Values(1, 2),
+                         [](const auto& info) { return "replicas_" + std::to_string(info.param); });
 
 namespace {
 

@@ -14,3 +14,10 @@ supernode_add_test(ems_client_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/ems_client_
 # read once per process).
 supernode_add_test(storage_fault_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/storage_fault_test.cpp
                    LIBS supernode_services LABEL unit)
+# Replicas and a replaced MP controller, over a controller and servers hosted over the inproc
+# plane (tests/services/ems/inproc_pool.hpp).
+supernode_add_test(ems_replicas_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/ems_replicas_test.cpp
+                   LIBS supernode_services LABEL unit)
+supernode_add_test(mp_controller_restart_test
+                   SOURCES ${CMAKE_CURRENT_LIST_DIR}/mp_controller_restart_test.cpp
+                   LIBS supernode_services LABEL unit)

@@ -51,7 +51,17 @@ ems_ring_view ring_view() {
   v.vnodes = 16;
   v.servers = {"mp_server-1", "mp_server-0"};
   v.quotas = {{"context", 1u << 30}, {"models", 3u << 20}};
+  v.incarnation = 0x1234ull << 16;
   return v;
+}
+
+ems_server_report server_report() {
+  ems_server_report r;
+  r.incarnation = 0x1234ull << 16;
+  r.full = true;
+  r.namespaces = {{"context", 4096, 1}, {"models", 1u << 20, 5}};
+  r.models = {{"demo@3f2a", "models", {'m', 'a', 'n'}}};
+  return r;
 }
 
 ems_model_claimed claimed() {
@@ -120,6 +130,7 @@ void for_every_sample(Fn&& fn) {
   fn(ring_request());
   fn(claim());
   fn(model_register());
+  fn(server_report());
   fn(ring_view());
   fn(claimed());
   fn(registered());
@@ -145,6 +156,8 @@ protected:
 TEST_F(ems_messages, every_sample_sets_every_field) {
   for_every_sample([](const auto& m) { expect_every_field_set(m); });
   for (const auto& e : put_reply().errors) expect_every_field_set(e);
+  for (const auto& u : server_report().namespaces) expect_every_field_set(u);
+  for (const auto& m : server_report().models) expect_every_field_set(m);
 }
 
 TEST_F(ems_messages, controller_messages_round_trip) {
@@ -170,6 +183,17 @@ TEST_F(ems_messages, controller_messages_round_trip) {
   EXPECT_EQ(v->vnodes, 16);
   EXPECT_EQ(v->servers, ring_view().servers);
   EXPECT_EQ(v->quotas, ring_view().quotas);
+  EXPECT_EQ(v->incarnation, ring_view().incarnation);
+
+  auto sr = expect_round_trip(server_report(), 0);
+  ASSERT_TRUE(sr);
+  EXPECT_EQ(sr->incarnation, server_report().incarnation);
+  EXPECT_TRUE(sr->full);
+  EXPECT_EQ(sr->namespaces, server_report().namespaces);
+  ASSERT_EQ(sr->models.size(), 1u);
+  EXPECT_EQ(sr->models[0].model_key, "demo@3f2a");
+  EXPECT_EQ(sr->models[0].ns, "models");
+  EXPECT_EQ(sr->models[0].manifest, server_report().models[0].manifest);
 
   auto cd = expect_round_trip(claimed(), 1);
   ASSERT_TRUE(cd);
