@@ -69,6 +69,15 @@ void expect_no_request_lost(serving_cluster& cluster, const std::vector<served_p
       << after;
 }
 
+// After the fault: a new request is served, with the reference tokens.
+void expect_serves_the_reference(const serving_cluster& cluster) {
+  const served_prompt later{test_prompt(30, 9), 12};
+  const auto reply = http_call(cluster.port(), "POST", "/v1/completions", completion_body(later),
+                               std::chrono::seconds(60));
+  ASSERT_EQ(reply.status, 200u) << reply.body;
+  EXPECT_EQ(answered_tokens(reply), reference_tokens(later));
+}
+
 double running_on(const std::string& metrics, const std::string& instance) {
   return metric(metrics, "supernode_instance_running", {{"instance", instance}}).value_or(0.0);
 }
@@ -142,11 +151,7 @@ TEST(serving_recovery, a_decode_process_hung_past_the_liveness_bound_loses_no_re
       << "the fenced process did not stop; logs:\n"
       << read_logs(cluster.run_dir());
   EXPECT_NE(read_logs(cluster.run_dir()).find("fenced by"), std::string::npos);
-  const served_prompt later{test_prompt(30, 9), 12};
-  const auto reply = http_call(cluster.port(), "POST", "/v1/completions", completion_body(later),
-                               std::chrono::seconds(60));
-  ASSERT_EQ(reply.status, 200u) << reply.body;
-  EXPECT_EQ(answered_tokens(reply), reference_tokens(later));
+  expect_serves_the_reference(cluster);
 }
 
 TEST(serving_recovery, a_decode_process_of_1p1d_killed_is_restarted_and_loses_no_request) {
@@ -186,11 +191,7 @@ TEST(serving_recovery,
     return http_call(cluster.port(), "GET", "/health").status == 200;
   });
   EXPECT_TRUE(ok);
-  const served_prompt later{test_prompt(30, 9), 12};
-  const auto reply = http_call(cluster.port(), "POST", "/v1/completions", completion_body(later),
-                               std::chrono::seconds(60));
-  ASSERT_EQ(reply.status, 200u) << reply.body;
-  EXPECT_EQ(answered_tokens(reply), reference_tokens(later));
+  expect_serves_the_reference(cluster);
 }
 
 TEST(serving_recovery, an_expert_shard_killed_mid_step_loses_no_request) {
