@@ -98,7 +98,6 @@ void request_tracker::recover(tracked_request& r, const protocol::error& why) {
   r.before_placement.clear();
   r.admission.key.id = r.cluster_id;
   r.admission.spec.generated = r.tokens;
-  r.recovering_from = why;
   ++r.attempts;
   metrics_.add_counter("supernode_requests_resumed_total",
                        "Requests placed again after their instance died, hung or failed", 1,

@@ -49,10 +49,9 @@ struct tracked_request {
   bool placed() const { return !decode.empty(); }
   protocol::admit_request admission; // what was admitted (generated: as of the last attempt)
   int attempts = 1;
-  // Set while it is being placed again: since when, when the next attempt goes, and why.
+  // Set while it is being placed again: since when, and when the next attempt goes.
   std::optional<clock::time_point> recovering_since, retry_at;
   clock::time_point last_progress; // admitted, placed, or a token applied
-  protocol::error recovering_from;
   // Updates that came before the placement did (the decode instance hears of the request first),
   // with their senders: applied once the placement names the decode instance, refused otherwise.
   std::vector<std::pair<std::string, protocol::token_update>> before_placement;

@@ -95,14 +95,13 @@ bool ep_rank::form(const std::function<bool()>& give_up, std::chrono::millisecon
     broken_ = false;
     connected_ = true;
     const bool first = formations_ == 1;
-    if (!first)
-      last_pause_ms_ =
-          std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - broke_at).count();
+    const auto pause_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - broke_at).count();
     configured_.fabric.log.info(
         "expert parallelism: {} {} over {} of {} ranks (epoch {}){}", configured_.fabric.group,
         first ? "formed" : "re-formed", f.membership.options.ranks, configured_.options.ranks,
         f.epoch,
-        first ? "" : ", serving again " + std::to_string(last_pause_ms_) + " ms after it stopped");
+        first ? "" : ", serving again " + std::to_string(pause_ms) + " ms after it stopped");
     return true;
   }
   return false;
@@ -135,7 +134,6 @@ bool ep_rank::connect_formation(const ep_formation& f, const std::function<bool(
   std::lock_guard lock(fabric_mutex_);
   fabric_ = std::move(fabric);
   ep_ = std::move(ep);
-  epoch_ = f.epoch;
   return true;
 }
 

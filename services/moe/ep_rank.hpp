@@ -51,10 +51,6 @@ public:
             std::chrono::milliseconds patience = std::chrono::seconds(10));
   // A member died or came back since the last formation: form() again at a step boundary.
   bool wants_reform() const { return reform_wanted_; }
-  // Formations made since start (the first included), and the last re-formation's pause: from
-  // the failure that ended the formation before it to the new one connected.
-  uint64_t formations() const { return formations_; }
-  int64_t last_pause_ms() const { return last_pause_ms_; }
 
   void forward(int64_t layer, const model::moe_weights& w, const float* x, int64_t rows,
                float* out) override;
@@ -92,15 +88,13 @@ private:
   std::shared_ptr<const model::model_weights> weights_;
   const ep_membership configured_;
   const transport::endpoint* out_ = nullptr;
-  std::string epoch_; // the formation's, empty before the first (compute thread)
   // The fabric and expert_parallel change only on the compute thread, under fabric_mutex_;
   // other threads (ring, fail) take the mutex to use them.
   mutable std::mutex fabric_mutex_;
   std::unique_ptr<transport::rank_fabric> fabric_;
   std::unique_ptr<expert_parallel> ep_;
   std::atomic<bool> connected_{false}, broken_{false}, reform_wanted_{true};
-  std::atomic<uint64_t> formations_{0};
-  std::atomic<int64_t> last_pause_ms_{0};
+  uint64_t formations_ = 0;  // made since start, the first included (compute thread)
   mutable std::mutex mutex_; // failure_, broke_at_, formation_members_
   std::string failure_;
   std::chrono::steady_clock::time_point broke_at_{};
