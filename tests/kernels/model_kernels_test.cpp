@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 #include <map>
 #include <numbers>
+#include <numeric>
 #include <random>
 
 using namespace supernode::kernels;
@@ -143,6 +144,53 @@ TEST(sampling, greedy_ties_and_seeded_draws) {
   for (uint64_t step = 0; step < 200; ++step) {
     auto t = sample(l, p, step);
     EXPECT_TRUE(t == 1 || t == 2);
+  }
+}
+
+// The sampler's definition, written the slow way: every candidate sorted best first (ties to
+// the lower id), weights exp((l - max) / T) in 2^-40 units, top-k then top-p cut, and the draw
+// walked in that order.
+static int32_t sample_by_full_sort(std::span<const float> l, const sampling_params& p,
+                                   uint64_t step) {
+  std::vector<int32_t> order(l.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(),
+            [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < order.size()) order.resize(p.top_k);
+  std::vector<uint64_t> w;
+  uint64_t total = 0;
+  for (int32_t id : order)
+    total += w.emplace_back(static_cast<uint64_t>(
+        std::exp((static_cast<double>(l[id]) - l[order[0]]) / p.temperature) * 1099511627776.0));
+  if (p.top_p < 1.0f) {
+    uint64_t acc = 0;
+    size_t keep = 0;
+    while (keep < order.size() && static_cast<double>(acc) < p.top_p * static_cast<double>(total))
+      acc += w[keep++];
+    order.resize(keep);
+    total = acc;
+  }
+  const uint64_t target =
+      std::min(total - 1, static_cast<uint64_t>(uniform_from(p.seed, step) * total));
+  uint64_t acc = 0;
+  for (size_t i = 0; i < order.size(); ++i)
+    if (target < (acc += w[i])) return order[i];
+  return order.back();
+}
+
+TEST(sampling, the_lazy_walk_draws_what_a_full_sort_would) {
+  // A vocabulary-sized flat distribution (the walk goes deep) and a peaked one (it stops at
+  // once), with ties, under top-k and top-p cuts.
+  for (float spread : {0.05f, 4.0f}) {
+    auto l = random_vector(129280, 11, spread);
+    for (size_t i = 0; i < 64; ++i) l[1000 + i] = l[7]; // ties
+    for (sampling_params p :
+         {sampling_params{0.8f, 1.0f, 0, 5}, sampling_params{1.0f, 0.9f, 0, 6},
+          sampling_params{0.7f, 1.0f, 50, 7}, sampling_params{1.3f, 0.5f, 400, 8}})
+      for (uint64_t step = 0; step < 40; ++step)
+        ASSERT_EQ(sample(l, p, step), sample_by_full_sort(l, p, step))
+            << "spread " << spread << " T " << p.temperature << " top_p " << p.top_p << " top_k "
+            << p.top_k << " step " << step;
   }
 }
 
