@@ -83,6 +83,16 @@ bool wait_for_exit(pid_t pid, std::chrono::milliseconds timeout) {
   return ready > 0;
 }
 
+// [process.X] liveness_timeout_ms, or by default three liveness bounds and at least 5 s: peers
+// declare the process down after one and fence it, so its work is recovered before it is
+// killed, and a tick late on a starved host is not taken for a hang.
+std::chrono::milliseconds liveness_timeout_of(const transport::cluster_config& cluster,
+                                              const transport::process_config& process) {
+  if (process.liveness_timeout.count() >= 0) return process.liveness_timeout;
+  return std::max<std::chrono::milliseconds>(
+      3 * cluster.heartbeat_interval * cluster.missed_heartbeats, std::chrono::seconds(5));
+}
+
 std::vector<cl::supervised_process>
 supervised_slots(const serving_setup& setup, const std::string& config, const std::string& model) {
   std::vector<cl::supervised_process> out;
@@ -93,7 +103,8 @@ supervised_slots(const serving_setup& setup, const std::string& config, const st
     // A session each, as before the supervisor: the kernel's autogroup scheduling shares CPU
     // per session, and roles in one session were measured to start ~0.5 s slower on a busy host.
     out.push_back({s.name(), cl::role_spec({s.process, s.index, config, model, s.log, true}),
-                   cl::restart_rules::of(process)});
+                   cl::restart_rules::of(process), liveness_timeout_of(setup.cluster, process),
+                   setup.cluster.run_dir / "alive" / s.name()});
   }
   return out;
 }

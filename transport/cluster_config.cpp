@@ -124,7 +124,11 @@ const config_table<process_config>& process_table() {
                    "starts its back-off afresh")
           .integer("max_restarts", &process_config::max_restarts, 0, 1'000'000,
                    "restarts within restart_window_s; the next failure is given up on and "
-                   "reported");
+                   "reported")
+          .integer("liveness_timeout_ms", &process_config::liveness_timeout, 0, 3'600'000,
+                   "a process whose role actors show no sign of life (SIGSTOPped, stuck) for "
+                   "this long is killed by the supervisor, and so restarted; 0: never; unset: "
+                   "three times the cluster's liveness bound (peers fence it first)");
   return table;
 }
 

@@ -65,6 +65,11 @@ struct process_config {
   std::chrono::milliseconds restart_backoff_max{5000};
   std::chrono::seconds restart_window{60};
   int max_restarts = 5;
+  // A process that stops showing signs of life (its role actors' ticks stop touching its
+  // liveness file: SIGSTOPped, deadlocked) for this long is killed by the supervisor and so
+  // restarted. Unset (-1): three times the cluster's liveness bound (heartbeat_ms x
+  // missed_heartbeats), so peers fence it and recover its work first; 0: never.
+  std::chrono::milliseconds liveness_timeout{-1};
 };
 
 struct instance_config {

@@ -4,6 +4,7 @@
 // file's compile short and lets two cores build them in parallel.
 
 #include "actors/role/handler_watch.hpp"
+#include "actors/role/liveness_beacon.hpp"
 #include "actors/role/role_actor.hpp"
 #include "actors/role/role_interface.hpp"
 
@@ -75,6 +76,7 @@ typename role_actor<Service>::behavior_type behavior_of(services::message_list<T
         auto& ep = *self->state.endpoint;
         ep.tick(std::chrono::steady_clock::now());
         guarded(self->state, "a tick", [&] { self->state.logic->on_tick(ep); });
+        liveness_beat();
         self->delayed_send(self, ep.cluster().heartbeat_interval, tick_atom_v);
       },
   };

@@ -8,6 +8,8 @@
 //                                   `signal_number` (9); stopped may carry `reason` instead
 //   restarting                      `attempt` (1 for the first of a streak), `backoff_ms`
 //   gave_up                         `reason`
+//   hung                            `silent_ms`: its liveness file went untouched this long
+//                                   (it is killed next, and its exit follows)
 
 #include <filesystem>
 #include <optional>
@@ -33,6 +35,7 @@ public:
                const std::string& reason = "");
   void restarting(const std::string& process, pid_t pid, int attempt, long long backoff_ms);
   void gave_up(const std::string& process, pid_t pid, const std::string& reason);
+  void hung(const std::string& process, pid_t pid, long long silent_ms);
 
 private:
   int fd_ = -1;

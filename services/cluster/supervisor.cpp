@@ -16,6 +16,7 @@
 #include <sys/inotify.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -56,7 +57,9 @@ struct slot {
   int restarts = 0;
   std::optional<exit_status> last_exit;
   clock_type::time_point restart_at;
+  bool hung_killed = false; // the probe killed this run
 
+  bool probed() const { return def.liveness_timeout.count() > 0 && !def.liveness_file.empty(); }
   bool alive() const { return child && child->running(); }
 };
 
@@ -124,6 +127,8 @@ struct supervisor::impl {
     if (inotify_fd < 0) throw std::runtime_error(std::string("inotify: ") + std::strerror(errno));
     std::set<fs::path> dirs;
     for (auto& s : slots) dirs.insert(s.def.spec.log_file.parent_path());
+    for (auto& s : slots)
+      if (s.probed()) transport::ensure_private_dir(s.def.liveness_file.parent_path());
     for (auto& dir : dirs) {
       transport::ensure_private_dir(dir);
       const int wd = ::inotify_add_watch(inotify_fd, dir.c_str(), IN_MODIFY | IN_CLOSE_WRITE);
@@ -151,8 +156,11 @@ struct supervisor::impl {
     s.spawned_once = true;
     s.ready = false;
     s.policy.started(clock_type::now());
+    s.hung_killed = false;
+    auto spec = s.def.spec;
+    if (s.probed()) spec.env.emplace_back("SUPERNODE_LIVENESS_FILE", s.def.liveness_file.string());
     try {
-      s.child = child_process::launch(s.def.spec);
+      s.child = child_process::launch(spec);
     } catch (const std::exception& e) {
       // Not executable: the same as a process that failed at once (the shell's 127).
       transport::write_private_file(s.def.spec.log_file, std::string(e.what()) + "\n");
@@ -178,6 +186,8 @@ struct supervisor::impl {
     if (s.ready || !s.alive()) return;
     if (!has_line_starting(read_text_file(s.def.spec.log_file), "ready")) return;
     s.ready = s.ever_ready = true;
+    // The probe's clock starts at ready: loading a model is not a hang.
+    if (s.probed()) touch_private(s.def.liveness_file);
     events->ready(s.def.name, s.pid);
     if (starting && std::all_of(slots.begin(), slots.end(), [](auto& x) { return x.ever_ready; })) {
       starting = false;
@@ -321,7 +331,40 @@ struct supervisor::impl {
       if (touched.count(s.def.spec.log_file)) check_ready(s);
   }
 
+  // The file's mtime := now, made 0600 if it is new; the same inode the child touches.
+  static void touch_private(const fs::path& file) {
+    const int fd = transport::open_private_file(file, 0);
+    ::futimens(fd, nullptr);
+    ::close(fd);
+  }
+
+  // How long the slot's liveness file has gone untouched (by the wall clock, as mtimes are).
+  static std::chrono::milliseconds silent_for(const fs::path& file) {
+    struct stat st {};
+    if (::stat(file.c_str(), &st) != 0) return std::chrono::milliseconds(0); // not made yet
+    timespec now{};
+    ::clock_gettime(CLOCK_REALTIME, &now);
+    const auto ns = (static_cast<long long>(now.tv_sec) - st.st_mtim.tv_sec) * 1'000'000'000LL +
+                    (now.tv_nsec - st.st_mtim.tv_nsec);
+    return std::chrono::milliseconds(std::max(0LL, ns / 1'000'000));
+  }
+
+  void probe_liveness() {
+    for (auto& s : slots) {
+      if (stopping || !s.probed() || !s.ready || s.hung_killed || !s.alive()) continue;
+      const auto silent = silent_for(s.def.liveness_file);
+      if (silent < s.def.liveness_timeout) continue;
+      events->hung(s.def.name, s.pid, silent.count());
+      if (s.child->signal(SIGKILL)) s.hung_killed = true;
+    }
+  }
+
+  bool any_probe() const {
+    return std::any_of(slots.begin(), slots.end(), [](auto& s) { return s.probed() && s.ready; });
+  }
+
   void run_timers() {
+    probe_liveness();
     const auto now = clock_type::now();
     for (auto& s : slots)
       if (!stopping && s.state == slot_state::restarting && s.restart_at <= now) {
@@ -347,6 +390,10 @@ struct supervisor::impl {
       if (s.state == slot_state::restarting && !stopping) next = std::min(next, s.restart_at);
     if (starting && !stopping) next = std::min(next, start_deadline);
     if (stopping && !kill_sent) next = std::min(next, kill_deadline);
+    // Probes are looked at a few times a timeout (the shortest one).
+    if (!stopping && any_probe())
+      for (auto& s : slots)
+        if (s.probed()) next = std::min(next, clock_type::now() + s.def.liveness_timeout / 4);
     if (next == clock_type::time_point::max()) return -1;
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(next - clock_type::now()).count();

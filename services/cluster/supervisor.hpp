@@ -14,6 +14,8 @@
 //                            no more restarts; answered once all are gone with
 //                            {"ok":true,"stopped":N,"killed":K}; then run() returns.
 //
+// A ready slot with a liveness probe whose file goes untouched past its timeout is SIGKILLed
+// (event "hung", with how long it was silent) and then ends like any killed process.
 // A slot is ready when its log holds a line starting with "ready" (watched with inotify). Until
 // every slot has been ready once, a slot that exits, or a start that takes longer than
 // start_timeout, fails the start: on_start hears of it, everything is stopped and run() returns
@@ -44,6 +46,12 @@ struct supervised_process {
   // Launched afresh at every start; its output must go to spec.log_file (watched for "ready").
   launch_spec spec;
   restart_rules rules;
+  // Liveness probe, off when zero: the child gets SUPERNODE_LIVENESS_FILE naming `liveness_file`
+  // and touches it while its actors run (actors/role/liveness_beacon.hpp); once ready, a file
+  // untouched for `liveness_timeout` means a hung process, killed (event "hung") and so
+  // restarted by its policy, as a liveness probe of an orchestrator would.
+  std::chrono::milliseconds liveness_timeout{0};
+  std::filesystem::path liveness_file;
 };
 
 struct supervisor_options {

@@ -64,7 +64,15 @@ public:
     spec.stderr_to = output_to::file;
     spec.log_file = log_of(name);
     spec.stdin_null = true;
-    processes_.push_back({name, spec, rules});
+    processes_.push_back({name, spec, rules, {}, {}});
+  }
+
+  void probe(const std::string& name, std::chrono::milliseconds timeout) {
+    for (auto& p : processes_)
+      if (p.name == name) {
+        p.liveness_timeout = timeout;
+        p.liveness_file = run_dir_ / "alive" / name;
+      }
   }
 
   void set_program(const std::string& name, const std::string& program) {
@@ -214,6 +222,40 @@ TEST(supervisor, a_killed_child_is_restarted_with_a_new_pid_and_every_step_is_lo
   const auto last = run.events().back();
   EXPECT_EQ(last["event"], "stopped");
   EXPECT_EQ(last["signal"], "SIGTERM");
+}
+
+TEST(supervisor, a_child_that_stops_beating_is_killed_as_hung_and_restarted) {
+  // The stand-in beats like a role process: it touches the file SUPERNODE_LIVENESS_FILE names
+  // every 50 ms. SIGSTOPped, it stops; the probe kills it and the policy restarts it.
+  supervised_run run;
+  run.add("beater-0",
+          "echo ready; while :; do touch \"$SUPERNODE_LIVENESS_FILE\"; sleep 0.05; done",
+          quick_rules(restart_mode::on_failure));
+  run.add("sleeper-0", sleeper, quick_rules(restart_mode::on_failure)); // no probe: never hung
+  run.probe("beater-0", 600ms);
+  run.start();
+  ASSERT_TRUE(run.wait_started());
+  ASSERT_EQ(run.start_result(), "up");
+  const pid_t first = run.pid_in_file("beater-0");
+  ASSERT_GT(first, 0);
+  ASSERT_TRUE(eventually([&] { return fs::exists(run.run_dir() / "alive" / "beater-0"); }));
+  ASSERT_EQ(::kill(first, SIGSTOP), 0);
+  ASSERT_TRUE(eventually([&] { return run.count("beater-0", "ready") == 2; }))
+      << run.events().size();
+  const std::vector<std::string> expected{"spawned",    "ready",   "hung", "exited",
+                                          "restarting", "spawned", "ready"};
+  EXPECT_EQ(run.story("beater-0"), expected);
+  for (auto& e : run.events())
+    if (e["event"] == "hung") {
+      EXPECT_EQ(e["pid"], first);
+      EXPECT_GE(e["silent_ms"].get<int>(), 600);
+    } else if (e["event"] == "exited") {
+      EXPECT_EQ(e["signal"], "SIGKILL");
+    }
+  EXPECT_NE(run.pid_in_file("beater-0"), first);
+  EXPECT_EQ(run.count("sleeper-0", "hung"), 0u);
+  EXPECT_EQ(run.down()["stopped"], 2);
+  EXPECT_EQ(run.join(), 0);
 }
 
 TEST(supervisor, a_child_that_keeps_crashing_is_given_up_on_and_a_clean_exit_is_left_stopped) {
