@@ -19,6 +19,7 @@ decode_instance::decode_instance(std::shared_ptr<const model::model_weights> wei
       batch_(model_, pool_, [this](decode_sequence& s) { leave_batch(s); }),
       prefill_(model_, config.prefill_token_budget) {
   protocol::register_serving_messages();
+  protocol::register_ems_messages(); // ring views reach every pool client, mirroring or not
   if (membership) {
     group_ = std::make_unique<ep_rank>(weights, std::move(*membership));
     model_.set_routed_experts(group_.get());

@@ -11,6 +11,7 @@ namespace pr = protocol;
 mp_controller::mp_controller(const transport::cluster_config& cluster, const ems_config& config)
     : config_(config), ring_(config.vnodes) {
   pr::register_ems_messages();
+  pr::register_serving_messages(); // its load reports
   epoch_ = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                      std::chrono::system_clock::now().time_since_epoch())
                                      .count())
