@@ -63,7 +63,7 @@ void gateway_service::start(transport::endpoint& out) {
   tracker_.set_log(log_);
   http_server_options o;
   o.host = config_.http_host;
-  o.port = static_cast<uint16_t>(config_.http_port);
+  o.port = listen_port(out);
   o.max_body_bytes = config_.max_body_bytes;
   o.header_timeout = std::chrono::milliseconds(config_.header_timeout_ms);
   o.idle_timeout = std::chrono::milliseconds(config_.idle_timeout_ms);
@@ -79,6 +79,18 @@ void gateway_service::start(transport::endpoint& out) {
 void gateway_service::stop() {
   if (http_) http_->stop();
   tracker_.stop({protocol::serving_errc::shutting_down, "gateway shutting down"});
+}
+
+uint16_t gateway_service::listen_port(const transport::endpoint& out) const {
+  // Gateway N of a cluster listens on [gateway] port + N, so several fit one host; 0 stays any
+  // free port for each.
+  if (config_.http_port == 0) return 0;
+  const int role_index = out.cluster().instance(out.self()).role_index;
+  const int port = config_.http_port + role_index;
+  if (port > 65535)
+    throw std::runtime_error("gateway: [gateway] port " + std::to_string(config_.http_port) +
+                             " + " + std::to_string(role_index) + " is past 65535");
+  return static_cast<uint16_t>(port);
 }
 
 uint16_t gateway_service::http_port() const {

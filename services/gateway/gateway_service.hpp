@@ -58,6 +58,7 @@ public:
   size_t live_requests() const;
 
 private:
+  uint16_t listen_port(const transport::endpoint& out) const;
   // HTTP threads: parse, validate, tokenize, then hand the request to the tracker.
   void handle(std::shared_ptr<gateway::http_exchange> ex, gateway::http_request req);
   void handle_completion(std::shared_ptr<gateway::http_exchange> ex,

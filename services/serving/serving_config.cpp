@@ -40,7 +40,8 @@ const std::vector<table>& serving_tables() {
         table("gateway", "The OpenAI-compatible HTTP front end.")
             .string("host", &serving_config::http_host, "the address it listens on")
             .integer("port", &serving_config::http_port, 0, 65535,
-                     "the port it listens on; 0: any free port (printed at start)")
+                     "the port it listens on (gateway N of the cluster: port + N); 0: any free "
+                     "port (printed at start)")
             .integer("max_body_bytes", &serving_config::max_body_bytes, 1024, int64_t{1} << 30,
                      "largest request body; beyond: 413")
             .integer("max_pending", &serving_config::max_pending, 1, int64_t{1} << 20,
