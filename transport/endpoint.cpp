@@ -285,12 +285,18 @@ void endpoint::log_membership(const membership_event& e) {
 void endpoint::tick(steady_time now) {
   std::vector<std::string> targets;
   std::vector<membership_event> events;
+  std::chrono::nanoseconds paused{0};
   {
     std::lock_guard lock(mutex_);
     events = membership_.tick(now);
+    paused = membership_.last_pause();
     for (auto& inst : cluster_.instances())
       if (inst.name != self_.name && membership_.is_alive(inst.name)) targets.push_back(inst.name);
   }
+  if (paused.count() > 0)
+    log_.warn("this process did not run for {} ms (stopped or stalled): its peers' silence is its "
+              "own, so none is declared down for it",
+              std::chrono::duration_cast<std::chrono::milliseconds>(paused).count());
   emit(events);
   pending_.expire(now);
   auto hb = make_envelope(heartbeat{self_.name, incarnation_, ++heartbeat_seq_});

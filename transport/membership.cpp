@@ -1,7 +1,9 @@
 #include "transport/membership.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <unistd.h>
+#include <utility>
 
 namespace supernode::transport {
 
@@ -103,6 +105,16 @@ std::vector<membership_event> membership::on_disconnect(const std::string& peer,
 std::vector<membership_event> membership::tick(steady_time now) {
   std::vector<membership_event> events;
   const auto limit = options_.heartbeat_interval * options_.missed_heartbeats;
+  const auto previous = std::exchange(last_tick_, now);
+  last_pause_ = std::chrono::nanoseconds(0);
+  if (previous && now - *previous > limit) {
+    // Woken from a pause, every peer looks silent; declaring them down (and fencing them) would
+    // let the one stale process evict the healthy ones.
+    last_pause_ = now - *previous;
+    for (auto& [id, m] : members_)
+      if (m.state == member_state::alive) m.last_heard = std::max(m.last_heard, now);
+    return events;
+  }
   for (auto& [id, m] : members_)
     if (m.state == member_state::alive && now - m.last_heard > limit) {
       m.state = member_state::down;

@@ -70,7 +70,13 @@ public:
   std::vector<membership_event> on_message(const std::string& peer, steady_time now);
   std::vector<membership_event> on_disconnect(const std::string& peer, const std::string& reason,
                                               steady_time now);
+  // Declares down the members silent for longer than the liveness bound. A tick later than one
+  // bound after the previous one means this process was not running (SIGSTOPped, stalled): the
+  // silence it sees is its own, so every member gets a fresh bound instead (the heartbeats
+  // queued meanwhile arrive next) and last_pause() says how long the pause was.
   std::vector<membership_event> tick(steady_time now);
+  // The pause the last tick found (zero when none).
+  std::chrono::nanoseconds last_pause() const { return last_pause_; }
 
   const member* find(const std::string& id) const;
   // True when `id`'s current incarnation is fenced (a message from it is refused).
@@ -82,6 +88,8 @@ public:
 private:
   liveness_options options_;
   std::map<std::string, member> members_;
+  std::optional<steady_time> last_tick_;
+  std::chrono::nanoseconds last_pause_{0};
 };
 
 } // namespace supernode::transport

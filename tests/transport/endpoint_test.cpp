@@ -67,8 +67,12 @@ TEST(endpoint, messages_heartbeats_and_down_peers) {
                              [&](std::optional<envelope>, const std::string& e) { outcome = e; });
   ASSERT_TRUE(id);
   b->stop();
-  // Heartbeats are stamped on arrival, so "61 ms from now" is past the 3 × 20 ms limit.
-  a->tick(std::chrono::steady_clock::now() + 61ms);
+  // Heartbeats are stamped on arrival, so "61 ms from now" is past the 3 × 20 ms limit; alpha
+  // ticks on the way there (a tick a whole limit after the last one means alpha itself was
+  // paused, and declares nobody down).
+  const auto stopped = std::chrono::steady_clock::now();
+  a->tick(stopped + 30ms);
+  a->tick(stopped + 61ms);
   // Wait for the down event itself: beta's first heartbeat (a new incarnation: "joined") may
   // reach alpha's plane thread only now, and come first.
   ASSERT_TRUE(ia.wait_for([&] {

@@ -81,6 +81,26 @@ TEST(membership, leave_and_roles) {
   EXPECT_EQ(m.size(), 3u);
 }
 
+TEST(membership, a_process_woken_from_a_pause_declares_nobody_down_for_its_own_silence) {
+  membership m({100ms, 5});
+  m.on_join(join("peer", 7), t0);
+  EXPECT_TRUE(m.on_heartbeat({"peer", 7, 1}, t0).empty());
+  EXPECT_TRUE(m.tick(t0 + 100ms).empty());
+  // Stopped for 10 s: the next tick finds the peer silent for that long, but it was us.
+  EXPECT_TRUE(m.tick(t0 + 10s).empty());
+  EXPECT_EQ(m.last_pause(), 10s - 100ms);
+  EXPECT_TRUE(m.is_alive("peer"));
+  EXPECT_FALSE(m.is_fenced("peer"));
+  // Its queued heartbeat arrives; a peer that really is silent goes down a bound later.
+  EXPECT_TRUE(m.on_heartbeat({"peer", 7, 2}, t0 + 10s + 10ms).empty());
+  for (auto t = t0 + 10s + 100ms; t <= t0 + 10s + 500ms; t += 100ms) EXPECT_TRUE(m.tick(t).empty());
+  EXPECT_EQ(m.last_pause(), 0ns);
+  const auto ev = m.tick(t0 + 10s + 600ms);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].what, membership_event::kind::down);
+  EXPECT_TRUE(m.is_fenced("peer"));
+}
+
 TEST(membership, any_message_is_a_sign_of_life_but_not_for_a_member_that_left) {
   membership m({100ms, 5});
   m.on_join(join("late", 0), t0); // from the config: not yet heard from, so never fenced
