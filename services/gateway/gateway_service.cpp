@@ -40,8 +40,9 @@ gateway_service::gateway_service(const serving_config& config)
              if (out_) out_->reject(from, reason, detail);
            },
            [this](const std::string& peer) { return out_ && out_->is_alive(peer); }},
-          std::chrono::milliseconds(config.recovery_timeout_ms),
-          std::chrono::milliseconds(config.stall_timeout_ms)) {
+          {std::chrono::milliseconds(config.recovery_timeout_ms),
+           std::chrono::milliseconds(config.stall_timeout_ms),
+           std::chrono::milliseconds(config.first_token_timeout_ms)}) {
   protocol::register_serving_messages();
   for (const auto& key : keys_.entries())
     limiters_.push_back(std::make_unique<key_limiter>(key.limits));

@@ -22,10 +22,8 @@ uint64_t random_id_prefix() {
 } // namespace
 
 request_tracker::request_tracker(metrics_registry& metrics, int64_t max_in_flight, upstream up,
-                                 std::chrono::milliseconds recovery_timeout,
-                                 std::chrono::milliseconds stall_timeout)
-    : metrics_(metrics), max_in_flight_(max_in_flight), up_(std::move(up)),
-      recovery_timeout_(recovery_timeout), stall_timeout_(stall_timeout),
+                                 recovery_bounds limits)
+    : metrics_(metrics), max_in_flight_(max_in_flight), up_(std::move(up)), bounds_(limits),
       next_id_(random_id_prefix()) {}
 
 request_tracker::~request_tracker() {
@@ -70,6 +68,7 @@ void request_tracker::admit(std::shared_ptr<tracked_request> r, protocol::admit_
 }
 
 void request_tracker::send_admission(tracked_request& r) {
+  r.last_progress = clock::now(); // this attempt's bounds start now
   const auto status = up_.admit(r.admission);
   if (status != transport::send_status::ok && !r.done)
     recover(r, {protocol::errc_of(status),
@@ -82,11 +81,11 @@ void request_tracker::recover(tracked_request& r, const protocol::error& why) {
   // A full admission queue on the first try is back-pressure: the client hears it at once.
   const bool retryable =
       why.retry_elsewhere() && !(why.is(protocol::serving_errc::queue_full) && r.attempts == 1);
-  if (recovery_timeout_.count() == 0 || !retryable) return fail(r, why);
+  if (bounds_.recovery.count() == 0 || !retryable) return fail(r, why);
   if (!r.recovering_since) r.recovering_since = now;
-  if (now - *r.recovering_since >= recovery_timeout_)
+  if (now - *r.recovering_since >= bounds_.recovery)
     return fail(r, {why.code, why.message + " (not recovered within " +
-                                  std::to_string(recovery_timeout_.count()) + " ms)"});
+                                  std::to_string(bounds_.recovery.count()) + " ms)"});
   auto self = live_.at(r.cluster_id); // r stays alive while it is re-keyed
   if (r.placed()) up_.cancel(r, "placed again: " + why.message); // the old attempt, if it lives
   live_.erase(r.cluster_id);
@@ -117,21 +116,28 @@ void request_tracker::recover(tracked_request& r, const protocol::error& why) {
 void request_tracker::tick() {
   thread_.post([this] {
     const auto now = clock::now();
-    std::vector<std::shared_ptr<tracked_request>> due, stalled;
-    for (auto& [id, r] : live_)
-      if (r->retry_at && *r->retry_at <= now) due.push_back(r);
-      // Mid-stream only: before its first token a request may queue for a prefill that long.
-      else if (!r->retry_at && r->placed() && !r->tokens.empty() &&
-               now - r->last_progress > stall_timeout_)
-        stalled.push_back(r);
+    std::vector<std::shared_ptr<tracked_request>> due;
+    std::vector<std::pair<std::shared_ptr<tracked_request>, std::string>> stalled;
+    for (auto& [id, r] : live_) {
+      if (r->retry_at) {
+        if (*r->retry_at <= now) due.push_back(r);
+      } else if (r->placed() && r->tokens.size() > r->admission.spec.generated.size()) {
+        // Streaming in this attempt.
+        if (now - r->last_progress > bounds_.stall)
+          stalled.emplace_back(r, "nothing from " + r->decode + " for " +
+                                      std::to_string(bounds_.stall.count()) + " ms");
+      } else if (now - r->last_progress > bounds_.first_token) {
+        // This attempt's admission, placement, prefill or first token never came.
+        stalled.emplace_back(r, std::string(r->placed() ? "placed" : "not placed") +
+                                    " and no token of this attempt for " +
+                                    std::to_string(bounds_.first_token.count()) + " ms");
+      }
+    }
     for (auto& r : due) {
       r->retry_at.reset();
       send_admission(*r);
     }
-    for (auto& r : stalled)
-      recover(*r, {protocol::serving_errc::delivery_failed,
-                   "nothing from " + r->decode + " for " + std::to_string(stall_timeout_.count()) +
-                       " ms"});
+    for (auto& [r, why] : stalled) recover(*r, {protocol::serving_errc::delivery_failed, why});
   });
 }
 

@@ -51,7 +51,7 @@ struct tracked_request {
   int attempts = 1;
   // Set while it is being placed again: since when, and when the next attempt goes.
   std::optional<clock::time_point> recovering_since, retry_at;
-  clock::time_point last_progress; // admitted, placed, or a token applied
+  clock::time_point last_progress; // this attempt admitted, placed, or a token applied
   // Updates that came before the placement did (the decode instance hears of the request first),
   // with their senders: applied once the placement names the decode instance, refused otherwise.
   std::vector<std::pair<std::string, protocol::token_update>> before_placement;
@@ -65,6 +65,18 @@ std::string endpoint_label(api_kind kind);
 // supernode_api_key_requests_total{key=<name>,status}: by the key's name, never the key.
 void count_api_key_request(metrics_registry& metrics, const std::string& key_name,
                            const std::string& status);
+
+// When the tracker gives up waiting and places a request again.
+struct recovery_bounds {
+  // A request that lost its instance is placed again for up to this long (0: never).
+  std::chrono::milliseconds recovery{std::chrono::seconds(30)};
+  // A request mid-stream that hears nothing for this long (its tokens lost on the way, its
+  // instance stuck without dying) is placed again too.
+  std::chrono::milliseconds stall{std::chrono::seconds(15)};
+  // So is an attempt without a token this long after its admission or placement (a frame of
+  // its admission, placement, prefill or KV lost): longer, since a prompt may queue.
+  std::chrono::milliseconds first_token{std::chrono::seconds(60)};
+};
 
 class request_tracker {
 public:
@@ -84,12 +96,8 @@ public:
   };
   // Updates held per request until its placement arrives; more are refused.
   static constexpr size_t max_updates_before_placement = 256;
-  // A request that lost its instance is placed again for up to `recovery_timeout` (0: never).
-  // A request mid-stream that hears nothing for `stall_timeout` (its tokens lost on the way,
-  // its instance stuck without dying) is placed again too.
   request_tracker(metrics_registry& metrics, int64_t max_in_flight, upstream up,
-                  std::chrono::milliseconds recovery_timeout = std::chrono::seconds(30),
-                  std::chrono::milliseconds stall_timeout = std::chrono::seconds(15));
+                  recovery_bounds limits = {});
   ~request_tracker();
 
   // HTTP front, before posting: a slot for one more request (false: the limit is reached) and
@@ -140,7 +148,7 @@ private:
   metrics_registry& metrics_;
   const int64_t max_in_flight_;
   upstream up_;
-  const std::chrono::milliseconds recovery_timeout_, stall_timeout_;
+  const recovery_bounds bounds_;
   log::logger log_;
   std::atomic<int64_t> in_flight_{0};
   std::atomic<uint64_t> next_id_;

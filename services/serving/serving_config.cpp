@@ -69,7 +69,13 @@ const std::vector<table>& serving_tables() {
                      "the error; 0: never resumed")
             .integer("stall_timeout_ms", &serving_config::stall_timeout_ms, 100, 3600000,
                      "a request mid-stream that hears nothing from its decode instance for this "
-                     "long (its tokens lost on the way, the instance stuck) is placed again"));
+                     "long (its tokens lost on the way, the instance stuck) is placed again")
+            .integer("first_token_timeout_ms", &serving_config::first_token_timeout_ms, 100,
+                     3600000,
+                     "a request without its first token this long after its admission or "
+                     "placement (a frame of it lost on the way) is placed again, a resumed one "
+                     "too; longer than "
+                     "stall_timeout_ms, as a prompt may queue"));
     t.push_back(table("scheduler", "Admission and placement of requests.")
                     .integer("max_queued", &serving_config::max_queued, 1, int64_t{1} << 20,
                              "requests admitted but not yet placed; beyond: 429"));

@@ -59,6 +59,7 @@ struct serving_config {
   int64_t recovery_timeout_ms = 30000;
   // A request mid-stream that hears nothing from its decode instance this long is placed again.
   int64_t stall_timeout_ms = 15000;
+  int64_t first_token_timeout_ms = 60000;
 
   int64_t max_queued = 1024; // admitted but not yet placed, at the scheduler; beyond: 429
 

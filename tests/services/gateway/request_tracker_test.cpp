@@ -56,8 +56,10 @@ private:
 
 struct tracker_under_test {
   explicit tracker_under_test(std::chrono::milliseconds recovery = std::chrono::seconds(30),
-                              std::chrono::milliseconds stall = std::chrono::seconds(15))
-      : tracker{metrics, 1,
+                              std::chrono::milliseconds stall = std::chrono::seconds(15),
+                              std::chrono::milliseconds first_token = std::chrono::seconds(60))
+      : tracker{metrics,
+                1,
                 request_tracker::upstream{
                     [this](const protocol::admit_request& m) {
                       std::lock_guard lock(mutex);
@@ -73,7 +75,7 @@ struct tracker_under_test {
                       rejected.emplace_back(from, reason);
                     },
                     [](const std::string& peer) { return peer != "decode-dead"; }},
-                recovery, stall} {}
+                {recovery, stall, first_token}} {}
   metrics_registry metrics;
   request_tracker tracker;
   std::vector<std::pair<std::string, std::string>> rejected; // on the tracker's thread
@@ -297,4 +299,33 @@ TEST(request_tracker, lost_tokens_or_a_stalled_stream_resume_from_what_the_clien
   t.send(third.key.id, {8}, protocol::finish_reason::length, {}, "decode-0", 3);
   EXPECT_EQ(at_end.get(), 0u);
   EXPECT_NE(ex->body.find("\"text\":\"5678\""), std::string::npos) << ex->body;
+}
+
+TEST(request_tracker, a_request_without_its_first_token_past_the_bound_is_placed_again) {
+  // Its admission answered (placed) but the prefill, its KV or the first token lost on the way.
+  tracker_under_test t(std::chrono::seconds(30), std::chrono::seconds(15),
+                       std::chrono::milliseconds(50));
+  auto ex = t.start(1, false);
+  auto at_end = ex->in_flight_at_end();
+  const auto first = t.admission(0);
+  t.tracker.placed({first.key, "prefill-0", "decode-0"});
+  protocol::admit_request again;
+  ASSERT_TRUE(supernode::testing::eventually([&] {
+    t.tracker.tick();
+    std::lock_guard lock(t.mutex);
+    if (t.admissions.size() < 2) return false;
+    again = t.admissions[1];
+    return true;
+  }));
+  EXPECT_NE(again.key.id, first.key.id);
+  EXPECT_TRUE(again.spec.generated.empty());
+  {
+    std::lock_guard lock(t.mutex);
+    ASSERT_EQ(t.cancels.size(), 1u); // the old attempt is told to stop
+    EXPECT_EQ(t.cancels[0], std::make_pair(std::string("decode-0"), first.key.id));
+  }
+  t.tracker.placed({again.key, "prefill-1", "decode-1"});
+  t.send(again.key.id, {4, 2}, protocol::finish_reason::length, {}, "decode-1", 0);
+  EXPECT_EQ(at_end.get(), 0u);
+  EXPECT_NE(ex->body.find("\"text\":\"42\""), std::string::npos) << ex->body;
 }
