@@ -12,6 +12,7 @@
 #include "../support/serving_cluster.hpp"
 #include "services/cluster/cluster_file.hpp"
 
+#include <array>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -49,12 +50,14 @@ uint64_t frames_dropped(const fs::path& logs) {
 
 // A config of configs/ with its own name, run folder, a free port and the tests' heartbeat
 // bound, in `run_dir`.
-fs::path own_config(const std::string& config, const fs::path& run_dir) {
+fs::path own_config(const std::string& config, const fs::path& run_dir,
+                    const std::vector<std::array<std::string, 3>>& edits = {}) {
   auto file = supernode::services::cluster::cluster_file::read(fs::path(SUPERNODE_SOURCE_DIR) /
                                                                "configs" / config);
   file.own_cluster("chaos-t" + std::to_string(::getpid()), run_dir / "run")
       .set("gateway", "port", "0")
       .set("cluster", "missed_heartbeats", test_missed_heartbeats);
+  for (auto& [table, key, value] : edits) file.set(table, key, value);
   const auto path = run_dir / config;
   file.write(path);
   return path;
@@ -181,5 +184,92 @@ TEST(chaos_run, a_killed_decode_process_is_signalled_and_its_detection_timed) {
   if (kill["recovered_s"].is_number()) {
     EXPECT_GE(kill["recovered_s"].get<double>(), kill["detected_s"].get<double>());
   }
+  expect_cluster_down(dir.path / "run");
+}
+
+TEST(chaos_run, a_killed_gateway_of_two_loses_nothing_at_a_retrying_client) {
+  // pdc-ha: two gateways and the scheduler on its own. Every first attempt goes to gateway-0;
+  // killed, its open requests fail on a connection error and are resubmitted to gateway-1, as
+  // are the ones sent while it restarts (on a new port: the tests' gateways take any free one).
+  const test_folder dir;
+  const auto config = own_config("pdc-ha.toml", dir.path);
+  const auto plan = dir.path / "kill-gateway.toml";
+  std::ofstream(plan) << "[[fault]]\nat_s = 1.0\nkind = \"kill\"\ntarget = \"gateway-0\"\n";
+  const auto r = run_chaos(config, plan,
+                           {"--num-prompts", "24", "--concurrency", "4", "--max-tokens", "16",
+                            "--request-rate", "6", "--timeout-s", "30", "--recovery-wait-s", "5",
+                            "--retry", "3"},
+                           std::chrono::seconds(240));
+  expect_full_report(r, 24);
+  if (HasFatalFailure()) return;
+  EXPECT_EQ(r.status->code(), 0) << r.out;
+  EXPECT_EQ(r.report["failed"], 0) << r.out;
+  EXPECT_EQ(r.report["mismatched"], 0) << r.out;
+  EXPECT_EQ(r.report["duplicated_tokens"], 0) << r.out;
+  EXPECT_GT(r.report["retried"].get<int>(), 0) << "the kill hit no request:\n" << r.out;
+  ASSERT_EQ(r.report["faults"].size(), 1u);
+  EXPECT_TRUE(r.report["faults"][0]["detected_s"].is_number()) << r.out;
+  expect_cluster_down(dir.path / "run");
+}
+
+TEST(chaos_run, every_plane_and_storage_fault_ends_in_a_recovery_never_a_hang_or_a_crash) {
+  // pdc-ems under one plan of every frame fault, one after another, and an MP server's full
+  // disk: control frames dropped (lost token updates: a gap, or a stall, places the request
+  // again), duplicated (each token index is applied once), KV frames corrupted (refused by the
+  // frame checks: the prefill is retried), pool frames delayed, SSD writes failing. The run
+  // ends within its bound, no process crashes, and every request ends with the reference's
+  // tokens (a frame lost before the first token is noticed at the first-token bound).
+  const test_folder dir;
+  // A lost frame is noticed by the gateway's bounds (no first token, a stalled stream): short
+  // here, so the retries fit the clients' deadline.
+  const auto config = own_config(
+      "pdc-ems.toml", dir.path,
+      {{"gateway", "first_token_timeout_ms", "6000"}, {"gateway", "stall_timeout_ms", "3000"}});
+  const auto plan = dir.path / "planes.toml";
+  std::ofstream(plan) << R"(
+[[fault]]
+at_s = 0.5
+kind = "drop"
+flow = "control"
+duration_s = 1.0
+rate = 0.2
+[[fault]]
+at_s = 1.5
+kind = "duplicate"
+flow = "control"
+duration_s = 1.0
+rate = 0.2
+[[fault]]
+at_s = 2.5
+kind = "corrupt"
+flow = "bulk"
+duration_s = 1.0
+rate = 0.2
+[[fault]]
+at_s = 3.5
+kind = "delay"
+flow = "ems"
+duration_s = 1.0
+delay_ms = 300
+[[fault]]
+at_s = 4.5
+kind = "disk_full"
+target = "mp_server-0"
+duration_s = 1.0
+)";
+  const auto r =
+      run_chaos(config, plan,
+                {"--num-prompts", "48", "--concurrency", "4", "--max-tokens", "12", "--input-len",
+                 "100", "--request-rate", "8", "--timeout-s", "60", "--recovery-wait-s", "5"},
+                std::chrono::seconds(300));
+  expect_full_report(r, 48);
+  if (HasFatalFailure()) return;
+  EXPECT_EQ(r.report["faults"].size(), 5u);
+  EXPECT_EQ(r.report["failed"], 0) << r.out;
+  EXPECT_EQ(r.report["mismatched"], 0) << r.out;
+  EXPECT_EQ(r.report["duplicated_tokens"], 0) << r.out;
+  std::ifstream events(dir.path / "run" / "events.jsonl");
+  for (std::string line; std::getline(events, line);)
+    EXPECT_EQ(line.find("\"exited\""), std::string::npos) << "a process ended: " << line;
   expect_cluster_down(dir.path / "run");
 }
