@@ -36,6 +36,73 @@ struct role_view {
   std::string why;     // what made it hot or cold, with the numbers
 };
 
+// What several rules read of one sample.
+struct situation {
+  int64_t cap = 0;               // the decode batch cap now
+  std::optional<int> new_cap;    // the cap to set, when it moves
+  bool lowering_cap = false;     // new_cap < cap
+  bool queue_growing = false;    // more queued than at the last evaluation
+  bool decode_saturated = false; // every decode slot taken: the queue waits for decode
+};
+
+role_view prefill_view(const planner_sample& s, const planner_config& c,
+                       const planner_limits& limits, const situation& now) {
+  role_view r("prefill", s.prefill.serving, c.min_prefill, c.max_prefill);
+  const double ttft_ratio = s.ttft_p90_ms ? *s.ttft_p90_ms / static_cast<double>(c.ttft_ms) : 0;
+  r.pressure = ttft_ratio;
+  if (ttft_ratio > 1) {
+    r.hot = true, r.why = "TTFT p90 over target";
+  } else if (now.queue_growing && !now.decode_saturated) {
+    r.hot = true, r.pressure = 1, r.why = "queue growing"; // the ratio is <= 1 here
+  }
+  // One instance fewer must still take the outstanding prompt tokens in one step each.
+  r.spare = ttft_ratio < c.scale_down_below &&
+            s.prefill_outstanding_tokens <=
+                limits.prefill_token_budget * static_cast<int64_t>(r.count - 1);
+  r.cold = r.spare && s.queued == 0;
+  if (r.cold) r.why = "TTFT p90 under " + number("%g", c.scale_down_below) + " x target and idle";
+  return r;
+}
+
+role_view decode_view(const planner_sample& s, const planner_config& c, const situation& now) {
+  role_view r("decode", s.decode.serving, c.min_decode, c.max_decode);
+  const double tpot_ratio = s.tpot_p90_ms ? *s.tpot_p90_ms / static_cast<double>(c.tpot_ms) : 0;
+  const double kv_ratio = s.decode_kv_usage / c.kv_high;
+  r.pressure = std::max(tpot_ratio, kv_ratio);
+  auto hot_because = [&r](const char* why) {
+    r.hot = true;
+    r.why += (r.why.empty() ? "" : ", ") + std::string(why);
+  };
+  // TPOT over target with a lower batch cap to set: the cap answers it, within one step.
+  if (tpot_ratio > 1 && !now.lowering_cap) hot_because("TPOT p90 over target");
+  if (kv_ratio > 1) hot_because("KV usage over kv_high");
+  if (now.decode_saturated && s.queued > 0) {
+    hot_because("every batch full, requests queued");
+    r.pressure = std::max(r.pressure, 1.0);
+  }
+  // As the remaining instances would see it after one drained: its sequences and their KV move.
+  const double kv_after = r.count > 1 ? s.decode_kv_usage * r.count / (r.count - 1)
+                                      : std::numeric_limits<double>::infinity();
+  r.spare = tpot_ratio < c.scale_down_below && kv_after < c.kv_low &&
+            s.decode_running <= now.cap * (r.count - 1);
+  r.cold = r.spare && s.queued == 0;
+  if (r.cold)
+    r.why = "TPOT p90 under " + number("%g", c.scale_down_below) + " x target and KV usage " +
+            number("%.2f", kv_after) + " after a drain";
+  return r;
+}
+
+// Every number a decision may have read, for its reason.
+std::string signals_text(const planner_sample& s, const planner_config& c, int64_t cap,
+                         const std::optional<int64_t>& queued_before) {
+  return "TTFT p90 " + latency(s.ttft_p90_ms, c.ttft_ms) + ", TPOT p90 " +
+         latency(s.tpot_p90_ms, c.tpot_ms) + ", queued " + std::to_string(s.queued) +
+         (queued_before ? " (was " + std::to_string(*queued_before) + ")" : std::string()) +
+         ", prefill tokens " + std::to_string(s.prefill_outstanding_tokens) + ", KV usage " +
+         number("%.2f", s.decode_kv_usage) + ", running " + std::to_string(s.decode_running) +
+         " (batch cap " + std::to_string(cap) + ")";
+}
+
 } // namespace
 
 const std::vector<std::string>& planner_actions() {
@@ -108,97 +175,46 @@ planner_decision planner::record(planner_decision d, const planner_sample& s,
 
 std::optional<planner_decision> planner::evaluate(const planner_sample& s) {
   const planner_config& c = config_;
-  const int prefill_count = s.prefill.serving, decode_count = s.decode.serving;
-  const int total_cap = c.total_cap();
-  const int64_t cap_now = s.decode_batch_cap > 0 ? s.decode_batch_cap : limits_.decode_max_batch;
-  const auto new_cap = batch_cap_change(s);
-  const bool lowering_cap = new_cap && *new_cap < cap_now;
-  const bool queue_growing =
+  situation now;
+  now.cap = s.decode_batch_cap > 0 ? s.decode_batch_cap : limits_.decode_max_batch;
+  now.new_cap = batch_cap_change(s);
+  now.lowering_cap = now.new_cap && *now.new_cap < now.cap;
+  now.queue_growing =
       s.queued > 0 && queued_at_last_evaluation_ && s.queued > *queued_at_last_evaluation_;
-  // Every decode slot taken: queued requests wait for decode, not for prefill.
-  const bool decode_saturated = decode_count > 0 && s.decode_running >= cap_now * decode_count;
-
-  const std::string signals =
-      "TTFT p90 " + latency(s.ttft_p90_ms, c.ttft_ms) + ", TPOT p90 " +
-      latency(s.tpot_p90_ms, c.tpot_ms) + ", queued " + std::to_string(s.queued) +
-      (queued_at_last_evaluation_ ? " (was " + std::to_string(*queued_at_last_evaluation_) + ")"
-                                  : std::string()) +
-      ", prefill tokens " + std::to_string(s.prefill_outstanding_tokens) + ", KV usage " +
-      number("%.2f", s.decode_kv_usage) + ", running " + std::to_string(s.decode_running) +
-      " (batch cap " + std::to_string(cap_now) + ")";
-
-  role_view prefill{"prefill", prefill_count, c.min_prefill, c.max_prefill};
-  const double ttft_ratio = s.ttft_p90_ms ? *s.ttft_p90_ms / static_cast<double>(c.ttft_ms) : 0;
-  prefill.pressure = ttft_ratio;
-  if (ttft_ratio > 1) {
-    prefill.hot = true, prefill.why = "TTFT p90 over target";
-  } else if (queue_growing && !decode_saturated) {
-    prefill.hot = true, prefill.pressure = 1, prefill.why = "queue growing"; // ratio <= 1 here
-  }
-  // One instance fewer must still take the outstanding prompt tokens in one step each.
-  prefill.spare = ttft_ratio < c.scale_down_below &&
-                  s.prefill_outstanding_tokens <=
-                      limits_.prefill_token_budget * static_cast<int64_t>(prefill_count - 1);
-  prefill.cold = prefill.spare && s.queued == 0;
-  if (prefill.cold)
-    prefill.why = "TTFT p90 under " + number("%g", c.scale_down_below) + " x target and idle";
-
-  role_view decode{"decode", decode_count, c.min_decode, c.max_decode};
-  const double tpot_ratio = s.tpot_p90_ms ? *s.tpot_p90_ms / static_cast<double>(c.tpot_ms) : 0;
-  const double kv_ratio = s.decode_kv_usage / c.kv_high;
-  decode.pressure = std::max(tpot_ratio, kv_ratio);
-  // TPOT over target with a lower batch cap to set: the cap answers it, within one step.
-  if (tpot_ratio > 1 && !lowering_cap) {
-    decode.hot = true, decode.why = "TPOT p90 over target";
-  }
-  if (kv_ratio > 1) {
-    decode.hot = true;
-    decode.why += (decode.why.empty() ? "" : ", ") + std::string("KV usage over kv_high");
-  }
-  if (decode_saturated && s.queued > 0) {
-    decode.hot = true, decode.pressure = std::max(decode.pressure, 1.0);
-    decode.why +=
-        (decode.why.empty() ? "" : ", ") + std::string("every batch full, requests queued");
-  }
-  // As the remaining instances would see it after one drained: its sequences and their KV move.
-  const double kv_after = decode_count > 1 ? s.decode_kv_usage * decode_count / (decode_count - 1)
-                                           : std::numeric_limits<double>::infinity();
-  decode.spare = tpot_ratio < c.scale_down_below && kv_after < c.kv_low &&
-                 s.decode_running <= cap_now * (decode_count - 1);
-  decode.cold = decode.spare && s.queued == 0;
-  if (decode.cold)
-    decode.why = "TPOT p90 under " + number("%g", c.scale_down_below) + " x target and KV usage " +
-                 number("%.2f", kv_after) + " after a drain";
+  now.decode_saturated = s.decode.serving > 0 && s.decode_running >= now.cap * s.decode.serving;
+  role_view prefill = prefill_view(s, c, limits_, now);
+  role_view decode = decode_view(s, c, now);
+  const std::string signals = signals_text(s, c, now.cap, queued_at_last_evaluation_);
 
   auto decision = [&](int prefill_target, int decode_target, std::string action,
                       const std::string& why) {
     planner_decision d;
     d.target_counts = {{"prefill", prefill_target}, {"decode", decode_target}};
-    d.decode_batch_cap = new_cap;
+    d.decode_batch_cap = now.new_cap;
     d.action = std::move(action);
-    d.reason = why + ": prefill " + std::to_string(prefill_count) + " -> " +
-               std::to_string(prefill_target) + ", decode " + std::to_string(decode_count) +
+    d.reason = why + ": prefill " + std::to_string(prefill.count) + " -> " +
+               std::to_string(prefill_target) + ", decode " + std::to_string(decode.count) +
                " -> " + std::to_string(decode_target);
-    if (new_cap)
-      d.reason += ", batch cap " + std::to_string(cap_now) + " -> " + std::to_string(*new_cap);
+    if (now.new_cap)
+      d.reason += ", batch cap " + std::to_string(now.cap) + " -> " + std::to_string(*now.new_cap);
     d.reason += " (" + signals + ")";
     return d;
   };
   auto step = [&](const role_view& r, int delta, const std::string& why) {
-    const bool p = r.name == "prefill";
-    return decision(prefill_count + (p ? delta : 0), decode_count + (p ? 0 : delta),
+    const bool p = &r == &prefill;
+    return decision(prefill.count + (p ? delta : 0), decode.count + (p ? 0 : delta),
                     (delta > 0 ? "scale_up_" : "scale_down_") + r.name, why);
   };
   auto switch_to = [&](const role_view& to, const std::string& why) {
-    const bool p = to.name == "prefill";
-    auto d = decision(prefill_count + (p ? 1 : -1), decode_count + (p ? -1 : 1),
+    const bool p = &to == &prefill;
+    auto d = decision(prefill.count + (p ? 1 : -1), decode.count + (p ? -1 : 1),
                       p ? "switch_d_to_p" : "switch_p_to_d", why);
     d.switches.push_back({p ? "decode" : "prefill", to.name, 1});
     return d;
   };
-  const std::array<role_view*, 2> roles = {&prefill, &decode};
   auto other = [&](const role_view& r) -> role_view& { return &r == &prefill ? decode : prefill; };
-  const int total = prefill_count + decode_count;
+  const std::array<role_view*, 2> roles = {&prefill, &decode};
+  const int total = prefill.count + decode.count, total_cap = c.total_cap();
 
   // 1. Back inside the bounds first (an operator's change or a new config may leave a role
   // outside them): one step per interval like every other change.
@@ -227,7 +243,7 @@ std::optional<planner_decision> planner::evaluate(const planner_sample& s) {
     if (!r->hot || r->count >= r->max) continue;
     if (total < total_cap) return step(*r, +1, r->why);
     role_view& donor = other(*r);
-    if (donor.spare && donor.count > donor.min)
+    if (donor.spare && !donor.hot && donor.count > donor.min)
       return switch_to(*r, r->why + " at max_total (" + std::to_string(total_cap) + ") and " +
                                donor.name + " well under target");
   }
@@ -241,10 +257,10 @@ std::optional<planner_decision> planner::evaluate(const planner_sample& s) {
   }
 
   // 4. The counts stay: the batch cap alone.
-  if (new_cap)
-    return decision(prefill_count, decode_count, "set_batch_cap",
-                    lowering_cap ? "TPOT line predicts the batch cap misses the target"
-                                 : "TPOT line allows a larger batch within the target");
+  if (now.new_cap)
+    return decision(prefill.count, decode.count, "set_batch_cap",
+                    now.lowering_cap ? "TPOT line predicts the batch cap misses the target"
+                                     : "TPOT line allows a larger batch within the target");
   return std::nullopt;
 }
 

@@ -98,8 +98,6 @@ public:
   const planner_config& config() const { return config_; }
 
 private:
-  struct evaluation; // one look at the latest sample (planner.cpp)
-
   std::optional<planner_decision> evaluate(const planner_sample& s);
   std::optional<int> batch_cap_change(const planner_sample& s) const;
   planner_decision record(planner_decision d, const planner_sample& s, clock::time_point now);

@@ -181,6 +181,19 @@ TEST(planner, at_max_total_switches_an_instance_from_a_role_well_under_target) {
     EXPECT_FALSE(first_decision(s, c));
   }
   {
+    // A donor whose queue grows is over target itself: nothing.
+    planner p(c, {});
+    auto s = neutral(0s, 2, 2);
+    s.ttft_p90_ms = 300;
+    s.queued = 1;
+    p.observe(s);
+    EXPECT_FALSE(p.decide(t0 + 5s));
+    s.tpot_p90_ms = 200;
+    s.queued = 3;
+    s.at = t0 + 10s;
+    EXPECT_FALSE(at(p, s));
+  }
+  {
     // The donor at its min: nothing either.
     auto s = neutral(0s, 1, 3);
     s.tpot_p90_ms = 200;
