@@ -10,7 +10,8 @@
 //                                    ──a role over its target─────▶ scale it up one; at
 //                                      max_total, switch one from the other role if that one
 //                                      is well under its target
-//                                    ──every role well under and idle──▶ scale one down one
+//                                    ──no role over target, one well under and idle──▶
+//                                      scale it down one
 //                                    ──the fitted batch cap moved──▶ set_batch_cap (or rides
 //                                      along with the count change)
 //
