@@ -4,6 +4,8 @@
 
 #include "services/planner/planner.hpp"
 
+#include <string>
+
 namespace supernode::services::planner::testing {
 
 using namespace std::chrono_literals;
@@ -35,6 +37,14 @@ inline planner_sample neutral(std::chrono::milliseconds at, int prefill, int dec
   s.decode_running = 4;
   s.decode_batch_cap = 64;
   return s;
+}
+
+// A decision in one line, "scale_up_prefill: prefill 2, decode 1", or "none": compared whole,
+// a failure shows what was decided instead.
+inline std::string summary(const std::optional<planner_decision>& d) {
+  if (!d) return "none";
+  return d->action + ": prefill " + std::to_string(d->target_counts.at("prefill")) + ", decode " +
+         std::to_string(d->target_counts.at("decode"));
 }
 
 // What a fresh planner decides on one sample, an interval after it.
