@@ -112,6 +112,73 @@ const std::vector<table>& serving_tables() {
   return tables;
 }
 
+// [planner]: the SLO planner's targets and bounds (services/planner/planner.hpp).
+const config_table<planner::planner_config>& planner_table() {
+  using planner::planner_config;
+  static const auto table =
+      config_table<planner_config>(
+          "planner", "The SLO planner: prefill and decode counts, P<->D switches and the decode "
+                     "batch cap from measured latencies (docs/planner.md).")
+          .boolean("enabled", &planner_config::enabled,
+                   "run the planner; off: the counts stay as `cluster up` or `cluster scale` "
+                   "set them")
+          .integer("ttft_ms", &planner_config::ttft_ms, 1, 3600000,
+                   "target p90 time to first token; over it: one more prefill instance")
+          .integer("tpot_ms", &planner_config::tpot_ms, 1, 600000,
+                   "target p90 time per output token; over it: a lower batch cap or one more "
+                   "decode instance")
+          .integer("interval_ms", &planner_config::interval, 100, 3600000,
+                   "at most one decision per interval")
+          .integer("min_prefill", &planner_config::min_prefill, 1, 1024, "fewest prefill instances")
+          .integer("max_prefill", &planner_config::max_prefill, 1, 1024, "most prefill instances")
+          .rule(">= min_prefill")
+          .integer("min_decode", &planner_config::min_decode, 1, 1024, "fewest decode instances")
+          .integer("max_decode", &planner_config::max_decode, 1, 1024, "most decode instances")
+          .rule(">= min_decode")
+          .integer("max_total", &planner_config::max_total, 0, 2048,
+                   "most prefill and decode instances together; at it, a role over target takes "
+                   "an instance from the other (a P<->D switch); 0: max_prefill + max_decode")
+          .rule("0 or >= min_prefill + min_decode")
+          .integer("cooldown_ms", &planner_config::cooldown, 0, 3600000,
+                   "no count change within this long after the last one finished")
+          .floating("scale_down_below", &planner_config::scale_down_below, 0.05, 0.95,
+                    "a role is scaled down (or gives an instance to the other) only with its "
+                    "p90 under this fraction of its target, and idle")
+          .floating("kv_high", &planner_config::kv_high, 0.0, 1.0,
+                    "decode KV usage over which one more decode instance starts")
+          .excluding_low()
+          .floating("kv_low", &planner_config::kv_low, 0.0, 1.0,
+                    "decode KV usage, as the others would see it after a drain, under which a "
+                    "decode instance may go")
+          .rule("< kv_high")
+          .boolean("batch_cap", &planner_config::batch_cap,
+                   "also set the decode batch cap: the largest batch whose TPOT, on a line "
+                   "fitted to measured (batch, TPOT p90), meets tpot_ms");
+  return table;
+}
+
+// The [planner] rules across keys, each naming the key that breaks it.
+void check_planner(const transport::config_document& file, const planner::planner_config& p) {
+  auto at_least = [&](const char* key, int32_t value, const char* bound_key, int32_t bound) {
+    if (value < bound)
+      file.fail({"planner"}, key,
+                std::string("must be >= ") + bound_key + " (" + std::to_string(bound) + "), got " +
+                    std::to_string(value));
+  };
+  at_least("max_prefill", p.max_prefill, "min_prefill", p.min_prefill);
+  at_least("max_decode", p.max_decode, "min_decode", p.min_decode);
+  if (p.max_total != 0 && p.max_total < p.min_prefill + p.min_decode)
+    file.fail({"planner"}, "max_total",
+              "must be 0 or >= min_prefill + min_decode (" +
+                  std::to_string(p.min_prefill + p.min_decode) + "), got " +
+                  std::to_string(p.max_total));
+  if (p.kv_low >= p.kv_high) {
+    char text[96];
+    std::snprintf(text, sizeof text, "must be < kv_high (%g), got %g", p.kv_high, p.kv_low);
+    file.fail({"planner"}, "kv_low", text);
+  }
+}
+
 // [ems.quotas]: a namespace's bytes over the whole pool, for any namespace.
 const config_key& quota_key() {
   static const config_key key = [] {
@@ -210,6 +277,9 @@ serving_config serving_config::from(const transport::config_document& file) {
   file.read_entries({"ems", "quotas"}, quota_key(), [&](const std::string& ns, config_value v) {
     e.quotas.emplace_back(ns, static_cast<uint64_t>(std::get<int64_t>(v)));
   });
+
+  planner_table().read(file, c.planner);
+  check_planner(file, c.planner);
   return c;
 }
 
@@ -220,6 +290,7 @@ std::vector<transport::config_table_doc> serving_config::tables() {
   docs.push_back({"ems.quotas",
                   "Quotas of pool namespaces (context, models, ...).",
                   {transport::document_key(quota_key(), "")}});
+  docs.push_back(planner_table().document());
   return docs;
 }
 

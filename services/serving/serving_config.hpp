@@ -1,9 +1,9 @@
 #pragma once
 // What a serving cluster serves and how each role sizes itself: the [model], [kv], [gateway],
-// [scheduler], [prefill], [decode], [ep] and [ems] tables of the same TOML file that describes
-// the cluster (transport::cluster_config reads the topology; this reads the rest; cluster_file
-// parses the file once for both). Every process of a cluster reads the same file, so prefill
-// and decode agree on the KV block shape. Every key, with its type, default and range:
+// [scheduler], [prefill], [decode], [ep], [ems] and [planner] tables of the same TOML file that
+// describes the cluster (transport::cluster_config reads the topology; this reads the rest;
+// cluster_file parses the file once for both). Every process of a cluster reads the same file, so
+// prefill and decode agree on the KV block shape. Every key, with its type, default and range:
 // docs/configuration.md.
 //
 //   [model]     path = "models/demo"   precision = "int8"   max_context = 4096
@@ -18,9 +18,11 @@
 //   [ep]        decode_ranks = 1  prefill_ranks = 1  microbatch = false
 //               redundant_experts = 0  eplb_interval = 0  op_timeout_ms = 30000
 //   [ems]       the memory pool and its caches: services/ems/ems_config.hpp
+//   [planner]   the SLO planner, off by default: services/planner/planner_config.hpp
 
 #include "model/linear.hpp"
 #include "services/ems/ems_config.hpp"
+#include "services/planner/planner_config.hpp"
 
 #include <cstdint>
 #include <filesystem>
@@ -79,6 +81,7 @@ struct serving_config {
   int64_t ep_op_timeout_ms = 30000; // a peer silent this long breaks the group
 
   ems::ems_config ems;
+  planner::planner_config planner;
 
   // The model id served: model_name when set (a model loaded from a local copy of the pool's),
   // else the model folder's name.

@@ -89,7 +89,7 @@ TEST(cluster_file, unknown_keys_and_tables_suggest_the_nearest_known_name) {
       error_of(std::string(shape) + "[tokenizer]\npath = \"t\"\n")
           .rfind("x.toml:3: unknown table [tokenizer] (known: [cluster], [planes], [flows], "
                  "[process], [model], [kv], [gateway], [scheduler], [prefill], [decode], [ep], "
-                 "[ems])",
+                 "[ems], [planner])",
                  0),
       0u);
 }

@@ -1,0 +1,86 @@
+// [planner] in a cluster file: off by default, every key read, and a value out of range or
+// against another key rejected with the file, line, table and key.
+
+#include "services/serving/cluster_file.hpp"
+
+#include <gtest/gtest.h>
+
+using namespace std::chrono_literals;
+using supernode::services::cluster_file;
+
+namespace {
+
+constexpr const char* shape = "[process.all]\nroles = [\"gateway\"]\n";
+
+std::string error_of(const std::string& tables) {
+  try {
+    cluster_file::parse(std::string(shape) + tables, "x.toml");
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+} // namespace
+
+TEST(planner_config, is_off_by_default) {
+  const auto p = cluster_file::parse(shape, "x.toml").serving.planner;
+  EXPECT_FALSE(p.enabled);
+  EXPECT_EQ(p.ttft_ms, 1000);
+  EXPECT_EQ(p.tpot_ms, 100);
+  EXPECT_EQ(p.interval, 5000ms);
+  EXPECT_EQ(p.cooldown, 10000ms);
+  EXPECT_EQ(p.total_cap(), 8); // max_total = 0: max_prefill + max_decode
+  EXPECT_FALSE(p.batch_cap);
+}
+
+TEST(planner_config, reads_every_key) {
+  const auto p = cluster_file::parse(std::string(shape) +
+                                         "[planner]\nenabled = true\nttft_ms = 800\ntpot_ms = 50\n"
+                                         "interval_ms = 2000\nmin_prefill = 2\nmax_prefill = 3\n"
+                                         "min_decode = 1\nmax_decode = 6\nmax_total = 7\n"
+                                         "cooldown_ms = 0\nscale_down_below = 0.4\n"
+                                         "kv_high = 0.9\nkv_low = 0.3\nbatch_cap = true\n",
+                                     "x.toml")
+                     .serving.planner;
+  EXPECT_TRUE(p.enabled);
+  EXPECT_EQ(p.ttft_ms, 800);
+  EXPECT_EQ(p.tpot_ms, 50);
+  EXPECT_EQ(p.interval, 2000ms);
+  EXPECT_EQ(p.min_prefill, 2);
+  EXPECT_EQ(p.max_prefill, 3);
+  EXPECT_EQ(p.min_decode, 1);
+  EXPECT_EQ(p.max_decode, 6);
+  EXPECT_EQ(p.max_total, 7);
+  EXPECT_EQ(p.total_cap(), 7);
+  EXPECT_EQ(p.cooldown, 0ms);
+  EXPECT_EQ(p.scale_down_below, 0.4);
+  EXPECT_EQ(p.kv_high, 0.9);
+  EXPECT_EQ(p.kv_low, 0.3);
+  EXPECT_TRUE(p.batch_cap);
+}
+
+TEST(planner_config, rejects_bad_values_naming_file_line_table_and_key) {
+  // Each case: the [planner] table after a one-process shape (lines 1-2) and its message.
+  const std::pair<const char*, const char*> cases[] = {
+      {"[planner]\nenabled = 1\n", "x.toml:4: [planner] enabled must be a boolean, got an integer"},
+      {"[planner]\nttft_ms = 0\n", "x.toml:4: [planner] ttft_ms must be in [1, 3600000], got 0"},
+      {"[planner]\ninterval_ms = 50\n",
+       "x.toml:4: [planner] interval_ms must be in [100, 3600000], got 50"},
+      {"[planner]\nmin_decode = 0\n", "x.toml:4: [planner] min_decode must be in [1, 1024], got 0"},
+      {"[planner]\nscale_down_below = 1.0\n",
+       "x.toml:4: [planner] scale_down_below must be in [0.05, 0.95], got 1"},
+      {"[planner]\nkv_high = 0.0\n", "x.toml:4: [planner] kv_high must be in (0, 1], got 0"},
+      {"[planner]\nintervl_ms = 5000\n",
+       "x.toml:4: [planner] unknown key 'intervl_ms' (did you mean 'interval_ms'?)"},
+      // Rules across keys name the key that breaks them.
+      {"[planner]\nmin_prefill = 3\nmax_prefill = 2\n",
+       "x.toml:5: [planner] max_prefill must be >= min_prefill (3), got 2"},
+      {"[planner]\nmin_decode = 5\n",
+       "x.toml:3: [planner] max_decode must be >= min_decode (5), got 4"},
+      {"[planner]\nmin_prefill = 2\nmin_decode = 2\nmax_total = 3\n",
+       "x.toml:6: [planner] max_total must be 0 or >= min_prefill + min_decode (4), got 3"},
+      {"[planner]\nkv_low = 0.9\n", "x.toml:4: [planner] kv_low must be < kv_high (0.85), got 0.9"},
+  };
+  for (auto& [tables, message] : cases) EXPECT_EQ(error_of(tables), message) << tables;
+}
