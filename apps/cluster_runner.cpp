@@ -207,7 +207,7 @@ int cluster_status(const serving_setup& setup) {
                                     : "  last exit code " + std::to_string(e["code"].get<int>());
       std::printf("%-24s %-10s pid %d  restarts %d%s  log %s\n",
                   p["process"].get<std::string>().c_str(),
-                  (state == "running" && !p["ready"].get<bool>()) ? "starting" : state.c_str(),
+                  state == "running" ? p["phase"].get<std::string>().c_str() : state.c_str(),
                   p["pid"].get<int>(), p["restarts"].get<int>(), last.c_str(),
                   p["log"].get<std::string>().c_str());
       if (state != "running" || !p["ready"].get<bool>()) code = 1;
@@ -224,6 +224,36 @@ int cluster_status(const serving_setup& setup) {
     }
   }
   return code;
+}
+
+int cluster_scale(const serving_setup& setup, const scale_options& options) {
+  nlohmann::json request{
+      {"request", "scale"},
+      {"counts", options.counts},
+      {"drain_timeout_ms",
+       std::chrono::duration_cast<std::chrono::milliseconds>(options.drain_timeout).count()}};
+  if (!options.operation_id.empty()) request["operation_id"] = options.operation_id;
+  // Started slots load the model; a drain may take its whole timeout.
+  const auto answer =
+      ask_supervisor(setup, request, options.drain_timeout + std::chrono::seconds(240));
+  if (!answer)
+    throw std::runtime_error("cluster " + setup.cluster.name + " has no supervisor: run " +
+                             "`supernode cluster up --config " + setup.source + "` first");
+  const bool ok = answer->value("ok", false);
+  if (options.json) {
+    std::printf("%s\n", answer->dump().c_str());
+  } else if (ok) {
+    std::printf("cluster %s scaled in %.2f s", setup.cluster.name.c_str(),
+                (*answer)["took_s"].get<double>());
+    for (auto& name : (*answer)["started"])
+      std::printf("; started %s", name.get<std::string>().c_str());
+    for (auto& name : (*answer)["stopped"])
+      std::printf("; stopped %s", name.get<std::string>().c_str());
+    std::printf("\n");
+  } else {
+    log::process().error("cluster scale: {}", answer->value("error", std::string("refused")));
+  }
+  return ok ? 0 : 1;
 }
 
 int cluster_down(const serving_setup& setup, std::chrono::seconds grace) {

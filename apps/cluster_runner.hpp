@@ -22,6 +22,17 @@ int cluster_supervise(const serving_setup& setup, const std::filesystem::path& c
 // One line per process: its state (running, starting, restarting, gave_up, stopped), pid and
 // restarts; returns 0 when all run and are ready.
 int cluster_status(const serving_setup& setup);
+
+// `cluster scale PROCESS=COUNT...`: asks the supervisor for the counts and waits until they are
+// reached (started slots ready, scaled-down ones gone); prints what changed and took_s, or the
+// supervisor's whole answer with `json`. 0 when done, 1 when refused or failed.
+struct scale_options {
+  std::map<std::string, int> counts;
+  std::string operation_id;
+  std::chrono::seconds drain_timeout{60};
+  bool json = false;
+};
+int cluster_scale(const serving_setup& setup, const scale_options& options);
 // SIGTERM to every process, SIGKILL to any still alive after `grace` (through the supervisor,
 // which then ends; by pid files when none runs); returns 0.
 int cluster_down(const serving_setup& setup, std::chrono::seconds grace = std::chrono::seconds(15));

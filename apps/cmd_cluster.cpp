@@ -23,6 +23,21 @@ int cluster_keys(const transport::cluster_config& cluster) {
   return 0;
 }
 
+// "decode=2" -> ("decode", 2).
+std::pair<std::string, int> parse_process_count(const std::string& text) {
+  const auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
+    throw usage_error("cluster scale: '" + text + "' is not PROCESS=COUNT");
+  try {
+    size_t used = 0;
+    const int count = std::stoi(text.substr(eq + 1), &used);
+    if (used != text.size() - eq - 1 || count < 0) throw std::invalid_argument("count");
+    return {text.substr(0, eq), count};
+  } catch (const std::exception&) {
+    throw usage_error("cluster scale: '" + text + "': the count must be a whole number >= 0");
+  }
+}
+
 } // namespace
 
 int cmd_cluster(cli_args& args) {
@@ -31,9 +46,19 @@ int cmd_cluster(cli_args& args) {
   auto model = args.take("--model");
   if (!action ||
       (*action != "up" && *action != "status" && *action != "down" && *action != "keys" &&
-       *action != "supervise") ||
+       *action != "supervise" && *action != "scale") ||
       !config || (*action == "supervise" && !model))
-    throw usage_error("expected `cluster up|status|down|keys --config FILE [--model DIR]`");
+    throw usage_error("expected `cluster up|status|down|keys --config FILE [--model DIR]` or "
+                      "`cluster scale --config FILE PROCESS=COUNT... [--operation-id ID] "
+                      "[--drain-timeout-s N] [--json]`");
+  scale_options scale;
+  if (*action == "scale") {
+    scale.operation_id = args.take_or("--operation-id", "");
+    scale.drain_timeout = std::chrono::seconds(args.take_int("--drain-timeout-s", 60, 1, 86400));
+    scale.json = args.take_flag("--json");
+    while (auto count = args.take_positional()) scale.counts.emplace(parse_process_count(*count));
+    if (scale.counts.empty()) throw usage_error("cluster scale: give PROCESS=COUNT, e.g. decode=1");
+  }
   args.expect_consumed("cluster " + *action);
   // Only `up` starts roles that load the model (the supervisor it starts gets the folder `up`
   // resolved); the others just find the processes.
@@ -42,6 +67,7 @@ int cmd_cluster(cli_args& args) {
   if (up) return cluster_up(setup, *config);
   if (*action == "supervise") return cluster_supervise(setup, *config, *model);
   if (*action == "status") return cluster_status(setup);
+  if (*action == "scale") return cluster_scale(setup, scale);
   if (*action == "keys") return cluster_keys(setup.cluster);
   return cluster_down(setup);
 }

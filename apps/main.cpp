@@ -27,6 +27,9 @@ commands:
               one process per process instance of FILE on this host under a supervisor that
               restarts them per [process.NAME] restart (logs, pid files, events.jsonl and
               supervisor.sock in its run_dir)
+  cluster scale --config FILE PROCESS=COUNT... [--operation-id ID] [--drain-timeout-s N] [--json]
+              the supervisor starts or drains slots of FILE's process kinds to reach the counts
+              (at most each kind's configured count), and answers once they are serving or gone
   cluster keys --config FILE
               the CurveZMQ key pairs FILE's instances lack, made in its key folder (0700)
   chaos       --config FILE --faults PLAN.toml [--num-prompts N] [--concurrency C]

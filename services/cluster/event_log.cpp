@@ -89,6 +89,10 @@ void event_log::gave_up(const std::string& process, pid_t pid, const std::string
   append(fd_, e);
 }
 
+void event_log::draining(const std::string& process, pid_t pid) {
+  append(fd_, entry("draining", process, pid));
+}
+
 void event_log::hung(const std::string& process, pid_t pid, long long silent_ms) {
   auto e = entry("hung", process, pid);
   e["silent_ms"] = silent_ms;

@@ -8,6 +8,7 @@
 //                                   `signal_number` (9); stopped may carry `reason` instead
 //   restarting                      `attempt` (1 for the first of a streak), `backoff_ms`
 //   gave_up                         `reason`
+//   draining                        - (scaled down: asked to leave; its stopped event follows)
 //   hung                            `silent_ms`: its liveness file went untouched this long
 //                                   (it is killed next, and its exit follows)
 
@@ -36,6 +37,7 @@ public:
   void restarting(const std::string& process, pid_t pid, int attempt, long long backoff_ms);
   void gave_up(const std::string& process, pid_t pid, const std::string& reason);
   void hung(const std::string& process, pid_t pid, long long silent_ms);
+  void draining(const std::string& process, pid_t pid);
 
 private:
   int fd_ = -1;

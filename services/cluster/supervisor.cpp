@@ -2,6 +2,7 @@
 
 #include "services/cluster/control_socket.hpp"
 #include "services/cluster/event_log.hpp"
+#include "services/cluster/scale_plan.hpp"
 #include "transport/private_files.hpp"
 #include "transport/shm_segment.hpp"
 
@@ -58,6 +59,7 @@ struct slot {
   std::optional<exit_status> last_exit;
   clock_type::time_point restart_at;
   bool hung_killed = false; // the probe killed this run
+  bool wanted = true;       // false: scaled down (drained, then left stopped)
 
   bool probed() const { return def.liveness_timeout.count() > 0 && !def.liveness_file.empty(); }
   bool alive() const { return child && child->running(); }
@@ -72,7 +74,15 @@ struct client {
   int fd = -1;
   std::string buffer;
   bool waits_for_down = false;
+  bool waits_for_scale = false;
 };
+
+// What `status` calls a slot: starting, serving, draining (scaled down, not gone yet) or down.
+const char* phase_of(const slot& s) {
+  if (!s.alive()) return "down";
+  if (!s.wanted) return "draining";
+  return s.ready ? "serving" : "starting";
+}
 
 void send_line(int fd, const json& answer) {
   const std::string line = answer.dump() + "\n";
@@ -92,6 +102,12 @@ struct supervisor::impl {
   std::vector<client> clients;
 
   bool starting = true; // not every slot has been ready once yet
+  // The scale operation running, if any: what it changes, since when, until when its drained
+  // slots may take before they are killed.
+  scale_operations scales;
+  std::vector<std::string> scale_start, scale_stop;
+  clock_type::time_point scale_began, drain_deadline;
+  bool drain_killed = false;
   clock_type::time_point start_deadline;
   bool stopping = false, kill_sent = false;
   clock_type::time_point kill_deadline;
@@ -214,6 +230,11 @@ struct supervisor::impl {
       events->stopped(s.def.name, s.pid, status);
       return;
     }
+    if (!s.wanted) {
+      s.state = slot_state::stopped;
+      events->stopped(s.def.name, s.pid, status, "scaled down");
+      return;
+    }
     events->exited(s.def.name, s.pid, status);
     if (starting && !s.ever_ready) {
       fail_start(s, true);
@@ -274,6 +295,7 @@ struct supervisor::impl {
     for (auto& s : slots)
       processes.push_back({{"process", s.def.name},
                            {"state", to_string(s.state)},
+                           {"phase", phase_of(s)},
                            {"ready", s.ready},
                            {"pid", s.alive() ? s.pid : 0},
                            {"restarts", s.restarts},
@@ -293,14 +315,124 @@ struct supervisor::impl {
     const auto what = request.value("request", std::string());
     if (what == "status") {
       send_line(c.fd, status());
+    } else if (what == "scale") {
+      begin_scale(c, request);
     } else if (what == "down") {
       c.waits_for_down = true;
       begin_down(std::chrono::milliseconds(
           request.value("grace_ms", static_cast<long long>(options.stop_grace.count()))));
     } else {
-      send_line(c.fd, {{"ok", false},
-                       {"error", "unknown request '" + what + "' (expected status or down)"}});
+      send_line(c.fd,
+                {{"ok", false},
+                 {"error", "unknown request '" + what + "' (expected status, scale or down)"}});
     }
+  }
+
+  slot* find_slot(const std::string& name) {
+    for (auto& s : slots)
+      if (s.def.name == name) return &s;
+    return nullptr;
+  }
+
+  // {"request":"scale","counts":{"decode":1},"operation_id":"...","drain_timeout_ms":N}:
+  // answered once the slots it starts are ready and those it drains are gone.
+  void begin_scale(client& c, const json& request) {
+    scale_request wanted;
+    try {
+      wanted.operation_id = request.value("operation_id", std::string());
+      for (auto& [kind, count] : request.at("counts").items())
+        wanted.counts[kind] = count.get<int>();
+    } catch (const json::exception& e) {
+      send_line(c.fd, {{"ok", false}, {"error", std::string("bad scale request: ") + e.what()}});
+      return;
+    }
+    if (starting || stopping) {
+      send_line(c.fd, {{"ok", false},
+                       {"error",
+                        starting ? "the cluster is still starting" : "the cluster is going down"}});
+      return;
+    }
+    std::string answer;
+    switch (scales.classify(wanted, &answer)) {
+    case scale_operations::verdict::repeat:
+      if (!answer.empty())
+        send_line(c.fd, json::parse(answer));
+      else
+        c.waits_for_scale = true; // the same operation, still running
+      return;
+    case scale_operations::verdict::conflict:
+      send_line(c.fd, {{"ok", false},
+                       {"conflict", true},
+                       {"error", scales.running() ? "another scale operation is running"
+                                                  : "operation id '" + wanted.operation_id +
+                                                        "' was used with other counts"}});
+      return;
+    case scale_operations::verdict::fresh:
+      break;
+    }
+    std::vector<slot_view> views;
+    for (auto& s : slots) views.push_back({s.def.name, s.wanted});
+    const auto plan = plan_scale(views, wanted);
+    if (!plan.error.empty()) {
+      send_line(c.fd, {{"ok", false}, {"error", plan.error}});
+      return;
+    }
+    scales.begin(wanted);
+    c.waits_for_scale = true;
+    scale_began = clock_type::now();
+    drain_deadline =
+        scale_began + std::chrono::milliseconds(request.value("drain_timeout_ms", 60'000));
+    drain_killed = false;
+    scale_start = plan.start;
+    scale_stop = plan.stop;
+    for (auto& name : plan.stop) {
+      auto& s = *find_slot(name);
+      s.wanted = false;
+      if (s.alive()) {
+        // A role that ends announces it; the requests it held resume elsewhere.
+        events->draining(s.def.name, s.pid);
+        s.child->signal(SIGTERM);
+      } else if (s.state == slot_state::restarting || s.state == slot_state::gave_up) {
+        s.state = slot_state::stopped;
+        events->stopped(s.def.name, s.pid, std::nullopt, "scaled down");
+      }
+    }
+    for (auto& name : plan.start) {
+      auto& s = *find_slot(name);
+      s.wanted = true;
+      if (!s.alive() && s.state != slot_state::restarting) {
+        s.policy = restart_policy(s.def.rules); // a fresh start: earlier failures forgiven
+        spawn(s);
+      }
+    }
+    check_scale_done();
+  }
+
+  void answer_scale(const json& answer) {
+    scales.finish(answer.dump());
+    for (auto& c : clients)
+      if (std::exchange(c.waits_for_scale, false)) send_line(c.fd, answer);
+  }
+
+  void check_scale_done() {
+    if (!scales.running()) return;
+    for (auto& name : scale_start) {
+      auto& s = *find_slot(name);
+      if (s.state == slot_state::gave_up)
+        return answer_scale({{"ok", false},
+                             {"operation_id", scales.current()->operation_id},
+                             {"error", name + " could not be started (given up on; see its log)"}});
+      if (!s.ready) return;
+    }
+    for (auto& name : scale_stop)
+      if (find_slot(name)->alive()) return;
+    const double took = std::chrono::duration<double>(clock_type::now() - scale_began).count();
+    answer_scale({{"ok", true},
+                  {"operation_id", scales.current()->operation_id},
+                  {"took_s", took},
+                  {"started", scale_start},
+                  {"stopped", scale_stop},
+                  {"drain_killed", drain_killed}});
   }
 
   // Reads what a client sent; false when it has gone.
@@ -366,6 +498,11 @@ struct supervisor::impl {
   void run_timers() {
     probe_liveness();
     const auto now = clock_type::now();
+    if (scales.running() && !drain_killed && now >= drain_deadline) {
+      drain_killed = true;
+      for (auto& name : scale_stop)
+        if (auto& s = *find_slot(name); s.alive()) s.child->signal(SIGKILL);
+    }
     for (auto& s : slots)
       if (!stopping && s.state == slot_state::restarting && s.restart_at <= now) {
         ++s.restarts;
@@ -390,6 +527,7 @@ struct supervisor::impl {
       if (s.state == slot_state::restarting && !stopping) next = std::min(next, s.restart_at);
     if (starting && !stopping) next = std::min(next, start_deadline);
     if (stopping && !kill_sent) next = std::min(next, kill_deadline);
+    if (scales.running() && !drain_killed) next = std::min(next, drain_deadline);
     // Probes are looked at a few times a timeout (the shortest one).
     if (!stopping && any_probe())
       for (auto& s : slots)
@@ -401,6 +539,7 @@ struct supervisor::impl {
   }
 
   void finish() {
+    if (scales.running()) answer_scale({{"ok", false}, {"error", "the cluster went down"}});
     for (auto& c : clients)
       if (c.waits_for_down)
         send_line(c.fd, {{"ok", true}, {"stopped", stopped_count}, {"killed", killed_count}});
@@ -449,6 +588,7 @@ struct supervisor::impl {
       if (fds[0].revents)
         for (int fd; (fd = listener->accept_own_user()) >= 0;) clients.push_back({fd, {}, false});
       run_timers();
+      check_scale_done();
     }
     finish();
     return exit_code;

@@ -258,6 +258,58 @@ TEST(supervisor, a_child_that_stops_beating_is_killed_as_hung_and_restarted) {
   EXPECT_EQ(run.join(), 0);
 }
 
+TEST(supervisor, scale_drains_slots_without_restarting_them_and_starts_them_again) {
+  supervised_run run;
+  run.add("gateway-0", sleeper, quick_rules(restart_mode::always));
+  run.add("worker-0", sleeper, quick_rules(restart_mode::always));
+  run.add("worker-1", sleeper, quick_rules(restart_mode::always));
+  run.start();
+  ASSERT_TRUE(run.wait_started());
+  ASSERT_EQ(run.start_result(), "up");
+  const pid_t second = run.pid_in_file("worker-1");
+
+  const json down_to_one = {
+      {"request", "scale"}, {"counts", {{"worker", 1}}}, {"operation_id", "op-1"}};
+  const auto answer = run.ask(down_to_one);
+  ASSERT_EQ(answer["ok"], true) << answer.dump();
+  EXPECT_EQ(answer["stopped"], json::array({"worker-1"}));
+  EXPECT_EQ(answer["started"], json::array());
+  EXPECT_EQ(answer["drain_killed"], false);
+  EXPECT_GE(answer["took_s"].get<double>(), 0.0);
+  // Drained with SIGTERM and left stopped, though its policy restarts every exit.
+  EXPECT_NE(::kill(second, 0), 0);
+  const std::vector<std::string> drained{"spawned", "ready", "draining", "stopped"};
+  EXPECT_EQ(run.story("worker-1"), drained);
+  EXPECT_EQ(run.events().back()["reason"], "scaled down");
+  auto status = run.ask({{"request", "status"}});
+  std::map<std::string, json> by_name;
+  for (auto& p : status["processes"]) by_name[p["process"].get<std::string>()] = p;
+  EXPECT_EQ(by_name["worker-1"]["state"], "stopped");
+  EXPECT_EQ(by_name["worker-1"]["phase"], "down");
+  EXPECT_EQ(by_name["worker-0"]["phase"], "serving");
+
+  // The same operation again: its first answer; the id with other counts: a conflict.
+  EXPECT_EQ(run.ask(down_to_one), answer);
+  const auto reused =
+      run.ask({{"request", "scale"}, {"counts", {{"worker", 2}}}, {"operation_id", "op-1"}});
+  EXPECT_EQ(reused["ok"], false);
+  EXPECT_EQ(reused["conflict"], true);
+  const auto too_many = run.ask({{"request", "scale"}, {"counts", {{"worker", 3}}}});
+  EXPECT_EQ(too_many["ok"], false);
+  EXPECT_NE(too_many["error"].get<std::string>().find("2 slot(s)"), std::string::npos);
+
+  const auto up = run.ask({{"request", "scale"}, {"counts", {{"worker", 2}}}});
+  ASSERT_EQ(up["ok"], true) << up.dump();
+  EXPECT_EQ(up["started"], json::array({"worker-1"}));
+  const pid_t back = run.pid_in_file("worker-1");
+  EXPECT_GT(back, 0);
+  EXPECT_NE(back, second);
+  status = run.ask({{"request", "status"}});
+  for (auto& p : status["processes"]) EXPECT_EQ(p["phase"], "serving") << p.dump();
+  EXPECT_EQ(run.down()["stopped"], 3);
+  EXPECT_EQ(run.join(), 0);
+}
+
 TEST(supervisor, a_child_that_keeps_crashing_is_given_up_on_and_a_clean_exit_is_left_stopped) {
   supervised_run run;
   run.add("crasher-0", "echo ready; exit 3", quick_rules(restart_mode::on_failure, 2));

@@ -17,3 +17,8 @@ supernode_add_test(supervisor_test
   LIBS supernode_services
   LABEL integration)
 target_link_libraries(supervisor_test PRIVATE nlohmann_json::nlohmann_json)
+# What a scale request changes, and operation ids, without processes.
+supernode_add_test(scale_plan_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/scale_plan_test.cpp
+  LIBS supernode_services
+  LABEL unit)

@@ -1,0 +1,78 @@
+// plan_scale: which slots a scale request starts and drains (the lowest-numbered slots stay),
+// and what it refuses; scale_operations: repeats of an operation id get its answer, the id with
+// other counts or a second operation while one runs are conflicts.
+
+#include "services/cluster/scale_plan.hpp"
+
+#include <gtest/gtest.h>
+
+using namespace supernode::services::cluster;
+
+namespace {
+std::vector<slot_view> three_decode_two_prefill() {
+  return {{"gateway-0", true}, {"decode-0", true},  {"decode-1", true},
+          {"decode-2", false}, {"prefill-0", true}, {"prefill-1", true}};
+}
+using names = std::vector<std::string>;
+} // namespace
+
+TEST(scale_plan, the_kind_of_a_slot_is_its_name_without_the_index) {
+  EXPECT_EQ(process_kind_of("decode-1"), "decode");
+  EXPECT_EQ(process_kind_of("ems_controller-0"), "ems_controller");
+  EXPECT_EQ(process_kind_of("my-role-12"), "my-role");
+  EXPECT_EQ(process_kind_of("all"), "all");
+  EXPECT_EQ(process_kind_of("odd-x"), "odd-x");
+}
+
+TEST(scale_plan, counts_keep_the_lowest_slots_and_change_only_what_differs) {
+  const auto slots = three_decode_two_prefill();
+  auto plan = plan_scale(slots, {{{"decode", 1}}, ""});
+  EXPECT_TRUE(plan.error.empty()) << plan.error;
+  EXPECT_EQ(plan.stop, names{"decode-1"});
+  EXPECT_TRUE(plan.start.empty());
+  plan = plan_scale(slots, {{{"decode", 3}, {"prefill", 1}}, ""});
+  EXPECT_EQ(plan.start, names{"decode-2"});
+  EXPECT_EQ(plan.stop, names{"prefill-1"});
+  plan = plan_scale(slots, {{{"decode", 2}}, ""}); // already so
+  EXPECT_TRUE(plan.start.empty() && plan.stop.empty() && plan.error.empty());
+  plan = plan_scale(slots, {{{"prefill", 0}}, ""});
+  EXPECT_EQ(plan.stop, (names{"prefill-0", "prefill-1"}));
+}
+
+TEST(scale_plan, an_unknown_kind_or_more_than_the_slots_is_refused_naming_it) {
+  const auto slots = three_decode_two_prefill();
+  auto plan = plan_scale(slots, {{{"decoder", 1}}, ""});
+  EXPECT_NE(plan.error.find("no process kind 'decoder'"), std::string::npos) << plan.error;
+  plan = plan_scale(slots, {{{"decode", 4}}, ""});
+  EXPECT_NE(plan.error.find("'decode' has 3 slot(s)"), std::string::npos) << plan.error;
+  EXPECT_TRUE(plan.start.empty() && plan.stop.empty());
+  plan = plan_scale(slots, {{{"decode", 1}, {"prefill", -1}}, ""});
+  EXPECT_FALSE(plan.error.empty());
+  EXPECT_TRUE(plan.stop.empty()) << "a refused request changes nothing";
+  EXPECT_FALSE(plan_scale(slots, {}).error.empty());
+}
+
+TEST(scale_plan, an_operation_id_answers_its_repeats_and_refuses_other_counts) {
+  scale_operations ops;
+  const scale_request a{{{"decode", 1}}, "op-1"}, other_counts{{{"decode", 2}}, "op-1"},
+      b{{{"prefill", 1}}, "op-2"}, anonymous{{{"decode", 1}}, ""};
+  std::string answer;
+  EXPECT_EQ(ops.classify(a, &answer), scale_operations::verdict::fresh);
+  ops.begin(a);
+  EXPECT_TRUE(ops.running());
+  // While it runs: the same operation is a repeat (no answer yet), anything else a conflict.
+  answer.clear();
+  EXPECT_EQ(ops.classify(a, &answer), scale_operations::verdict::repeat);
+  EXPECT_TRUE(answer.empty());
+  EXPECT_EQ(ops.classify(other_counts, nullptr), scale_operations::verdict::conflict);
+  EXPECT_EQ(ops.classify(b, nullptr), scale_operations::verdict::conflict);
+  EXPECT_EQ(ops.classify(anonymous, nullptr), scale_operations::verdict::conflict);
+  ops.finish("{\"ok\":true}");
+  EXPECT_FALSE(ops.running());
+  // Done: a repeat gets the first answer, the id with other counts stays a conflict.
+  EXPECT_EQ(ops.classify(a, &answer), scale_operations::verdict::repeat);
+  EXPECT_EQ(answer, "{\"ok\":true}");
+  EXPECT_EQ(ops.classify(other_counts, nullptr), scale_operations::verdict::conflict);
+  EXPECT_EQ(ops.classify(b, nullptr), scale_operations::verdict::fresh);
+  EXPECT_EQ(ops.classify(anonymous, nullptr), scale_operations::verdict::fresh);
+}
