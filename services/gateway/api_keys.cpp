@@ -99,20 +99,21 @@ key_digest digest_of(std::string_view key) {
   return out;
 }
 
-api_key_table api_key_table::load(const std::filesystem::path& file) {
+api_key_table api_key_table::load(const std::filesystem::path& file,
+                                  const std::string& config_key) {
   struct stat info {};
   if (::stat(file.c_str(), &info) != 0)
-    throw std::runtime_error("[gateway] api_keys_file " + file.string() + ": cannot read it");
+    throw std::runtime_error("[gateway] " + config_key + " " + file.string() + ": cannot read it");
   if ((info.st_mode & 077) != 0) {
     char mode[8];
     std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(info.st_mode & 07777));
-    throw std::runtime_error("[gateway] api_keys_file " + file.string() + " has mode " + mode +
+    throw std::runtime_error("[gateway] " + config_key + " " + file.string() + " has mode " + mode +
                              ": group and others must have no access to it (chmod 600 " +
                              file.string() + ")");
   }
   std::ifstream in(file);
   if (!in)
-    throw std::runtime_error("[gateway] api_keys_file " + file.string() + ": cannot read it");
+    throw std::runtime_error("[gateway] " + config_key + " " + file.string() + ": cannot read it");
   std::stringstream text;
   text << in.rdbuf();
   return parse(text.str(), file.string());

@@ -38,8 +38,10 @@ struct api_key_entry {
 class api_key_table {
 public:
   // Reads `file`. Throws std::runtime_error naming the file and mode when group or others have
-  // any permission on it, and "file:line: reason" for a malformed line.
-  static api_key_table load(const std::filesystem::path& file);
+  // any permission on it, and "file:line: reason" for a malformed line. `config_key` names the
+  // key that gave the file, in errors ([gateway] api_keys_file, admin_token_file).
+  static api_key_table load(const std::filesystem::path& file,
+                            const std::string& config_key = "api_keys_file");
   // The same rules on text already read; `source` names it in errors.
   static api_key_table parse(std::string_view text, const std::string& source);
 

@@ -70,6 +70,11 @@ void gateway_service::start(transport::endpoint& out) {
   o.idle_timeout = std::chrono::milliseconds(config_.idle_timeout_ms);
   o.max_connections_per_client = static_cast<size_t>(config_.max_connections_per_client);
   o.log = log_;
+  admin_ = std::make_unique<admin_scale>(
+      config_.admin_token_file.empty()
+          ? std::nullopt
+          : std::optional(api_key_table::load(config_.admin_token_file, "admin_token_file")),
+      out.cluster().run_dir / "supervisor.sock");
   http_ =
       std::make_unique<http_server>(o, [this](std::shared_ptr<http_exchange> ex, http_request req) {
         handle(ex, std::move(req));
@@ -162,6 +167,7 @@ void gateway_service::handle(std::shared_ptr<http_exchange> ex, http_request req
     const auto health = gateway::assess_health(member_health());
     return ex->respond(health.status, json_type, health.json());
   }
+  if (path == "/admin/scale") return admin_->handle(ex, req);
   if (path == "/metrics") {
     if (req.method != "GET") return not_allowed();
     return ex->respond(200, "text/plain; version=0.0.4", render_metrics());

@@ -12,6 +12,7 @@
 
 #include "model/config.hpp"
 #include "model/tokenizer.hpp"
+#include "services/gateway/admin_scale.hpp"
 #include "services/gateway/api_keys.hpp"
 #include "services/gateway/gateway_interface.hpp"
 #include "services/gateway/health.hpp"
@@ -98,6 +99,8 @@ private:
   mutable std::mutex stats_mutex_;
   std::shared_ptr<const protocol::cluster_stats> stats_;
   gateway::request_tracker tracker_;
+  // Before http_, so destroyed after it: no admin call comes in while the waiting ones are joined.
+  std::unique_ptr<gateway::admin_scale> admin_;
   std::unique_ptr<gateway::http_server> http_; // last: its threads stop before the rest goes
 };
 

@@ -11,6 +11,7 @@ target_sources(supernode_services PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/cluster_metrics.cpp
   ${CMAKE_CURRENT_LIST_DIR}/request_tracker.cpp
   ${CMAKE_CURRENT_LIST_DIR}/api_keys.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/admin_scale.cpp
   ${CMAKE_CURRENT_LIST_DIR}/key_limiter.cpp
   ${CMAKE_CURRENT_LIST_DIR}/health.cpp
 )

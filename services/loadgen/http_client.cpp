@@ -174,7 +174,7 @@ net::awaitable<void> stream_completion(const completion_call& call, const planne
 http_response http_request(const http_url& url, const std::string& method,
                            const std::string& target, const std::string& body,
                            std::chrono::steady_clock::duration timeout,
-                           const std::string& content_type) {
+                           const std::string& content_type, const std::string& bearer) {
   http_response out;
   try {
     net::io_context io;
@@ -185,6 +185,7 @@ http_response http_request(const http_url& url, const std::string& method,
     http::request<http::string_body> req{http::string_to_verb(method), url.target(target), 11};
     req.set(http::field::host, url.host_header());
     req.set(http::field::user_agent, "supernode");
+    if (!bearer.empty()) req.set(http::field::authorization, "Bearer " + bearer);
     if (!body.empty() || req.method() == http::verb::post) {
       req.set(http::field::content_type, content_type);
       req.body() = body;

@@ -54,11 +54,13 @@ struct http_response {
 
 // One request on a fresh connection, blocking; `timeout` bounds connect, send and the whole
 // response (an event stream is read until the server ends it). A body is sent with
-// `content_type`. Never throws: a transport failure is in `error`, with status 0.
+// `content_type`, and `bearer` (when given) as `Authorization: Bearer <bearer>`. Never throws: a
+// transport failure is in `error`, with status 0.
 http_response http_request(const http_url& url, const std::string& method,
                            const std::string& target, const std::string& body = "",
                            std::chrono::steady_clock::duration timeout = std::chrono::seconds(120),
-                           const std::string& content_type = "application/json");
+                           const std::string& content_type = "application/json",
+                           const std::string& bearer = "");
 
 // The body of a GET that answered 200; throws std::runtime_error naming the URL otherwise.
 std::string http_get_ok(const http_url& url, const std::string& target, double timeout_s);

@@ -54,6 +54,9 @@ const std::vector<table>& serving_tables() {
                     "[tokens_per_minute=<n>]`; /v1/* then needs `Authorization: Bearer "
                     "<key>`; the file must have no group or other permissions; empty: no "
                     "keys, and the gateway listens on loopback only")
+            .string("admin_token_file", &serving_config::admin_token_file,
+                    "tokens for POST /admin/scale, one a line like api_keys_file (0600); "
+                    "empty: the admin API answers 403")
             .boolean("allow_unauthenticated", &serving_config::allow_unauthenticated,
                      "without api_keys_file, listen on a non-loopback host anyway "
                      "(`supernode serve --allow-unauthenticated` does the same)")

@@ -62,6 +62,7 @@ struct serving_config {
   // A request mid-stream that hears nothing from its decode instance this long is placed again.
   int64_t stall_timeout_ms = 15000;
   int64_t first_token_timeout_ms = 60000;
+  std::string admin_token_file; // POST /admin/scale's bearer tokens; empty: the admin API is off
 
   int64_t max_queued = 1024; // admitted but not yet placed, at the scheduler; beyond: 429
 

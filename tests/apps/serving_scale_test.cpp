@@ -1,0 +1,114 @@
+// `supernode cluster scale` on a live pdc-2p2d under load: decode 2 → 1 while requests stream
+// through decode-1 (it drains: its roles leave and the requests it held resume on decode-0),
+// then back to 2, and prefill 2 → 1 → 2; every request answers with the reference engine's
+// tokens, the status says what is serving, and a request after the changes is served.
+
+#include "../support/child_process.hpp"
+#include "services/cluster/control_socket.hpp"
+#include "services/loadgen/http_client.hpp"
+#include "serving_faults.hpp"
+#include "transport/private_files.hpp"
+
+#include <nlohmann/json.hpp>
+
+using namespace supernode::testing;
+using json = nlohmann::json;
+
+namespace {
+
+// `cluster scale --json` with `counts`; its answer.
+json scale(const serving_cluster& cluster, const std::vector<std::string>& counts) {
+  std::vector<std::string> argv{serving_cluster::binary(),      "cluster", "scale", "--config",
+                                cluster.config_file().string(), "--json"};
+  argv.insert(argv.end(), counts.begin(), counts.end());
+  child_process cli(argv);
+  std::string out;
+  while (auto line = cli.read_line(std::chrono::seconds(240))) out += *line;
+  const auto status = cli.wait(std::chrono::seconds(30));
+  EXPECT_TRUE(status && status->exited()) << out;
+  return json::parse(out, nullptr, false);
+}
+
+// Slot -> phase, from `cluster status` through the supervisor's socket answer.
+std::map<std::string, std::string> phases(const serving_cluster& cluster) {
+  const auto answer = supernode::services::cluster::ask_control(
+      cluster.run_dir() / "supervisor.sock", R"({"request":"status"})", std::chrono::seconds(10));
+  std::map<std::string, std::string> out;
+  if (!answer) return out;
+  const auto status = json::parse(*answer); // kept: the loop reads into it
+  for (auto& p : status["processes"])
+    out[p["process"].get<std::string>()] = p["phase"].get<std::string>();
+  return out;
+}
+
+} // namespace
+
+TEST(serving_scale, decode_and_prefill_scale_down_and_up_under_load_losing_no_request) {
+  serving_cluster cluster("pdc-2p2d.toml", tiny_model_dir());
+  ASSERT_TRUE(cluster.up());
+  json down;
+  expect_no_request_lost(
+      cluster, workload(8, 40, 160),
+      [](const std::string& m) { return running_on(m, "decode-1") >= 2; },
+      [&] { down = scale(cluster, {"decode=1"}); });
+  ASSERT_EQ(down["ok"], true) << down.dump();
+  EXPECT_EQ(down["stopped"], json::array({"decode-1"}));
+  EXPECT_EQ(phases(cluster)["decode-1"], "down");
+  EXPECT_EQ(pid_of(cluster, "decode-1"), 0) << "a scaled-down slot is not restarted";
+
+  const auto up = scale(cluster, {"decode=2", "prefill=1"});
+  ASSERT_EQ(up["ok"], true) << up.dump();
+  EXPECT_EQ(up["started"], json::array({"decode-1"}));
+  EXPECT_EQ(up["stopped"], json::array({"prefill-1"}));
+  auto now = phases(cluster);
+  EXPECT_EQ(now["decode-1"], "serving");
+  EXPECT_EQ(now["prefill-1"], "down");
+  // The cluster serves on its new shape, and again with prefill back to two.
+  expect_no_request_lost(
+      cluster, workload(6, 40, 40),
+      [](const std::string& m) { return running_on(m, "decode-1") >= 1; },
+      [&] { EXPECT_EQ(scale(cluster, {"prefill=2"})["ok"], true); }, /*expect_resumed=*/false);
+  EXPECT_EQ(phases(cluster)["prefill-1"], "serving");
+  expect_serves_the_reference(cluster);
+}
+
+TEST(serving_scale, the_admin_api_needs_its_token_and_answers_repeats_and_conflicts) {
+  // The token file is private, like an API keys file; the gateway refuses to start otherwise.
+  const auto tokens = std::filesystem::temp_directory_path() /
+                      ("supernode-admin-" + std::to_string(::getpid()) + ".tokens");
+  supernode::transport::write_private_file(tokens, "s3cret-admin-token name=ops\n");
+  serving_cluster cluster("pdc-2p2d.toml", tiny_model_dir(),
+                          {{"gateway", "admin_token_file", "\"" + tokens.string() + "\""}});
+  std::filesystem::remove(tokens); // read at start
+  ASSERT_TRUE(cluster.up());
+  supernode::services::loadgen::http_url url;
+  url.host = "127.0.0.1";
+  url.port = std::to_string(cluster.port());
+  auto post = [&](const json& body, const std::string& token = "s3cret-admin-token") {
+    return supernode::services::loadgen::http_request(url, "POST", "/admin/scale", body.dump(),
+                                                      std::chrono::seconds(300), "application/json",
+                                                      token);
+  };
+  const json one{{"counts", {{"prefill", 1}}}, {"operation_id", "shrink-1"}};
+  EXPECT_EQ(post(one, "").status, 401u);
+  EXPECT_EQ(post(one, "guess").status, 401u);
+  EXPECT_EQ(post({{"counts", "all"}}).status, 400u);
+  const auto too_many = post({{"counts", {{"prefill", 5}}}});
+  EXPECT_EQ(too_many.status, 400u);
+  EXPECT_NE(too_many.body.find("2 slot(s)"), std::string::npos) << too_many.body;
+  EXPECT_EQ(phases(cluster)["prefill-1"], "serving") << "a refused call changes nothing";
+
+  const auto done = post(one);
+  ASSERT_EQ(done.status, 200u) << done.body;
+  EXPECT_EQ(json::parse(done.body)["stopped"], json::array({"prefill-1"}));
+  EXPECT_EQ(phases(cluster)["prefill-1"], "down");
+  const auto repeat = post(one);
+  EXPECT_EQ(repeat.status, 200u);
+  EXPECT_EQ(repeat.body, done.body) << "a repeated operation id answers what the first did";
+  EXPECT_EQ(post({{"counts", {{"prefill", 2}}}, {"operation_id", "shrink-1"}}).status, 409u);
+
+  const auto back = post({{"counts", {{"prefill", 2}}}, {"operation_id", "grow-1"}});
+  ASSERT_EQ(back.status, 200u) << back.body;
+  EXPECT_EQ(phases(cluster)["prefill-1"], "serving");
+  expect_serves_the_reference(cluster);
+}
