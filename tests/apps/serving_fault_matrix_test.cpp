@@ -68,6 +68,14 @@ TEST_P(serving_fault_matrix, the_fault_loses_no_request_and_the_process_comes_ba
   ASSERT_TRUE(cluster.up());
   const pid_t before = pid_of(cluster, c.process);
   ASSERT_GT(before, 0);
+  // The target takes work before the load goes out: a decode instance whose first load report
+  // has not reached the scheduler yet gets no sequence, and the fault's moment never comes.
+  if (const std::string target = c.busy; target.rfind("decode-", 0) == 0) {
+    const auto [text, reporting] = poll_metrics(cluster.port(), [&](const std::string& m) {
+      return metric(m, "supernode_kv_blocks_total", {{"instance", target}}).value_or(0.0) > 0;
+    });
+    ASSERT_TRUE(reporting) << target << " never reported its KV blocks:\n" << text;
+  }
   expect_no_request_lost(
       cluster, prompts, [&](const std::string& m) { return busy(m, c.busy); },
       [&] { ASSERT_EQ(::kill(before, c.signal), 0); }, /*expect_resumed=*/false);

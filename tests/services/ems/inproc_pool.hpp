@@ -44,6 +44,7 @@ public:
   const transport::cluster_config& cluster() const { return config_.file.cluster; }
   const services::ems::ems_config& ems() const { return config_.file.serving.ems; }
   services::ems::ems_client& client() { return session_->client(); }
+  transport::endpoint& client_endpoint() { return session_->endpoint(); }
   controller_host& controller() { return *controller_; }
   std::vector<std::string> server_names() const {
     std::vector<std::string> names;

@@ -97,6 +97,10 @@ TEST(mp_controller_restart, a_new_controller_rebuilds_ring_usage_and_model_index
   EXPECT_TRUE(client.put(context_ns, again).at(0).stored);
 
   pool.start_controller(4);
+  // The client asks the new controller only once it knows it: a request sent before its first
+  // heartbeat arrived fails when that heartbeat announces the new incarnation.
+  EXPECT_TRUE(eventually(
+      [&] { return pool.client_endpoint().live_incarnation("mp_controller-0") == uint64_t{4}; }));
   EXPECT_TRUE(eventually([&] { return metadata_of(pool) == before; }))
       << metadata_of(pool).servers.size() << " servers, " << metadata_of(pool).models.size()
       << " models, " << metadata_of(pool).usage.size() << " namespaces on the new controller";
