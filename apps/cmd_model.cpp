@@ -11,13 +11,13 @@ std::filesystem::path resolve_model_dir(const std::optional<std::string>& model_
   if (model_arg) return *model_arg;
   const char* home = std::getenv("SUPERNODE_HOME");
   return model::ensure_checkpoint(std::filesystem::path(home ? home : ".") / "models" / "demo",
-                                  "tiny", 1);
+                                  "demo", 1);
 }
 
 int cmd_model(cli_args& args) {
   auto sub = args.take_positional();
   if (!sub || *sub != "make")
-    throw usage_error("expected `model make --preset tiny|small --seed N --out DIR`");
+    throw usage_error("expected `model make --preset demo|tiny|small --seed N --out DIR`");
   model::make_options o;
   o.preset = args.take_or("--preset", "tiny");
   o.seed = static_cast<uint64_t>(args.take_int("--seed", 1, 0, INT64_MAX));
