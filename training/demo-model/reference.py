@@ -6,8 +6,11 @@ model code training used, on a full checkpoint in DeepSeek's layout (what `super
   reference.py --model DIR --request REQUEST.json --out OUT_PREFIX
 
 REQUEST.json: {"prompts": [[ids...], ...], "steps": 32}. Writes OUT_PREFIX.json
-({"tokens": [[...], ...]}) and OUT_PREFIX.bin: float32 logits [prompts][steps][vocab_size], the
-logits each greedy step chose from.
+({"tokens": [[...], ...], "mtp_argmax": [[...], ...]}) and OUT_PREFIX.bin: float32 logits
+[prompts][steps][vocab_size], the logits each greedy step chose from, then [prompts][vocab_size],
+the MTP module's logits at the last row of each final sequence. The MTP module runs on the whole
+final sequence: row i sees the main hidden state at i and token i+1; mtp_argmax is its greedy
+guess at token i+2 for every row.
 """
 import argparse
 import json
@@ -49,7 +52,13 @@ def greedy(model, prompt, steps):
         row = model.lm_head(h[0, -1])
         logits.append(row.numpy().astype(np.float32))
         seq.append(int(row.argmax()))
-    return seq[len(prompt):], np.stack(logits)
+    return seq, np.stack(logits)
+
+
+@torch.no_grad()
+def mtp_rows(model, seq):
+    _, mtp_logits = model(torch.tensor([seq]))
+    return mtp_logits[0].argmax(-1).tolist(), mtp_logits[0, -1].numpy().astype(np.float32)
 
 
 def main():
@@ -62,14 +71,19 @@ def main():
     with open(args.request) as f:
         request = json.load(f)
     model = load_checkpoint(args.model)
-    tokens = []
+    tokens, mtp_argmax, mtp_last = [], [], []
     with open(args.out + ".bin", "wb") as bin_out:
         for prompt in request["prompts"]:
-            generated, logits = greedy(model, prompt, request["steps"])
-            tokens.append(generated)
+            seq, logits = greedy(model, prompt, request["steps"])
+            tokens.append(seq[len(prompt):])
             bin_out.write(logits.tobytes())
+            argmax, last = mtp_rows(model, seq)
+            mtp_argmax.append(argmax)
+            mtp_last.append(last)
+        for last in mtp_last:
+            bin_out.write(last.tobytes())
     with open(args.out + ".json", "w") as f:
-        json.dump({"tokens": tokens}, f)
+        json.dump({"tokens": tokens, "mtp_argmax": mtp_argmax}, f)
 
 
 if __name__ == "__main__":
