@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Retrains the demo model and rewrites training/demo-model/demo-weights.safetensors, the compact
 # file `supernode model make --preset demo` expands (README.md here says what each step does).
-# About 80 minutes on one core of an AMD EPYC; resumable: run it again after an interruption and
+# About 65 minutes on one core of an AMD EPYC; resumable: run it again after an interruption and
 # training continues from its last checkpoint, step for step as if never stopped.
 #   DEMO_WORK=DIR  where the corpus, checkpoints and figures go (default build/demo-model)
 #   DEMO_STEPS=N   training steps (default 1000, the shipped model's)
