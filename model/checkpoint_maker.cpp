@@ -221,7 +221,8 @@ bool made_from(const std::filesystem::path& dir, const std::map<std::string, std
   if (!std::filesystem::exists(dir / "model.safetensors") ||
       !std::filesystem::exists(dir / "config.json"))
     return false;
-  const auto& have = safetensors_file::open(dir / "model.safetensors")->metadata();
+  const auto file = safetensors_file::open(dir / "model.safetensors");
+  const auto& have = file->metadata();
   for (auto& [key, value] : want) {
     auto it = have.find(key);
     if (it == have.end() || it->second != value) return false;
