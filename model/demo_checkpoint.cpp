@@ -4,6 +4,7 @@
 #include "model/progress.hpp"
 #include "model/safetensors.hpp"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>

@@ -184,6 +184,12 @@ class MoE(nn.Module):
         return (out + self.shared_experts(flat)).view(shape)
 
 
+def is_moe_layer(cfg, layer):
+    """As model_config::is_moe_layer: MoE from first_k_dense_replace on, every moe_layer_freq."""
+    return (cfg["n_routed_experts"] > 0 and layer >= cfg["first_k_dense_replace"]
+            and layer % cfg.get("moe_layer_freq", 1) == 0)
+
+
 class Block(nn.Module):
     def __init__(self, cfg, moe):
         super().__init__()
@@ -210,7 +216,7 @@ class MTPBlock(Block):
     `hidden` is the main model's output after its final norm, as Supernode's engine feeds it."""
 
     def __init__(self, cfg):
-        super().__init__(cfg, cfg["n_routed_experts"] > 0)
+        super().__init__(cfg, is_moe_layer(cfg, cfg["num_hidden_layers"]))
         h, eps = cfg["hidden_size"], cfg["rms_norm_eps"]
         self.enorm, self.hnorm = RMSNorm(h, eps), RMSNorm(h, eps)
         self.eh_proj = linear(2 * h, h)
@@ -226,8 +232,7 @@ class Body(nn.Module):
         super().__init__()
         L = cfg["num_hidden_layers"]
         self.embed_tokens = nn.Embedding(cfg["vocab_size"], cfg["hidden_size"])
-        layers = [Block(cfg, cfg["n_routed_experts"] > 0 and l >= cfg["first_k_dense_replace"]
-                        and l % cfg.get("moe_layer_freq", 1) == 0) for l in range(L)]
+        layers = [Block(cfg, is_moe_layer(cfg, l)) for l in range(L)]
         layers += [MTPBlock(cfg) for _ in range(cfg.get("num_nextn_predict_layers", 0))]
         self.layers = nn.ModuleList(layers)
         self.norm = RMSNorm(cfg["hidden_size"], cfg["rms_norm_eps"])
