@@ -95,7 +95,7 @@ std::filesystem::path demo_weights_path() {
   std::string looked;
   for (auto& c : candidates) {
     if (std::filesystem::exists(c)) return c;
-    looked += " " + c.string();
+    looked.append(" ").append(c.string());
   }
   throw std::runtime_error("the demo model's weights are missing (looked at" + looked +
                            "); retrain them with training/demo-model/README.md's commands");
