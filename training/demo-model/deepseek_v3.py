@@ -265,13 +265,18 @@ class DeepseekV3(nn.Module):
             x = block(x, self.rope, positions)
         return self.model.norm(x)
 
-    def forward(self, tokens):
-        """Main logits [B, T, V] and MTP logits [B, T-1, V] (row i predicts token i+2)."""
+    def hidden_states(self, tokens):
+        """The main model's final-normed hidden states [B, T, H] and the MTP module's [B, T-1, H]
+        (row i from the main state at i and token i+1), None without an MTP module."""
         h = self.hidden(tokens)
-        logits = self.lm_head(h)
         mtp = self.mtp()
         if mtp is None or tokens.shape[1] < 2:
-            return logits, None
+            return h, None
         positions = torch.arange(tokens.shape[1] - 1)
-        m = mtp.forward_mtp(self.model.embed_tokens(tokens[:, 1:]), h[:, :-1], self.rope, positions)
-        return logits, self.lm_head(m)
+        return h, mtp.forward_mtp(self.model.embed_tokens(tokens[:, 1:]), h[:, :-1], self.rope,
+                                  positions)
+
+    def forward(self, tokens):
+        """Main logits [B, T, V] and MTP logits [B, T-1, V] (row i predicts token i+2)."""
+        h, m = self.hidden_states(tokens)
+        return self.lm_head(h), None if m is None else self.lm_head(m)

@@ -28,7 +28,7 @@ import torch
 import safetensors_io as st
 from deepseek_v3 import DeepseekV3
 from demo_config import BIAS_CHANNEL, BIAS_CONSTANT, DEEPSEEK_V3_VOCAB
-from train import load_corpus
+from train import load_corpus, spaced_windows
 
 MARGIN = 40.0
 FP8_BLOCK = 128
@@ -40,15 +40,9 @@ def untrained_logit_scale(model, stream, seq=256, windows=64):
     """The smallest K with -K * h[bias] <= max trained logit - MARGIN at every held-out position
     of both heads, times two."""
     model.eval()
-    stride = (len(stream) - seq - 1) // windows
-    tokens = torch.stack([stream[i * stride:i * stride + seq] for i in range(windows)])
     worst, smallest_bias = 0.0, float("inf")
-    for chunk in tokens.split(8):
-        h = model.hidden(chunk)
-        mtp = model.mtp()
-        m = mtp.forward_mtp(model.model.embed_tokens(chunk[:, 1:]), h[:, :-1], model.rope,
-                            torch.arange(chunk.shape[1] - 1))
-        for hidden in (h, m):
+    for chunk in spaced_windows(stream, seq, windows).split(8):
+        for hidden in model.hidden_states(chunk):
             bias = hidden[..., BIAS_CHANNEL]
             if bias.min() <= 0:
                 raise SystemExit("the bias channel is not positive: train.py's invariant broke")

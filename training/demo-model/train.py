@@ -115,12 +115,17 @@ def losses(model, tokens):
     return main, mtp, balance
 
 
+def spaced_windows(stream, length, windows):
+    """`windows` windows of `length` tokens spread evenly over `stream`."""
+    stride = (len(stream) - length) // windows
+    return torch.stack([stream[i * stride:i * stride + length] for i in range(windows)])
+
+
 @torch.no_grad()
 def heldout_loss(model, stream, seq, windows=32):
     """Mean main and MTP loss over `windows` fixed, evenly spaced held-out windows."""
     model.eval()
-    stride = (len(stream) - seq - 1) // windows
-    tokens = torch.stack([stream[i * stride:i * stride + seq + 1] for i in range(windows)])
+    tokens = spaced_windows(stream, seq + 1, windows)
     total = [0.0, 0.0]
     for chunk in tokens.split(8):
         main, mtp, _ = losses(model, chunk)
