@@ -18,7 +18,9 @@ commands:
               [--temperature T --top-p P --top-k K --seed S] [--precision int8|fp32] [--json]
   tokenize    --model DIR (--text TEXT | --chat FILE.json) [--no-bos] [--json]
   detokenize  --model DIR --ids 1,2,3 [--json]
-  model make  --preset tiny|small [--seed N] --out DIR [--dtype fp8|bf16]
+  model make  --preset demo|tiny|small [--seed N] --out DIR [--dtype fp8|bf16]
+              demo: the model trained in training/demo-model/; tiny, small: seeded noise
+  model perplexity --model DIR --sequences FILE.json [--precision int8|fp32] [--json]
   serve       [--config FILE] [--model DIR] [--host H] [--port N] [--allow-unauthenticated]
               an OpenAI-compatible server; without --config every role runs in this process
               (configs/local.toml, embedded) on 127.0.0.1:8000 with the demo model; without

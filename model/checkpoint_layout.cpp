@@ -121,4 +121,23 @@ std::vector<int64_t> fp8_scale_shape(const model_config& c, std::span<const int6
           (shape[1] + q.block_cols - 1) / q.block_cols};
 }
 
+bool stored_as_fp8(const tensor_spec& s, const model_config& c) {
+  return c.quantization.enabled &&
+         (s.role == tensor_role::linear || s.role == tensor_role::output_proj);
+}
+
+std::vector<safetensors_writer::entry> checkpoint_entries(const std::vector<tensor_spec>& specs,
+                                                          const model_config& c) {
+  std::vector<safetensors_writer::entry> entries;
+  for (auto& s : specs) {
+    const dtype t = s.role == tensor_role::gate_bias ? dtype::f32
+                    : stored_as_fp8(s, c)            ? dtype::f8_e4m3
+                                                     : dtype::bf16;
+    entries.push_back({s.name, t, s.shape});
+    if (t == dtype::f8_e4m3)
+      entries.push_back({s.name + "_scale_inv", dtype::f32, fp8_scale_shape(c, s.shape)});
+  }
+  return entries;
+}
+
 } // namespace supernode::model

@@ -4,6 +4,7 @@
 // two can never disagree about a name.
 
 #include "model/config.hpp"
+#include "model/safetensors.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -43,5 +44,12 @@ std::vector<tensor_spec> checkpoint_layout(const model_config& c);
 
 // The `<name>_scale_inv` shape of an FP8 matrix: one scale per weight_block_size block.
 std::vector<int64_t> fp8_scale_shape(const model_config& c, std::span<const int64_t> shape);
+
+// Whether DeepSeek's FP8 release stores this tensor as F8_E4M3 with a weight_scale_inv (the
+// linears, when the config asks for FP8); the rest is BF16 but e_score_correction_bias, F32.
+bool stored_as_fp8(const tensor_spec& s, const model_config& c);
+// The safetensors entries of `specs` in order, each FP8 matrix followed by its scale_inv.
+std::vector<safetensors_writer::entry> checkpoint_entries(const std::vector<tensor_spec>& specs,
+                                                          const model_config& c);
 
 } // namespace supernode::model

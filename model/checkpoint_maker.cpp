@@ -3,6 +3,7 @@
 #include "kernels/thread_pool.hpp"
 #include "log/log.hpp"
 #include "model/checkpoint_layout.hpp"
+#include "model/demo_checkpoint.hpp"
 #include "model/progress.hpp"
 #include "model/safetensors.hpp"
 
@@ -52,8 +53,10 @@ model_config preset_config(const std::string& preset) {
     c.qk_nope_head_dim = 64;
     c.qk_rope_head_dim = 32;
     c.v_head_dim = 64;
+  } else if (preset == "demo") {
+    return demo_model_config(demo_weights_path());
   } else {
-    throw std::invalid_argument("unknown preset '" + preset + "' (expected tiny or small)");
+    throw std::invalid_argument("unknown preset '" + preset + "' (expected tiny, small or demo)");
   }
   c.validate();
   return c;
@@ -141,11 +144,6 @@ void generate(const tensor_spec& s, const model_config& c, uint64_t seed, std::v
   });
 }
 
-bool stored_as_fp8(const tensor_spec& s, const model_config& c) {
-  return c.quantization.enabled &&
-         (s.role == tensor_role::linear || s.role == tensor_role::output_proj);
-}
-
 // DeepSeek's block scheme: every block_rows x block_cols tile has one scale, amax / 448.
 void quantize_fp8_blocks(const tensor_spec& s, const model_config& c, const std::vector<float>& w,
                          std::vector<uint8_t>& q, std::vector<float>& scale_inv) {
@@ -177,6 +175,61 @@ void copy_file_checked(const std::filesystem::path& from, const std::filesystem:
                              ec.message());
 }
 
+// Random weights for a tiny or small preset, scaled so activations stay in range.
+void write_random_safetensors(const model_config& c, const make_options& o,
+                              const std::filesystem::path& out) {
+  const auto specs = checkpoint_layout(c);
+  uint64_t total_elements = 0;
+  for (auto& s : specs) total_elements += static_cast<uint64_t>(s.shape[0]) * s.fan_in();
+  safetensors_writer writer(out, checkpoint_entries(specs, c),
+                            {{"format", "pt"},
+                             {"generator", "supernode model make"},
+                             {"preset", o.preset},
+                             {"seed", std::to_string(o.seed)}});
+  progress_bar bar("making " + o.preset + " model", total_elements, o.progress);
+  std::vector<float> w;
+  std::vector<uint8_t> q;
+  std::vector<float> scale_inv;
+  std::vector<uint16_t> half;
+  for (auto& s : specs) {
+    generate(s, c, o.seed, w);
+    if (s.role == tensor_role::gate_bias) {
+      writer.write_next(std::as_bytes(std::span(w)));
+    } else if (stored_as_fp8(s, c)) {
+      quantize_fp8_blocks(s, c, w, q, scale_inv);
+      writer.write_next(std::as_bytes(std::span(q)));
+      writer.write_next(std::as_bytes(std::span(scale_inv)));
+    } else {
+      half.resize(w.size());
+      for (size_t i = 0; i < w.size(); ++i) half[i] = float_to_bf16(w[i]);
+      writer.write_next(std::as_bytes(std::span(half)));
+    }
+    bar.advance(w.size());
+  }
+  writer.finish();
+  bar.finish();
+}
+
+// What an existing checkpoint's metadata must say for ensure_checkpoint to keep it.
+std::map<std::string, std::string> expected_metadata(const std::string& preset, uint64_t seed) {
+  if (preset == "demo")
+    return {{"preset", preset}, {"source", demo_weights_digest(demo_weights_path())}};
+  return {{"preset", preset}, {"seed", std::to_string(seed)}};
+}
+
+bool made_from(const std::filesystem::path& dir, const std::map<std::string, std::string>& want) {
+  if (!std::filesystem::exists(dir / "model.safetensors") ||
+      !std::filesystem::exists(dir / "config.json"))
+    return false;
+  const auto file = safetensors_file::open(dir / "model.safetensors");
+  const auto& have = file->metadata();
+  for (auto& [key, value] : want) {
+    auto it = have.find(key);
+    if (it == have.end() || it->second != value) return false;
+  }
+  return true;
+}
+
 } // namespace
 
 void make_checkpoint(const make_options& o) {
@@ -186,53 +239,13 @@ void make_checkpoint(const make_options& o) {
   std::filesystem::create_directories(o.out);
   const auto tok_dir = o.tokenizer_dir.empty() ? default_tokenizer_dir() : o.tokenizer_dir;
 
-  const auto specs = checkpoint_layout(c);
-  std::vector<safetensors_writer::entry> entries;
-  uint64_t total_elements = 0;
-  for (auto& s : specs) {
-    dtype t = s.role == tensor_role::gate_bias ? dtype::f32
-              : stored_as_fp8(s, c)            ? dtype::f8_e4m3
-                                               : dtype::bf16;
-    entries.push_back({s.name, t, s.shape});
-    if (t == dtype::f8_e4m3)
-      entries.push_back({s.name + "_scale_inv", dtype::f32, fp8_scale_shape(c, s.shape)});
-    int64_t n = 1;
-    for (auto d : s.shape) n *= d;
-    total_elements += static_cast<uint64_t>(n);
-  }
-
   // Write to a temporary name and rename at the end: a crash never leaves a half checkpoint
   // that looks complete.
   const auto tmp = o.out / "model.safetensors.partial";
-  {
-    safetensors_writer writer(tmp, entries,
-                              {{"format", "pt"},
-                               {"generator", "supernode model make"},
-                               {"preset", o.preset},
-                               {"seed", std::to_string(o.seed)}});
-    progress_bar bar("making " + o.preset + " model", total_elements, o.progress);
-    std::vector<float> w;
-    std::vector<uint8_t> q;
-    std::vector<float> scale_inv;
-    std::vector<uint16_t> half;
-    for (auto& s : specs) {
-      generate(s, c, o.seed, w);
-      if (s.role == tensor_role::gate_bias) {
-        writer.write_next(std::as_bytes(std::span(w)));
-      } else if (stored_as_fp8(s, c)) {
-        quantize_fp8_blocks(s, c, w, q, scale_inv);
-        writer.write_next(std::as_bytes(std::span(q)));
-        writer.write_next(std::as_bytes(std::span(scale_inv)));
-      } else {
-        half.resize(w.size());
-        for (size_t i = 0; i < w.size(); ++i) half[i] = float_to_bf16(w[i]);
-        writer.write_next(std::as_bytes(std::span(half)));
-      }
-      bar.advance(w.size());
-    }
-    writer.finish();
-    bar.finish();
-  }
+  if (o.preset == "demo")
+    write_demo_safetensors(demo_weights_path(), c, tmp, o.progress);
+  else
+    write_random_safetensors(c, o, tmp);
   std::filesystem::rename(tmp, o.out / "model.safetensors");
 
   std::ofstream cfg(o.out / "config.json");
@@ -244,9 +257,7 @@ void make_checkpoint(const make_options& o) {
 
 std::filesystem::path ensure_checkpoint(const std::filesystem::path& dir, const std::string& preset,
                                         uint64_t seed) {
-  if (std::filesystem::exists(dir / "model.safetensors") &&
-      std::filesystem::exists(dir / "config.json"))
-    return dir;
+  if (made_from(dir, expected_metadata(preset, seed))) return dir;
   log::process().info("making the {} model (seed {}) in {}", preset, seed, dir.string());
   make_options o;
   o.preset = preset;

@@ -13,7 +13,8 @@
 namespace supernode::model {
 
 struct make_options {
-  std::string preset = "tiny"; // tiny | small
+  std::string preset =
+      "tiny"; // tiny | small (seeded noise) | demo (trained, see demo_checkpoint.hpp)
   uint64_t seed = 1;
   std::filesystem::path out;
   bool fp8 = true; // linears as F8_E4M3 + weight_scale_inv (DeepSeek's release); else BF16

@@ -26,7 +26,7 @@ const std::vector<table>& serving_tables() {
         table("model", "The model every prefill and decode instance serves.")
             .string("path", &serving_config::model_path,
                     "the model folder (config.json, safetensors); `--model` overrides; "
-                    "models/demo is made from the tiny preset on first use")
+                    "models/demo is made from the demo preset (the trained model) on first use")
             .enumerated("precision", &serving_config::precision,
                         {{model::precision_name(int8), int8}, {model::precision_name(fp32), fp32}},
                         "int8: INT8 weights and activations; fp32: the float reference")

@@ -1,5 +1,5 @@
 #pragma once
-// What the serving tests share: the tiny model's reference tokens, requests as JSON, and
+// What the serving tests share: the test models' reference tokens, requests as JSON, and
 // reading the answers (token ids through the vLLM-style `return_token_ids`, /metrics values).
 
 #include "../model/tiny_model.hpp"
@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -27,26 +28,33 @@ struct served_prompt {
   uint64_t seed = 0;
 };
 
-// Reference tokens of the tiny INT8 model (greedy, or sampled with the prompt's seed), computed
-// once per prompt.
-inline std::vector<int32_t> reference_tokens(const served_prompt& p) {
+// Reference tokens of a test model in INT8, the tiny one unless told (greedy, or sampled with the
+// prompt's seed), computed once per prompt.
+inline std::vector<int32_t>
+reference_tokens(const served_prompt& p, const std::filesystem::path& model = tiny_model_dir()) {
   static std::mutex mutex;
-  using key_type = std::tuple<std::vector<int32_t>, int32_t, float, uint64_t>;
+  using key_type = std::tuple<std::string, std::vector<int32_t>, int32_t, float, uint64_t>;
   static std::map<key_type, std::vector<int32_t>> cache;
+  static std::map<std::filesystem::path, std::unique_ptr<model::reference_engine>> engines;
   std::lock_guard lock(mutex);
-  auto key = key_type(p.ids, p.max_tokens, p.temperature, p.seed);
+  auto key = key_type(model.string(), p.ids, p.max_tokens, p.temperature, p.seed);
   if (auto it = cache.find(key); it != cache.end()) return it->second;
-  static model::reference_engine engine(tiny_weights(model::precision::int8));
+  auto& engine = engines[model];
+  if (!engine)
+    engine = std::make_unique<model::reference_engine>(
+        test_model_weights(model, model::precision::int8));
   model::generation_request r;
   r.prompt = p.ids;
   r.max_tokens = p.max_tokens;
   r.sampling.temperature = p.temperature;
   r.sampling.seed = p.seed;
-  return cache[key] = engine.generate(r).tokens;
+  return cache[key] = engine->generate(r).tokens;
 }
 
-inline std::string completion_body(const served_prompt& p, bool stream = false) {
-  nlohmann::json j = {{"model", "tiny"},
+// `model` is the served model's name: its folder's name.
+inline std::string completion_body(const served_prompt& p, bool stream = false,
+                                   const std::string& model = "tiny") {
+  nlohmann::json j = {{"model", model},
                       {"prompt", p.ids},
                       {"max_tokens", p.max_tokens},
                       {"temperature", p.temperature},

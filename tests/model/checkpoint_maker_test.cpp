@@ -1,5 +1,6 @@
 #include "model/checkpoint_layout.hpp"
 #include "model/checkpoint_maker.hpp"
+#include "model/demo_checkpoint.hpp"
 #include "model/safetensors.hpp"
 #include "model/weights.hpp"
 #include "tiny_model.hpp"
@@ -133,5 +134,26 @@ TEST(checkpoint_maker, bf16_and_fp8_checkpoints_load_alike) {
   for (auto x : wa) amax = std::max(amax, std::fabs(x));
   for (size_t i = 0; i < wa.size(); ++i)
     EXPECT_NEAR(wa[i], wb[i], std::max(std::fabs(wa[i]) * 0.07f, amax * 0.004f)) << i;
+  fs::remove_all(dir);
+}
+
+TEST(checkpoint_maker, ensure_checkpoint_keeps_what_matches_and_remakes_the_rest) {
+  ::setenv("SUPERNODE_TOKENIZER_DIR", SUPERNODE_TOKENIZER_DIR, 1);
+  ::setenv(
+      "SUPERNODE_DEMO_WEIGHTS",
+      (fs::path(SUPERNODE_SOURCE_DIR) / "training/demo-model/demo-weights.safetensors").c_str(), 1);
+  const auto dir = scratch_dir("ensure");
+  ensure_checkpoint(dir, "tiny", 1);
+  const auto made = fs::last_write_time(dir / "model.safetensors");
+  const auto seed1 = file_bytes(dir / "model.safetensors");
+  ensure_checkpoint(dir, "tiny", 1);
+  EXPECT_EQ(fs::last_write_time(dir / "model.safetensors"), made) << "a matching folder is kept";
+  ensure_checkpoint(dir, "tiny", 2);
+  EXPECT_NE(file_bytes(dir / "model.safetensors"), seed1) << "another seed is remade";
+  // A folder of seeded noise where the demo model belongs (models/demo before the trained one).
+  ensure_checkpoint(dir, "demo", 1);
+  auto file = safetensors_file::open(dir / "model.safetensors");
+  EXPECT_EQ(file->metadata().at("preset"), "demo");
+  EXPECT_EQ(file->metadata().at("source"), demo_weights_digest(demo_weights_path()));
   fs::remove_all(dir);
 }

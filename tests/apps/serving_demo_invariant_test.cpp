@@ -1,0 +1,62 @@
+// The invariant on the trained demo model: served greedy tokens equal the reference engine's for
+// English and Chinese text, one request at a time and eight at once, in one process, with
+// prefill and decode disaggregated, and with the experts split over four EP ranks. A trained
+// router's real expert-load skew and long runs of likely tokens are what seeded noise lacks.
+
+#include "model/tokenizer.hpp"
+#include "serving_fixture.hpp"
+
+#include <gtest/gtest.h>
+#include <thread>
+
+using namespace supernode::testing;
+
+namespace {
+
+std::vector<served_prompt> demo_prompts() {
+  auto tok = supernode::model::tokenizer::load(demo_model_dir());
+  std::vector<served_prompt> out;
+  for (const char* text : {"Once upon a time", "And God said, Let there be", "The LORD is my",
+                           "床前明月光，", "学而时习之，", "天下"})
+    out.push_back({tok.encode(text, true), 12});
+  return out;
+}
+
+class serving_demo_invariant : public ::testing::TestWithParam<std::string> {};
+
+} // namespace
+
+TEST_P(serving_demo_invariant, greedy_tokens_equal_the_reference_alone_and_together) {
+  serving_cluster cluster(GetParam(), demo_model_dir());
+  ASSERT_TRUE(cluster.up()) << GetParam() << " did not start";
+  const auto prompts = demo_prompts();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto r = http_call(cluster.port(), "POST", "/v1/completions",
+                       completion_body(prompts[i], i % 2, "demo"));
+    auto got = answered_tokens(r);
+    ASSERT_TRUE(got) << r.status << " " << r.body << r.error;
+    EXPECT_EQ(*got, reference_tokens(prompts[i], demo_model_dir())) << "prompt " << i;
+  }
+  std::vector<http_reply> replies(prompts.size() + 2);
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < replies.size(); ++i)
+    clients.emplace_back([&, i] {
+      replies[i] = http_call(cluster.port(), "POST", "/v1/completions",
+                             completion_body(prompts[i % prompts.size()], i % 3 == 0, "demo"));
+    });
+  for (auto& t : clients) t.join();
+  for (size_t i = 0; i < replies.size(); ++i) {
+    auto got = answered_tokens(replies[i]);
+    ASSERT_TRUE(got) << replies[i].status << " " << replies[i].body << replies[i].error;
+    EXPECT_EQ(*got, reference_tokens(prompts[i % prompts.size()], demo_model_dir()))
+        << "request " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(configs, serving_demo_invariant,
+                         ::testing::Values("local.toml", "pdc-1p1d.toml", "lep-ep4.toml"),
+                         [](const auto& info) {
+                           auto name = info.param.substr(0, info.param.find('.'));
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
