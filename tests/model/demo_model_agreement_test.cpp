@@ -180,3 +180,44 @@ TEST(demo_model_agreement, pytorch_and_the_engine_agree_in_fp32) {
   EXPECT_LT(worst_relative, relative_tolerance);
   EXPECT_GT(smallest_margin, untrained_margin);
 }
+
+// What CI checks without torch: the PyTorch run recorded by `reference.py --record` (the
+// prompts, tokens and MTP guesses, and each step's 16 largest logits). The engine must choose
+// the same tokens and guesses and give those logits within the same relative tolerance; the
+// fixture's prompts must be this tokenizer's encoding of the texts, so it cannot go stale
+// unnoticed. Re-recorded by training/demo-model/record-reference.sh whenever the weights change.
+TEST(demo_model_agreement, the_engine_matches_the_recorded_pytorch_run) {
+  const auto fixture =
+      nlohmann::json::parse(std::ifstream(std::filesystem::path(SUPERNODE_SOURCE_DIR) /
+                                          "tests/model/data/demo_pytorch_reference.json"));
+  ASSERT_EQ(fixture["steps"], steps);
+  auto weights = demo_weights(model::precision::fp32);
+  auto tok = model::tokenizer::load(demo_model_dir());
+  const auto texts = prompt_texts();
+  ASSERT_EQ(fixture["prompts"].size(), texts.size());
+  model::reference_engine engine(weights);
+  float worst_relative = 0.0f;
+  for (size_t p = 0; p < texts.size(); ++p) {
+    const auto prompt = tok.encode(texts[p], true);
+    ASSERT_EQ(fixture["prompts"][p].get<std::vector<int32_t>>(), prompt) << texts[p];
+    const auto want = fixture["tokens"][p].get<std::vector<int32_t>>();
+    model::generation_request r;
+    r.prompt = prompt;
+    r.max_tokens = steps;
+    r.stop_at_eos = false;
+    EXPECT_EQ(engine.generate(r).tokens, want) << "prompt \"" << texts[p] << "\"";
+    std::vector<int32_t> seq = prompt;
+    for (int s = 0; s < steps; ++s) {
+      const auto got = engine.prompt_logits(seq);
+      const auto& step = fixture["top_logits"][p][s];
+      const float scale = step["scale"].get<float>();
+      for (auto& [id, value] : step["top"].get<std::vector<std::pair<int32_t, float>>>())
+        worst_relative = std::max(worst_relative, std::fabs(got[id] - value) / scale);
+      seq.push_back(want[s]);
+    }
+    EXPECT_EQ(engine_mtp(weights, seq).first, fixture["mtp_argmax"][p].get<std::vector<int32_t>>())
+        << "MTP, prompt " << p;
+  }
+  std::printf("worst relative difference at the recorded logits %.3g\n", worst_relative);
+  EXPECT_LT(worst_relative, relative_tolerance);
+}

@@ -3,7 +3,7 @@
 model code training used, on a full checkpoint in DeepSeek's layout (what `supernode model make
 --preset demo` writes), recomputing every step from the whole sequence (no KV cache).
 
-  reference.py --model DIR --request REQUEST.json --out OUT_PREFIX
+  reference.py --model DIR --request REQUEST.json --out OUT_PREFIX [--record FIXTURE.json]
 
 REQUEST.json: {"prompts": [[ids...], ...], "steps": 32}. Writes OUT_PREFIX.json
 ({"tokens": [[...], ...], "mtp_argmax": [[...], ...]}) and OUT_PREFIX.bin: float32 logits
@@ -11,6 +11,11 @@ REQUEST.json: {"prompts": [[ids...], ...], "steps": 32}. Writes OUT_PREFIX.json
 the MTP module's logits at the last row of each final sequence. The MTP module runs on the whole
 final sequence: row i sees the main hidden state at i and token i+1; mtp_argmax is its greedy
 guess at token i+2 for every row.
+
+--record also writes what CI checks without torch (tests/model/data/demo_pytorch_reference.json,
+demo_model_agreement.the_engine_matches_the_recorded_pytorch_run): the prompts, the tokens, the
+MTP guesses, and for every greedy step the 16 largest logits with their ids and the row's
+largest magnitude (the scale its relative tolerance is taken against).
 """
 import argparse
 import json
@@ -66,17 +71,19 @@ def main():
     ap.add_argument("--model", required=True)
     ap.add_argument("--request", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--record", help="also write the compact fixture CI compares against")
     args = ap.parse_args()
     torch.set_num_threads(1)
     with open(args.request) as f:
         request = json.load(f)
     model = load_checkpoint(args.model)
-    tokens, mtp_argmax, mtp_last = [], [], []
+    tokens, mtp_argmax, mtp_last, top = [], [], [], []
     with open(args.out + ".bin", "wb") as bin_out:
         for prompt in request["prompts"]:
             seq, logits = greedy(model, prompt, request["steps"])
             tokens.append(seq[len(prompt):])
             bin_out.write(logits.tobytes())
+            top.append([top_of(row) for row in logits])
             argmax, last = mtp_rows(model, seq)
             mtp_argmax.append(argmax)
             mtp_last.append(last)
@@ -84,6 +91,18 @@ def main():
             bin_out.write(last.tobytes())
     with open(args.out + ".json", "w") as f:
         json.dump({"tokens": tokens, "mtp_argmax": mtp_argmax}, f)
+    if args.record:
+        with open(args.record, "w") as f:
+            json.dump({"steps": request["steps"], "prompts": request["prompts"], "tokens": tokens,
+                       "mtp_argmax": mtp_argmax, "top_logits": top}, f, separators=(",", ":"))
+            f.write("\n")
+
+
+def top_of(row, k=16):
+    """The k largest logits of a row as [id, value] (ties to the lower id), and its scale."""
+    ids = sorted(range(len(row)), key=lambda i: (-float(row[i]), i))[:k]
+    return {"scale": float(np.abs(row).max()),
+            "top": [[i, float(row[i])] for i in ids]}
 
 
 if __name__ == "__main__":
