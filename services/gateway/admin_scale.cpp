@@ -4,6 +4,7 @@
 #include "services/gateway/openai_api.hpp"
 
 #include <nlohmann/json.hpp>
+#include <thread>
 
 namespace supernode::services::gateway {
 
@@ -22,12 +23,12 @@ admin_scale::admin_scale(std::optional<api_key_table> tokens,
     : tokens_(std::move(tokens)), socket_(std::move(supervisor_socket)) {}
 
 admin_scale::~admin_scale() {
-  std::vector<call> calls;
-  {
-    std::lock_guard lock(mutex_);
-    calls.swap(calls_);
-  }
-  for (auto& c : calls) c.thread.join();
+  stop();
+}
+
+void admin_scale::stop() {
+  std::lock_guard lock(state_->mutex);
+  state_->open = false;
 }
 
 void admin_scale::handle(std::shared_ptr<http_exchange> ex, const http_request& req) {
@@ -77,40 +78,40 @@ void admin_scale::handle(std::shared_ptr<http_exchange> ex, const http_request& 
     drain_ms = body["drain_timeout_ms"].get<long long>();
   }
   request["drain_timeout_ms"] = drain_ms;
-  std::lock_guard lock(mutex_);
-  std::erase_if(calls_, [](call& c) {
-    if (!*c.done) return false;
-    c.thread.join();
-    return true;
-  });
-  if (calls_.size() >= max_waiting)
-    return respond_error(*ex, 429, "too many scale calls waiting", "rate_limit_error");
-  auto done = std::make_shared<std::atomic<bool>>(false);
-  calls_.push_back({std::thread([this, ex, done, text = request.dump(), drain_ms] {
-                      ask(*ex, text, drain_ms);
-                      *done = true;
-                    }),
-                    done});
+  {
+    std::lock_guard lock(state_->mutex);
+    if (state_->waiting >= max_waiting)
+      return respond_error(*ex, 429, "too many scale calls waiting", "rate_limit_error");
+    ++state_->waiting;
+  }
+  std::thread([state = state_, socket = socket_, ex, text = request.dump(), drain_ms] {
+    ask(state, socket, ex, text, drain_ms);
+  }).detach();
 }
 
-void admin_scale::ask(http_exchange& ex, const std::string& request, long long drain_ms) {
+void admin_scale::ask(const std::shared_ptr<shared_state>& state,
+                      const std::filesystem::path& socket, const std::shared_ptr<http_exchange>& ex,
+                      const std::string& request, long long drain_ms) {
   std::optional<std::string> answer;
   try {
     // Started slots load a model; drained ones may take the whole drain timeout.
-    answer = cluster::ask_control(socket_, request,
+    answer = cluster::ask_control(socket, request,
                                   std::chrono::milliseconds(drain_ms) + std::chrono::seconds(240));
   } catch (const std::exception&) {
     answer.reset(); // another user's socket, or none: no supervisor of ours
   }
+  std::lock_guard lock(state->mutex); // held while responding: stop() waits for it
+  --state->waiting;
+  if (!state->open) return; // the gateway went down meanwhile
   const json reply = answer ? json::parse(*answer, nullptr, false) : json();
   if (!reply.is_object()) {
-    respond_error(ex, 503, "no supervisor answers for this cluster on this host",
+    respond_error(*ex, 503, "no supervisor answers for this cluster on this host",
                   "service_unavailable");
   } else if (reply.value("ok", false)) {
-    ex.respond(200, json_type, reply.dump());
+    ex->respond(200, json_type, reply.dump());
   } else {
     const unsigned status = reply.value("conflict", false) ? 409 : 400;
-    respond_error(ex, status, reply.value("error", std::string("refused")),
+    respond_error(*ex, status, reply.value("error", std::string("refused")),
                   status == 409 ? "conflict_error" : "invalid_request_error");
   }
 }

@@ -12,18 +12,16 @@
 //
 // The token file has the API keys file's format and rules (0600, `<token> [name=...]`); the
 // tokens are kept as digests and compared in constant time. The supervisor answers once the
-// change is done, so each call waits on a thread of its own, never on an io or actor thread.
+// change is done, so each call waits on a detached thread of its own, never on an io or actor
+// thread, and a gateway going down does not wait for it.
 
 #include "services/gateway/api_keys.hpp"
 #include "services/gateway/http_server.hpp"
 
-#include <atomic>
 #include <filesystem>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <thread>
-#include <vector>
 
 namespace supernode::services::gateway {
 
@@ -31,25 +29,31 @@ class admin_scale {
 public:
   // `tokens`: none when [gateway] admin_token_file is not set.
   admin_scale(std::optional<api_key_table> tokens, std::filesystem::path supervisor_socket);
-  ~admin_scale(); // waits for the calls still out
+  ~admin_scale();
   admin_scale(const admin_scale&) = delete;
   admin_scale& operator=(const admin_scale&) = delete;
 
   void handle(std::shared_ptr<http_exchange> ex, const http_request& req);
+  // Before the HTTP server stops: calls still waiting for the supervisor answer nobody (a
+  // gateway going down does not wait minutes for a drain to end).
+  void stop();
 
   static constexpr size_t max_waiting = 4;
 
 private:
-  void ask(http_exchange& ex, const std::string& request, long long drain_ms);
+  // What a waiting call shares with the gateway; the call's thread is detached and holds it.
+  struct shared_state {
+    std::mutex mutex;
+    bool open = true;
+    size_t waiting = 0;
+  };
+  static void ask(const std::shared_ptr<shared_state>& state, const std::filesystem::path& socket,
+                  const std::shared_ptr<http_exchange>& ex, const std::string& request,
+                  long long drain_ms);
 
   std::optional<api_key_table> tokens_;
   std::filesystem::path socket_;
-  struct call {
-    std::thread thread;
-    std::shared_ptr<std::atomic<bool>> done;
-  };
-  std::mutex mutex_;
-  std::vector<call> calls_; // joined once done, when the next call comes (or at the end)
+  std::shared_ptr<shared_state> state_ = std::make_shared<shared_state>();
 };
 
 } // namespace supernode::services::gateway

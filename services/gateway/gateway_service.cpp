@@ -83,6 +83,7 @@ void gateway_service::start(transport::endpoint& out) {
 }
 
 void gateway_service::stop() {
+  if (admin_) admin_->stop();
   if (http_) http_->stop();
   tracker_.stop({protocol::serving_errc::shutting_down, "gateway shutting down"});
 }

@@ -99,7 +99,7 @@ private:
   mutable std::mutex stats_mutex_;
   std::shared_ptr<const protocol::cluster_stats> stats_;
   gateway::request_tracker tracker_;
-  // Before http_, so destroyed after it: no admin call comes in while the waiting ones are joined.
+  // Stopped before http_ (stop()): a scale call still waiting answers nobody.
   std::unique_ptr<gateway::admin_scale> admin_;
   std::unique_ptr<gateway::http_server> http_; // last: its threads stop before the rest goes
 };
