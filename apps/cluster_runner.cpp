@@ -196,9 +196,15 @@ int cluster_up(const serving_setup& setup, const fs::path& config_file) {
   return 1;
 }
 
-int cluster_status(const serving_setup& setup) {
+int cluster_status(const serving_setup& setup, bool json) {
   if (auto answer = ask_supervisor(setup, {{"request", "status"}}, std::chrono::seconds(10))) {
     int code = 0;
+    if (json) {
+      std::printf("%s\n", answer->dump().c_str());
+      for (auto& p : (*answer)["processes"])
+        if (p["phase"] != "serving") code = 1;
+      return code;
+    }
     for (auto& p : (*answer)["processes"]) {
       const auto state = p["state"].get<std::string>();
       std::string last;

@@ -21,7 +21,9 @@ int cluster_supervise(const serving_setup& setup, const std::filesystem::path& c
                       const std::filesystem::path& model);
 // One line per process: its state (running, starting, restarting, gave_up, stopped), pid and
 // restarts; returns 0 when all run and are ready.
-int cluster_status(const serving_setup& setup);
+// Every slot with its state and phase (starting, serving, draining, down); with `json`, the
+// supervisor's whole answer as one line. 0 when every slot is serving.
+int cluster_status(const serving_setup& setup, bool json = false);
 
 // `cluster scale PROCESS=COUNT...`: asks the supervisor for the counts and waits until they are
 // reached (started slots ready, scaled-down ones gone); prints what changed and took_s, or the

@@ -48,9 +48,11 @@ int cmd_cluster(cli_args& args) {
       (*action != "up" && *action != "status" && *action != "down" && *action != "keys" &&
        *action != "supervise" && *action != "scale") ||
       !config || (*action == "supervise" && !model))
-    throw usage_error("expected `cluster up|status|down|keys --config FILE [--model DIR]` or "
+    throw usage_error("expected `cluster up|status|down|keys --config FILE [--model DIR]` "
+                      "(status: [--json]) or "
                       "`cluster scale --config FILE PROCESS=COUNT... [--operation-id ID] "
                       "[--drain-timeout-s N] [--json]`");
+  const bool status_json = *action == "status" && args.take_flag("--json");
   scale_options scale;
   if (*action == "scale") {
     scale.operation_id = args.take_or("--operation-id", "");
@@ -66,7 +68,7 @@ int cmd_cluster(cli_args& args) {
   auto setup = load_serving_setup(*config, model, up);
   if (up) return cluster_up(setup, *config);
   if (*action == "supervise") return cluster_supervise(setup, *config, *model);
-  if (*action == "status") return cluster_status(setup);
+  if (*action == "status") return cluster_status(setup, status_json);
   if (*action == "scale") return cluster_scale(setup, scale);
   if (*action == "keys") return cluster_keys(setup.cluster);
   return cluster_down(setup);

@@ -25,7 +25,7 @@ commands:
               an OpenAI-compatible server; without --config every role runs in this process
               (configs/local.toml, embedded) on 127.0.0.1:8000 with the demo model; without
               [gateway] api_keys_file only a loopback host unless --allow-unauthenticated
-  cluster up|status|down --config FILE [--model DIR]
+  cluster up|status|down --config FILE [--model DIR] [--json: status]
               one process per process instance of FILE on this host under a supervisor that
               restarts them per [process.NAME] restart (logs, pid files, events.jsonl and
               supervisor.sock in its run_dir)

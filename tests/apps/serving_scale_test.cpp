@@ -4,7 +4,6 @@
 // tokens, the status says what is serving, and a request after the changes is served.
 
 #include "../support/child_process.hpp"
-#include "services/cluster/control_socket.hpp"
 #include "services/loadgen/http_client.hpp"
 #include "serving_faults.hpp"
 #include "transport/private_files.hpp"
@@ -16,11 +15,12 @@ using json = nlohmann::json;
 
 namespace {
 
-// `cluster scale --json` with `counts`; its answer.
-json scale(const serving_cluster& cluster, const std::vector<std::string>& counts) {
-  std::vector<std::string> argv{serving_cluster::binary(),      "cluster", "scale", "--config",
+// `supernode cluster <action> --config <the cluster's> --json ARGS...`: its one-line answer.
+json cluster_cli(const serving_cluster& cluster, const std::string& action,
+                 const std::vector<std::string>& args) {
+  std::vector<std::string> argv{serving_cluster::binary(),      "cluster", action, "--config",
                                 cluster.config_file().string(), "--json"};
-  argv.insert(argv.end(), counts.begin(), counts.end());
+  argv.insert(argv.end(), args.begin(), args.end());
   child_process cli(argv);
   std::string out;
   while (auto line = cli.read_line(std::chrono::seconds(240))) out += *line;
@@ -29,13 +29,15 @@ json scale(const serving_cluster& cluster, const std::vector<std::string>& count
   return json::parse(out, nullptr, false);
 }
 
-// Slot -> phase, from `cluster status` through the supervisor's socket answer.
+json scale(const serving_cluster& cluster, const std::vector<std::string>& counts) {
+  return cluster_cli(cluster, "scale", counts);
+}
+
+// Slot -> phase, from `cluster status --json`.
 std::map<std::string, std::string> phases(const serving_cluster& cluster) {
-  const auto answer = supernode::services::cluster::ask_control(
-      cluster.run_dir() / "supervisor.sock", R"({"request":"status"})", std::chrono::seconds(10));
+  const auto status = cluster_cli(cluster, "status", {});
   std::map<std::string, std::string> out;
-  if (!answer) return out;
-  const auto status = json::parse(*answer); // kept: the loop reads into it
+  if (!status.is_object()) return out;
   for (auto& p : status["processes"])
     out[p["process"].get<std::string>()] = p["phase"].get<std::string>();
   return out;
