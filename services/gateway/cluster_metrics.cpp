@@ -1,6 +1,7 @@
 #include "services/gateway/cluster_metrics.hpp"
 
 #include <iterator>
+#include <map>
 
 namespace supernode::services::gateway {
 
@@ -93,6 +94,20 @@ void render_cluster_metrics(metrics_registry& metrics, const cluster_snapshot& s
     metrics.set_gauge("supernode_member_alive",
                       "1 while the gateway hears the instance's heartbeats (every role)",
                       m.alive ? 1 : 0, {{"instance", m.name}, {"role", m.role}});
+  // Instances per role and state, every state of every role present (0 included), so a
+  // dashboard or the planner reads counts without knowing the instance names.
+  std::map<std::string, std::map<std::string, int>> by_role;
+  for (const auto& m : snap.members) {
+    auto& states = by_role[m.role];
+    for (const char* state : {"serving", "unavailable", "down"}) states.try_emplace(state, 0);
+    ++states[!m.alive ? "down" : m.unavailable.ok() ? "serving" : "unavailable"];
+  }
+  for (const auto& [role, states] : by_role)
+    for (const auto& [state, n] : states)
+      metrics.set_gauge("supernode_instances",
+                        "Instances of a role by state: serving, unavailable (alive, taking no "
+                        "requests), down",
+                        n, {{"role", role}, {"state", state}});
   for (auto& s : stats.instances) {
     const labels l{{"instance", s.name}, {"role", s.role}};
     metrics.set_gauge("supernode_instance_alive", "1 while the instance is a live member",

@@ -1,6 +1,7 @@
 // /health from the gateway's view: 503 with the reason while nothing can serve, 200 "degraded"
 // naming what is missing while part of the cluster is down or re-forming, 200 "ok" otherwise.
 
+#include "services/gateway/cluster_metrics.hpp"
 #include "services/gateway/health.hpp"
 
 #include <gtest/gtest.h>
@@ -72,4 +73,23 @@ TEST(health, no_prefill_or_no_scheduler_is_unavailable) {
   std::vector<member_health> colocated{{"scheduler-0", "scheduler", true, {}},
                                        {"decode-0", "decode", true, {}}};
   EXPECT_EQ(assess_health(colocated).state, "ok");
+}
+
+TEST(cluster_metrics, instances_are_counted_per_role_and_state_zeros_included) {
+  auto ms = pdc();
+  named(ms, "decode-1").alive = false;
+  named(ms, "prefill-0").unavailable = {protocol::ep_errc::group_broken, "re-forming"};
+  cluster_snapshot snap;
+  snap.members = ms;
+  metrics_registry metrics;
+  render_cluster_metrics(metrics, snap);
+  const auto text = metrics.render();
+  for (const char* line : {"supernode_instances{role=\"decode\",state=\"serving\"} 1",
+                           "supernode_instances{role=\"decode\",state=\"down\"} 1",
+                           "supernode_instances{role=\"decode\",state=\"unavailable\"} 0",
+                           "supernode_instances{role=\"prefill\",state=\"serving\"} 1",
+                           "supernode_instances{role=\"prefill\",state=\"unavailable\"} 1",
+                           "supernode_instances{role=\"mp_controller\",state=\"serving\"} 1",
+                           "supernode_instances{role=\"scheduler\",state=\"down\"} 0"})
+    EXPECT_NE(text.find(line), std::string::npos) << line << " missing from\n" << text;
 }
