@@ -3,6 +3,7 @@
 #include "services/decode/decode_kv_mirror.hpp"
 #include "services/protocol/ems_messages.hpp"
 #include "services/serving/delivery.hpp"
+#include "services/serving/kv_checksum.hpp"
 
 #include <map>
 
@@ -213,12 +214,17 @@ void decode_instance::on(const transport::peer_id& from,
     bad = "block range outside the prompt";
   else if (kv.data.size() != static_cast<size_t>(kv.block_count) * layout.block_bytes())
     bad = "payload size does not match its block count";
+  // Damaged on the way (a plane without integrity checks): retryable, the gateway places the
+  // request again; a layout that disagrees is not.
+  const bool damaged = bad.empty() && kv.checksum != kv_transfer_checksum(kv);
+  if (damaged) bad = "its checksum differs: damaged on the way";
   if (!bad.empty()) {
     auto seq = std::move(w.seq);
     awaiting_.erase(it);
     --waiting_;
-    end_unbatched(std::move(seq),
-                  {protocol::serving_errc::kv_layout_mismatch, "bad KV transfer: " + bad});
+    end_unbatched(std::move(seq), {damaged ? protocol::serving_errc::delivery_failed
+                                           : protocol::serving_errc::kv_layout_mismatch,
+                                   "bad KV transfer: " + bad});
     return;
   }
   bool fresh = false;

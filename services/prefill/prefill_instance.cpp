@@ -2,6 +2,7 @@
 
 #include "services/protocol/ems_messages.hpp"
 #include "services/serving/delivery.hpp"
+#include "services/serving/kv_checksum.hpp"
 
 #include <algorithm>
 
@@ -196,6 +197,7 @@ void prefill_instance::ship(queued& q, int32_t first_token) {
     kv.block_count = count;
     kv.total_blocks = total;
     kv.data = transport::shared_bytes(std::move(bytes));
+    kv.checksum = kv_transfer_checksum(kv);
     const auto status =
         send_with_backoff(*out_, "bulk", q.decode, transport::make_envelope(std::move(kv)));
     if (status != transport::send_status::ok) {

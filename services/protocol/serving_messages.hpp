@@ -260,9 +260,10 @@ struct kv_transfer {
   int64_t first_block = 0;
   int64_t block_count = 0;
   int64_t total_blocks = 0;
+  uint64_t checksum = 0;        // services/serving/kv_checksum.hpp: over the fields above and data
   transport::shared_bytes data; // last: a spliced frame has no head part after it
   MSGPACK_DEFINE_MAP(key, first_token, prompt_tokens, block_floats, first_block, block_count,
-                     total_blocks, data);
+                     total_blocks, checksum, data);
 };
 
 struct prefill_failed {

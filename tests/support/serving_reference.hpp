@@ -7,6 +7,7 @@
 #include "model/engine.hpp"
 #include "services/prefill/prefill_engine.hpp"
 #include "services/protocol/serving_messages.hpp"
+#include "services/serving/kv_checksum.hpp"
 
 #include <algorithm>
 #include <vector>
@@ -62,6 +63,7 @@ inline prefilled_prompt prefill_prompt(const services::protocol::request_key& ke
                               std::as_writable_bytes(std::span(bytes))
                                   .subspan(i * layout.block_bytes(), layout.block_bytes()));
     kv.data = transport::shared_bytes(std::move(bytes));
+    kv.checksum = services::kv_transfer_checksum(kv);
     out.runs.push_back(std::move(kv));
   }
   return out;

@@ -262,3 +262,27 @@ TEST(decode_instance, kv_of_another_block_shape_ends_the_request_with_kv_layout_
   EXPECT_TRUE(b.released(blocks_for(spec), key));
   EXPECT_EQ(b.free_blocks(), pool_blocks);
 }
+
+TEST(decode_instance, kv_damaged_on_the_way_ends_the_request_retryably) {
+  // A frame that still decodes with one byte of a block changed (a plane without integrity
+  // checks): the checksum differs, so the request ends with delivery_failed, which the gateway
+  // places again, instead of decoding from wrong KV.
+  decode_bench b;
+  const request_key key{"gateway-0", 1};
+  const auto spec = greedy(40, 6, 8);
+  ASSERT_TRUE(b.assign(key, spec).ok());
+  ASSERT_TRUE(b.routed(key));
+  auto kv = supernode::testing::prefill_prompt(key, spec, block_size, 3);
+  ASSERT_EQ(kv.runs.size(), 1u);
+  std::vector<char> bytes(kv.runs[0].data.data(), kv.runs[0].data.data() + kv.runs[0].data.size());
+  bytes[bytes.size() / 2] ^= 0x10;
+  kv.runs[0].data = supernode::transport::shared_bytes(std::move(bytes));
+  b.ship(kv.runs);
+
+  const auto got = b.finished_stream(key);
+  EXPECT_EQ(got.finish, finish_reason::error);
+  EXPECT_TRUE(got.failure.is(serving_errc::delivery_failed)) << got.failure;
+  EXPECT_TRUE(got.failure.retry_elsewhere()) << got.failure;
+  EXPECT_TRUE(got.tokens.empty());
+  EXPECT_EQ(b.free_blocks(), pool_blocks);
+}

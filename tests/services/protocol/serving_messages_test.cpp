@@ -161,6 +161,7 @@ kv_transfer kv(size_t bytes = 48 << 10) {
   k.first_block = 1;
   k.block_count = 2;
   k.total_blocks = 3;
+  k.checksum = 0x5eed'0000'c0ffee17;
   k.data = patterned_bytes(bytes, 17);
   return k;
 }
