@@ -481,7 +481,18 @@ struct supervisor::impl {
     return std::chrono::milliseconds(std::max(0LL, ns / 1'000'000));
   }
 
+  // Liveness files are looked at a few times per (shortest) timeout, not at every wake-up:
+  // the loop also wakes for every log line its children write.
+  clock_type::time_point next_probe{};
+
   void probe_liveness() {
+    const auto now = clock_type::now();
+    if (now < next_probe) return;
+    auto shortest = std::chrono::milliseconds::max();
+    for (auto& s : slots)
+      if (s.probed()) shortest = std::min(shortest, s.def.liveness_timeout);
+    if (shortest == std::chrono::milliseconds::max()) return; // no slot has a probe
+    next_probe = now + shortest / 4;
     for (auto& s : slots) {
       if (stopping || !s.probed() || !s.ready || s.hung_killed || !s.alive()) continue;
       const auto silent = silent_for(s.def.liveness_file);
@@ -528,10 +539,7 @@ struct supervisor::impl {
     if (starting && !stopping) next = std::min(next, start_deadline);
     if (stopping && !kill_sent) next = std::min(next, kill_deadline);
     if (scales.running() && !drain_killed) next = std::min(next, drain_deadline);
-    // Probes are looked at a few times a timeout (the shortest one).
-    if (!stopping && any_probe())
-      for (auto& s : slots)
-        if (s.probed()) next = std::min(next, clock_type::now() + s.def.liveness_timeout / 4);
+    if (!stopping && any_probe()) next = std::min(next, next_probe);
     if (next == clock_type::time_point::max()) return -1;
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(next - clock_type::now()).count();

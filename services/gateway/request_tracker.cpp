@@ -60,7 +60,6 @@ void request_tracker::admit(std::shared_ptr<tracked_request> r, protocol::admit_
   thread_.post([this, r = std::move(r), message = std::move(message)] {
     r->cluster_id = message.key.id;
     r->admission = std::move(message);
-    r->last_progress = clock::now();
     live_[r->cluster_id] = r;
     cluster_id_of_[r->id] = r->cluster_id;
     send_admission(*r);

@@ -244,18 +244,27 @@ TEST(decode_instance, an_assignment_larger_than_the_pool_is_refused_with_kv_exha
   EXPECT_EQ(find_for<protocol::prefill_request>(b.prefill_mail, big), nullptr);
 }
 
+namespace {
+// One request assigned and routed, its KV shipped in one run after `spoil` changed it; the stream
+// it ended with.
+template<class Spoil>
+auto finished_after_bad_kv(decode_bench& b, const request_key& key, const request_spec& spec,
+                           Spoil spoil) {
+  EXPECT_TRUE(b.assign(key, spec).ok());
+  EXPECT_TRUE(b.routed(key));
+  auto kv = supernode::testing::prefill_prompt(key, spec, block_size, 3);
+  EXPECT_EQ(kv.runs.size(), 1u);
+  spoil(kv.runs[0]);
+  b.ship(kv.runs);
+  return b.finished_stream(key);
+}
+} // namespace
+
 TEST(decode_instance, kv_of_another_block_shape_ends_the_request_with_kv_layout_mismatch) {
   decode_bench b;
   const request_key key{"gateway-0", 1};
   const auto spec = greedy(40, 6, 8);
-  ASSERT_TRUE(b.assign(key, spec).ok());
-  ASSERT_TRUE(b.routed(key));
-  auto kv = supernode::testing::prefill_prompt(key, spec, block_size, 3);
-  ASSERT_EQ(kv.runs.size(), 1u);
-  kv.runs[0].block_floats += 1;
-  b.ship(kv.runs);
-
-  const auto got = b.finished_stream(key);
+  const auto got = finished_after_bad_kv(b, key, spec, [](auto& run) { run.block_floats += 1; });
   EXPECT_EQ(got.finish, finish_reason::error);
   EXPECT_TRUE(got.failure.is(serving_errc::kv_layout_mismatch)) << got.failure;
   EXPECT_TRUE(got.tokens.empty());
@@ -270,16 +279,11 @@ TEST(decode_instance, kv_damaged_on_the_way_ends_the_request_retryably) {
   decode_bench b;
   const request_key key{"gateway-0", 1};
   const auto spec = greedy(40, 6, 8);
-  ASSERT_TRUE(b.assign(key, spec).ok());
-  ASSERT_TRUE(b.routed(key));
-  auto kv = supernode::testing::prefill_prompt(key, spec, block_size, 3);
-  ASSERT_EQ(kv.runs.size(), 1u);
-  std::vector<char> bytes(kv.runs[0].data.data(), kv.runs[0].data.data() + kv.runs[0].data.size());
-  bytes[bytes.size() / 2] ^= 0x10;
-  kv.runs[0].data = supernode::transport::shared_bytes(std::move(bytes));
-  b.ship(kv.runs);
-
-  const auto got = b.finished_stream(key);
+  const auto got = finished_after_bad_kv(b, key, spec, [](auto& run) {
+    std::vector<char> bytes(run.data.data(), run.data.data() + run.data.size());
+    bytes[bytes.size() / 2] ^= 0x10;
+    run.data = supernode::transport::shared_bytes(std::move(bytes));
+  });
   EXPECT_EQ(got.finish, finish_reason::error);
   EXPECT_TRUE(got.failure.is(serving_errc::delivery_failed)) << got.failure;
   EXPECT_TRUE(got.failure.retry_elsewhere()) << got.failure;
