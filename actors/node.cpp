@@ -50,7 +50,8 @@ bool needs_model(const std::vector<transport::instance_config>& instances) {
 } // namespace
 
 int run_node(const transport::cluster_config& cluster, const services::serving_config& serving,
-             const std::string& process, int index) {
+             const std::string& process, int index,
+             std::vector<transport::endpoint::join_seed> join_seeds) {
   const auto instances = cluster.instances_of(process, index);
   for (auto& p : cluster.processes)
     if (p.name == process) apply_placement(p);
@@ -93,6 +94,7 @@ int run_node(const transport::cluster_config& cluster, const services::serving_c
     auto ep = std::make_shared<transport::endpoint>(cluster, instances[i].name,
                                                     transport::make_plane, incarnation);
     ep->set_fenced_handler(on_fenced);
+    if (instances[i].joined) ep->set_join_seeds(join_seeds);
     auto done = std::make_shared<std::promise<std::string>>();
     started.push_back(done->get_future());
     actors.push_back(

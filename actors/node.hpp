@@ -5,6 +5,7 @@
 
 #include "services/serving/serving_config.hpp"
 #include "transport/cluster_config.hpp"
+#include "transport/endpoint.hpp"
 
 #include <string>
 
@@ -16,7 +17,10 @@ namespace supernode::actors {
 // code: 1 when an instance cannot start (the reason on stderr), fenced_exit_code when peers
 // fenced this process after a hang.
 inline constexpr int fenced_exit_code = 75; // EX_TEMPFAIL: restart me
+// A process that joined at run time (its instance is in `cluster` as joined) announces itself
+// through `join_seeds`.
 int run_node(const transport::cluster_config& cluster, const services::serving_config& serving,
-             const std::string& process, int index);
+             const std::string& process, int index,
+             std::vector<transport::endpoint::join_seed> join_seeds = {});
 
 } // namespace supernode::actors

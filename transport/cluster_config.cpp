@@ -216,18 +216,26 @@ cluster_config cluster_config::load(const std::filesystem::path& file) {
 std::vector<instance_config> cluster_config::instances_of(const std::string& process,
                                                           int index) const {
   std::vector<instance_config> out;
-  bool known = false;
-  for (auto& p : processes)
-    if (p.name == process) {
-      known = true;
-      if (index < 0 || index >= p.count)
-        throw std::runtime_error("process '" + process + "' has " + std::to_string(p.count) +
-                                 " instances; --id " + std::to_string(index) + " is out of range");
-    }
-  if (!known) throw std::runtime_error("no process '" + process + "' in cluster '" + name + "'");
   for (auto& i : instances_)
     if (i.process == process && i.index == index) out.push_back(i);
-  return out;
+  if (!out.empty()) return out;
+  for (auto& p : processes)
+    if (p.name == process)
+      throw std::runtime_error("process '" + process + "' has " + std::to_string(p.count) +
+                               " instances; --id " + std::to_string(index) + " is out of range");
+  throw std::runtime_error("no process '" + process + "' in cluster '" + name + "'");
+}
+
+const instance_config& cluster_config::add_joined_instance(const std::string& process,
+                                                           const std::string& role,
+                                                           int role_index) {
+  const std::string n = role + "-" + std::to_string(role_index);
+  for (auto& i : instances_)
+    if (i.name == n) throw std::runtime_error("instance '" + n + "' is in the config already");
+  instance_config inst{n, role, process, role_index, -1, role_index};
+  inst.joined = true;
+  instances_.push_back(inst);
+  return instances_.back();
 }
 
 const instance_config& cluster_config::instance(const std::string& n) const {
@@ -247,6 +255,8 @@ const plane_config& cluster_config::plane_for_flow(const std::string& flow) cons
 std::string cluster_config::address(const instance_config& inst, const plane_config& plane,
                                     const std::string& channel) const {
   if (plane.kind == "zmq") {
+    // A joined instance has no ports in the config: the kernel picks free ones at bind time.
+    if (plane.transport == "tcp" && inst.joined) return "tcp://" + plane.host + ":*";
     if (plane.transport == "tcp")
       return "tcp://" + plane.host + ":" +
              std::to_string(plane.base_port + inst.ordinal * 3 +

@@ -79,6 +79,9 @@ struct instance_config {
   int index = 0;      // of its process
   int ordinal = 0;    // position among all instances, for port numbering
   int role_index = 0; // among the instances of its role: the number in its name
+  // Not in the config: this process joined a live cluster (`role --join`), binds ephemeral
+  // tcp ports or ipc paths of its own and announces them in member_join.
+  bool joined = false;
 };
 
 struct cluster_config {
@@ -101,6 +104,11 @@ struct cluster_config {
   // The instances process `process` #index hosts; throws naming the process when unknown.
   std::vector<instance_config> instances_of(const std::string& process, int index) const;
   const instance_config& instance(const std::string& name) const;
+  // Adds instance `role`-`role_index`, hosted alone by a process of kind `process` that joined
+  // at run time (instance_claim.hpp picks the name), and returns it. Its process index is its
+  // role index, beyond the kind's configured count.
+  const instance_config& add_joined_instance(const std::string& process, const std::string& role,
+                                             int role_index);
   const plane_config& plane_for_flow(const std::string& flow) const;
   // Address of an instance's endpoint on a plane: channel "control", "bulk" or "ep" (its
   // expert-parallel rank fabric).

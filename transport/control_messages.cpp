@@ -13,6 +13,7 @@ void register_control_messages() {
   register_message<member_join>();
   register_message<member_leave>();
   register_message<member_fenced>();
+  register_message<member_directory>();
 }
 
 } // namespace supernode::transport

@@ -74,7 +74,20 @@ struct member_join {
   std::string role;
   uint64_t incarnation = 0;
   std::map<std::string, std::string> endpoints; // plane name -> address
-  MSGPACK_DEFINE_MAP(peer, role, incarnation, endpoints);
+  // Asks the receiver for the members it knows (member_directory): a process that joins
+  // through one live member learns the rest from it.
+  bool wants_directory = false;
+  MSGPACK_DEFINE_MAP(peer, role, incarnation, endpoints, wants_directory);
+};
+
+// The answer to a join that wants the directory: every live member the sender knows, itself
+// included, with the addresses each announced (or the config gives).
+struct member_directory {
+  static constexpr uint16_t type_id = 9;
+  static constexpr const char* type_name = "member_directory";
+  static constexpr uint32_t max_bytes = 1u << 20;
+  std::vector<member_join> members;
+  MSGPACK_DEFINE_MAP(members);
 };
 
 struct member_leave {

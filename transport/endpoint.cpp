@@ -2,6 +2,8 @@
 
 #include "transport/control_messages.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 
@@ -92,8 +94,29 @@ void endpoint::on_fenced_notice(const peer_id& from, const member_fenced& notice
   if (on_fenced_) on_fenced_(from, notice.reason);
 }
 
+void endpoint::set_join_seeds(std::vector<join_seed> seeds) {
+  join_seeds_ = std::move(seeds);
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard lock(mutex_);
+  for (auto& seed : join_seeds_) {
+    if (seed.control_address.empty()) continue; // a config instance: known already
+    member_join j{seed.peer, "", 0, {}};
+    for (auto& [name, p] : planes_) {
+      j.endpoints[name] = seed.control_address;
+      p->add_peer(seed.peer, seed.control_address, seed.control_address);
+    }
+    membership_.on_join(j, now);
+  }
+}
+
 void endpoint::start() {
   for (auto& [name, p] : planes_) p->start();
+  if (self_.joined) rejoin_tick();
+}
+
+std::map<std::string, member> endpoint::members() const {
+  std::lock_guard lock(mutex_);
+  return membership_.members();
 }
 
 void endpoint::stop() {
@@ -200,11 +223,24 @@ bool endpoint::expect_role(const peer_id& from, const std::string& role, const c
   return false;
 }
 
+std::string endpoint::join_refusal(const member_join& j) const {
+  for (auto& inst : cluster_.instances())
+    if (inst.name == j.peer && !inst.joined)
+      return inst.role == j.role ? "" : "join_with_another_role";
+  const auto prefix = j.role + "-";
+  const bool named_for_role =
+      !j.role.empty() && j.peer.size() > prefix.size() && j.peer.starts_with(prefix) &&
+      std::all_of(j.peer.begin() + static_cast<std::ptrdiff_t>(prefix.size()), j.peer.end(),
+                  [](unsigned char c) { return std::isdigit(c) != 0; });
+  return named_for_role ? "" : "join_with_another_role";
+}
+
 // Membership messages speak for their sender only: a heartbeat, join or leave naming another
 // member, or a leave of an earlier process of this one, is refused. Returns the refusal reason.
 std::string endpoint::membership_refusal(const peer_id& from, const envelope& message) const {
   if (auto* h = message.get<heartbeat>()) return h->sender == from ? "" : "heartbeat_for_another";
-  if (auto* j = message.get<member_join>()) return j->peer == from ? "" : "join_for_another";
+  if (auto* j = message.get<member_join>())
+    return j->peer != from ? "join_for_another" : join_refusal(*j);
   if (auto* l = message.get<member_leave>()) {
     if (l->peer != from) return "leave_for_another";
     std::lock_guard lock(mutex_);
@@ -237,8 +273,22 @@ void endpoint::on_message(const peer_id& from, envelope message) {
         p->add_peer(j->peer, control->second,
                     bulk != j->endpoints.end() ? bulk->second : control->second);
     }
-    std::lock_guard lock(mutex_);
-    events = membership_.on_join(*j, now);
+    member_directory directory;
+    {
+      std::lock_guard lock(mutex_);
+      events = membership_.on_join(*j, now);
+      if (j->wants_directory)
+        for (auto& [id, m] : membership_.members())
+          if (m.state == member_state::alive && id != j->peer)
+            directory.members.push_back({id, m.role, m.incarnation, m.endpoints});
+    }
+    if (j->wants_directory) {
+      directory.members.push_back(own_join(false));
+      send("control", j->peer, make_envelope(std::move(directory)));
+    }
+  } else if (auto* d = message.get<member_directory>()) {
+    on_directory(from, *d);
+    return;
   } else if (auto* l = message.get<member_leave>()) {
     std::lock_guard lock(mutex_);
     events = membership_.on_leave(*l, now);
@@ -270,8 +320,80 @@ void endpoint::emit(const std::vector<membership_event>& events) {
   for (auto& e : events) {
     log_membership(e);
     if (e.what != membership_event::kind::joined) pending_.fail_peer(e.peer, e.reason);
+    // A member that (re)appears knows this joined instance only if told: a restarted config
+    // member starts from the config, which does not list it.
+    if (e.what == membership_event::kind::joined && self_.joined) announce_join(e.peer);
     if (on_event_) on_event_(e);
   }
+}
+
+void endpoint::on_directory(const peer_id& from, const member_directory& d) {
+  if (!self_.joined)
+    return reject(from, "unasked_directory", "a member_directory nobody asked for");
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<membership_event> events;
+  std::vector<std::string> to_announce;
+  for (auto& entry : d.members) {
+    if (entry.peer == self_.name) continue;
+    if (!join_refusal(entry).empty()) {
+      reject(from, "join_with_another_role",
+             "a directory entry naming " + entry.peer + " as a " + entry.role);
+      continue;
+    }
+    {
+      std::lock_guard lock(mutex_);
+      const member* known = membership_.find(entry.peer);
+      // What we heard from a member itself outranks what another says of it.
+      if (known && known->state == member_state::alive && known->incarnation != 0 &&
+          known->incarnation >= entry.incarnation && !known->role.empty())
+        continue;
+    }
+    for (auto& [name, p] : planes_) {
+      auto control = entry.endpoints.find(name), bulk = entry.endpoints.find(name + ".bulk");
+      if (control != entry.endpoints.end())
+        p->add_peer(entry.peer, control->second,
+                    bulk != entry.endpoints.end() ? bulk->second : control->second);
+    }
+    std::lock_guard lock(mutex_);
+    auto e = membership_.on_join(entry, now);
+    // A member new to this endpoint hears of it through emit() (its joined event); one adopted
+    // quietly (a config member not heard from yet) is told here.
+    if (e.empty()) to_announce.push_back(entry.peer);
+    events.insert(events.end(), e.begin(), e.end());
+  }
+  directory_received_ = true;
+  emit(events);
+  for (auto& peer : to_announce) announce_join(peer);
+}
+
+member_join endpoint::own_join(bool wants_directory) const {
+  member_join j{self_.name, self_.role, incarnation_, {}, wants_directory};
+  for (auto& [name, pc] : cluster_.planes) {
+    const auto& p = *planes_.at(name);
+    const auto control = p.bound_address("control"), bulk = p.bound_address("bulk");
+    j.endpoints[name] = control.empty() ? cluster_.address(self_, pc, "control") : control;
+    j.endpoints[name + ".bulk"] = bulk.empty() ? cluster_.address(self_, pc, "bulk") : bulk;
+  }
+  return j;
+}
+
+void endpoint::rejoin_tick() {
+  if (!self_.joined) return;
+  auto& control = *planes_.at(cluster_.plane_for_flow("control").name);
+  if (!directory_received_) {
+    const auto join = make_envelope(own_join(true));
+    for (auto& seed : join_seeds_) control.send(seed.peer, join);
+    return;
+  }
+  if (ticks_ % 10 != 0) return; // once a second at the default heartbeat: down peers wait
+  std::vector<std::string> down;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto& [id, m] : membership_.members())
+      if (m.state == member_state::down) down.push_back(id);
+  }
+  const auto join = make_envelope(own_join(false));
+  for (auto& peer : down) control.send(peer, join);
 }
 
 void endpoint::log_membership(const membership_event& e) {
@@ -290,9 +412,11 @@ void endpoint::tick(steady_time now) {
     std::lock_guard lock(mutex_);
     events = membership_.tick(now);
     paused = membership_.last_pause();
-    for (auto& inst : cluster_.instances())
-      if (inst.name != self_.name && membership_.is_alive(inst.name)) targets.push_back(inst.name);
+    for (auto& [id, m] : membership_.members())
+      if (id != self_.name && m.state == member_state::alive) targets.push_back(id);
   }
+  ++ticks_;
+  rejoin_tick();
   if (paused.count() > 0)
     log_.warn("this process did not run for {} ms (stopped or stalled): its peers' silence is its "
               "own, so none is declared down for it",
@@ -304,19 +428,20 @@ void endpoint::tick(steady_time now) {
     send("control", t, hb); // a full queue drops a heartbeat; the next one follows soon
 }
 
-void endpoint::announce_join(const peer_id& peer) {
-  member_join j{self_.name, self_.role, incarnation_, {}};
-  for (auto& [name, pc] : cluster_.planes) {
-    j.endpoints[name] = cluster_.address(self_, pc, "control");
-    j.endpoints[name + ".bulk"] = cluster_.address(self_, pc, "bulk");
-  }
-  planes_.at(cluster_.plane_for_flow("control").name)->send(peer, make_envelope(j));
+void endpoint::announce_join(const peer_id& peer, bool wants_directory) {
+  planes_.at(cluster_.plane_for_flow("control").name)
+      ->send(peer, make_envelope(own_join(wants_directory)));
 }
 
 void endpoint::announce_leave(const std::string& reason) {
   auto msg = make_envelope(member_leave{self_.name, reason, incarnation_});
-  for (auto& inst : cluster_.instances())
-    if (inst.name != self_.name) send("control", inst.name, msg);
+  std::vector<std::string> peers;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto& [id, m] : membership_.members())
+      if (id != self_.name) peers.push_back(id);
+  }
+  for (auto& peer : peers) send("control", peer, msg);
 }
 
 } // namespace supernode::transport

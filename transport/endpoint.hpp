@@ -49,6 +49,18 @@ public:
   void start();
   void stop();
 
+  // For an instance that joined at run time (instance_config::joined): the live members it
+  // joins through. It announces itself to each with member_join asking for the directory, until
+  // one answers; then it announces itself to every member the directory lists. A seed without
+  // an address is a config instance (its address is the config's). Call before start().
+  struct join_seed {
+    std::string peer;
+    std::string control_address; // "" : from the config
+  };
+  void set_join_seeds(std::vector<join_seed> seeds);
+  // Every member this endpoint knows (from the config, joins and directories), by name.
+  std::map<std::string, member> members() const;
+
   // Sends on the plane the config assigns to `flow`. A peer known to be down answers peer_down
   // at once instead of queueing toward nobody.
   send_status send(const std::string& flow, const peer_id& to, const envelope& message);
@@ -82,7 +94,7 @@ public:
   // down. Call every cluster().heartbeat_interval.
   void tick(steady_time now);
   // Announces this instance to `peer` (instances added at run time), and departure to all.
-  void announce_join(const peer_id& peer);
+  void announce_join(const peer_id& peer, bool wants_directory = false);
   void announce_leave(const std::string& reason);
 
   pending_requests& pending() { return pending_; }
@@ -99,6 +111,16 @@ private:
   bool refuse_if_fenced(const peer_id& from, const envelope& message);
   void on_fenced_notice(const peer_id& from, const member_fenced& notice);
   void emit(const std::vector<membership_event>& events);
+  // This instance's member_join, with the addresses its planes actually bound.
+  member_join own_join(bool wants_directory) const;
+  // Why a member_join (sent by `from`, or listed by it in a directory) is refused; "" when it
+  // is not: a config instance keeps its configured role, and a name outside the config must
+  // read "<role>-<n>" for the role it claims.
+  std::string join_refusal(const member_join& j) const;
+  void on_directory(const peer_id& from, const member_directory& d);
+  // A joined instance: re-announces itself to the seeds until a directory came, and to members
+  // that are down (a restarted config member knows only the config).
+  void rejoin_tick();
   void log_membership(const membership_event& e);
 
   cluster_config cluster_;
@@ -123,6 +145,9 @@ private:
   event_handler on_event_;
   fenced_handler on_fenced_;
   std::atomic<bool> fenced_{false};
+  std::vector<join_seed> join_seeds_;
+  std::atomic<bool> directory_received_{false};
+  uint64_t ticks_ = 0;
 };
 
 } // namespace supernode::transport

@@ -25,8 +25,12 @@ std::vector<membership_event> membership::on_join(const member_join& m, steady_t
   if (it != members_.end() && it->second.fenced && it->second.incarnation == m.incarnation)
     return events; // the fenced process itself: only a new incarnation comes back
   if (it != members_.end() && it->second.state == member_state::alive) {
-    if (it->second.incarnation == m.incarnation) { // a repeated join: refresh endpoints only
+    // A repeated join, or the first word of a config member not heard from yet: nothing was
+    // known of an earlier process, so nothing went down. Refresh what the join tells.
+    if (it->second.incarnation == m.incarnation || it->second.incarnation == 0) {
+      it->second.incarnation = m.incarnation;
       it->second.endpoints = m.endpoints;
+      if (it->second.role.empty()) it->second.role = m.role;
       it->second.last_heard = now;
       return events;
     }

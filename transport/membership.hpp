@@ -83,6 +83,8 @@ public:
   bool is_fenced(const std::string& id) const;
   bool is_alive(const std::string& id) const;
   std::vector<const member*> alive_with_role(const std::string& role) const;
+  // Every member, whatever its state, by name.
+  const std::map<std::string, member>& members() const { return members_; }
   size_t size() const { return members_.size(); }
 
 private:

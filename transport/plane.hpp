@@ -60,6 +60,12 @@ public:
                         const std::string& bulk_address) {
     (void)peer, (void)control_address, (void)bulk_address;
   }
+  // The address this plane bound for `channel` ("control" or "bulk"), as peers should be told
+  // in member_join; "" for planes that find peers by name (the config's address serves).
+  virtual std::string bound_address(const std::string& channel) const {
+    (void)channel;
+    return {};
+  }
   // Called when the plane itself sees a peer go away (its connection dropped, its process
   // died): the fast path of liveness, ahead of missed heartbeats.
   void set_disconnect_handler(std::function<void(const peer_id&, const std::string& reason)> h) {

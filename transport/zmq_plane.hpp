@@ -82,6 +82,9 @@ public:
                 const std::string& bulk_address) override {
     connect(peer, control_address, bulk_address);
   }
+  std::string bound_address(const std::string& channel) const override {
+    return channel == "bulk" ? bulk_endpoint() : control_endpoint();
+  }
 
   // Makes `peer` reachable; connecting again replaces the old connection (a restarted peer).
   // Secured, a peer without a public key in the key folder stays unreachable (sends answer
