@@ -128,17 +128,29 @@ std::optional<std::string> cluster_keys::public_key(const std::string& instance)
 
 std::optional<std::string> cluster_keys::owner_of(std::string_view z85_public) const {
   std::lock_guard lock(mutex_);
-  if (auto it = owners_.find(z85_public); it != owners_.end()) return it->second;
+  // A key written since the last look changes the folder's mtime: one stat per unknown key, and
+  // a scan only when the folder changed, so a flood of unknown keys costs no scans, and a pair
+  // made a moment ago (a process joining) is found at once.
+  // Folder times tick coarsely (a few ms): within a second of a change, a scan may have come in
+  // the same tick as a later write, so the folder is read again then, at most every 20 ms.
+  std::error_code ec;
+  const auto changed = std::filesystem::last_write_time(dir_, ec);
   const auto now = std::chrono::steady_clock::now();
-  if (now - last_scan_ < rescan_interval && last_scan_ != std::chrono::steady_clock::time_point{})
-    return std::nullopt;
-  last_scan_ = now;
-  rescan_locked();
+  const bool recent =
+      std::filesystem::file_time_type::clock::now() - changed < std::chrono::seconds(1);
+  if (!ec && (!scanned_ || changed != *scanned_ ||
+              (recent && now - last_scan_ >= std::chrono::milliseconds(20)))) {
+    scanned_ = changed;
+    last_scan_ = now;
+    rescan_locked();
+  }
   if (auto it = owners_.find(z85_public); it != owners_.end()) return it->second;
   return std::nullopt;
 }
 
 void cluster_keys::rescan_locked() const {
+  // From scratch: a key replaced or removed since the last scan names nobody any more.
+  owners_.clear();
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir_, ec)) {
     if (entry.path().extension() != ".public") continue;

@@ -48,12 +48,10 @@ public:
   curve_keypair own(const std::string& instance) const;
   // An instance's public key (Z85), read from its .public file; nullopt when there is none.
   std::optional<std::string> public_key(const std::string& instance) const;
-  // The instance whose public key (Z85) this is; nullopt for a key of no instance. Keys written
-  // after the first lookup (instances added at run time) are found by re-reading the folder,
-  // at most once per rescan_interval, so a flood of unknown keys costs no disk scans.
+  // The instance whose public key (Z85) this is; nullopt for a key of no instance. The folder
+  // is read again whenever it changed since the last read (its mtime: a pair written by an
+  // instance added at run time, or replaced), so a flood of unknown keys costs one stat each.
   std::optional<std::string> owner_of(std::string_view z85_public) const;
-
-  static constexpr auto rescan_interval = std::chrono::milliseconds(200);
 
 private:
   void rescan_locked() const;
@@ -61,6 +59,7 @@ private:
   std::filesystem::path dir_;
   mutable std::mutex mutex_;
   mutable std::map<std::string, std::string, std::less<>> owners_; // public (Z85) -> instance
+  mutable std::optional<std::filesystem::file_time_type> scanned_; // the folder's mtime then
   mutable std::chrono::steady_clock::time_point last_scan_{};
 };
 

@@ -120,6 +120,23 @@ TEST(cluster_keys, one_pair_per_instance_found_by_its_public_key) {
   EXPECT_EQ(other.owner_of(decode.public_key), "decode-0");
 }
 
+TEST(cluster_keys, a_pair_written_after_a_lookup_is_found_at_once_and_a_replaced_key_names_nobody) {
+  scratch s;
+  cluster_keys keys(s.root / "keys");
+  keys.ensure({"decode-0"});
+  const auto old_key = keys.own("decode-0").public_key;
+  EXPECT_EQ(keys.owner_of(old_key), "decode-0");
+  // An instance that joins makes its pair now: its first handshake must not be refused.
+  keys.ensure({"decode-2"});
+  EXPECT_EQ(keys.owner_of(keys.own("decode-2").public_key), "decode-2");
+  // decode-0's pair is replaced (a new cluster in the same folder): the old key is nobody's.
+  std::filesystem::remove(s.root / "keys" / "decode-0.public");
+  std::filesystem::remove(s.root / "keys" / "decode-0.secret");
+  keys.ensure({"decode-0"});
+  EXPECT_EQ(keys.owner_of(keys.own("decode-0").public_key), "decode-0");
+  EXPECT_EQ(keys.owner_of(old_key), std::nullopt);
+}
+
 TEST(cluster_keys, processes_racing_converge_on_one_pair) {
   scratch s;
   std::vector<std::thread> racers;
