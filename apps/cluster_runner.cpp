@@ -4,6 +4,7 @@
 #include "services/cluster/control_socket.hpp"
 #include "services/cluster/role_launch.hpp"
 #include "services/cluster/supervisor.hpp"
+#include "services/role_registry.hpp"
 #include "transport/private_files.hpp"
 
 #include <algorithm>
@@ -36,16 +37,17 @@ struct process_slot {
   std::string name() const { return process + "-" + std::to_string(index); }
 };
 
+process_slot slot_of(const fs::path& run_dir, const std::string& process, int index) {
+  process_slot s{process, index, {}, {}};
+  s.log = run_dir / "logs" / (s.name() + ".log");
+  s.pid_file = run_dir / "pids" / (s.name() + ".pid");
+  return s;
+}
+
 std::vector<process_slot> slots_of(const serving_setup& setup) {
-  const auto& run = setup.cluster.run_dir;
   std::vector<process_slot> out;
   for (auto& p : setup.cluster.processes)
-    for (int i = 0; i < p.count; ++i) {
-      process_slot s{p.name, i, {}, {}};
-      s.log = run / "logs" / (s.name() + ".log");
-      s.pid_file = run / "pids" / (s.name() + ".pid");
-      out.push_back(s);
-    }
+    for (int i = 0; i < p.count; ++i) out.push_back(slot_of(setup.cluster.run_dir, p.name, i));
   return out;
 }
 
@@ -93,20 +95,33 @@ std::chrono::milliseconds liveness_timeout_of(const transport::cluster_config& c
       3 * cluster.heartbeat_interval * cluster.missed_heartbeats, std::chrono::seconds(5));
 }
 
+cl::supervised_process supervised_slot(const serving_setup& setup, const process_slot& s,
+                                       const std::string& config, const std::string& model,
+                                       const std::string& join) {
+  const auto& process =
+      *std::find_if(setup.cluster.processes.begin(), setup.cluster.processes.end(),
+                    [&](auto& p) { return p.name == s.process; });
+  // A session each, as before the supervisor: the kernel's autogroup scheduling shares CPU
+  // per session, and roles in one session were measured to start ~0.5 s slower on a busy host.
+  return {s.name(), cl::role_spec({s.process, s.index, config, model, s.log, true, join}),
+          cl::restart_rules::of(process), liveness_timeout_of(setup.cluster, process),
+          setup.cluster.run_dir / "alive" / s.name()};
+}
+
 std::vector<cl::supervised_process>
 supervised_slots(const serving_setup& setup, const std::string& config, const std::string& model) {
   std::vector<cl::supervised_process> out;
-  for (auto& s : slots_of(setup)) {
-    const auto& process =
-        *std::find_if(setup.cluster.processes.begin(), setup.cluster.processes.end(),
-                      [&](auto& p) { return p.name == s.process; });
-    // A session each, as before the supervisor: the kernel's autogroup scheduling shares CPU
-    // per session, and roles in one session were measured to start ~0.5 s slower on a busy host.
-    out.push_back({s.name(), cl::role_spec({s.process, s.index, config, model, s.log, true}),
-                   cl::restart_rules::of(process), liveness_timeout_of(setup.cluster, process),
-                   setup.cluster.run_dir / "alive" / s.name()});
-  }
+  for (auto& s : slots_of(setup)) out.push_back(supervised_slot(setup, s, config, model, ""));
   return out;
+}
+
+// The members a process beyond the config joins through: the config's schedulers and
+// gateways, whichever answers first.
+std::string join_seeds_of(const transport::cluster_config& cluster) {
+  std::string seeds;
+  for (auto& i : cluster.instances())
+    if (i.role == "scheduler" || i.role == "gateway") seeds += (seeds.empty() ? "" : ",") + i.name;
+  return seeds;
 }
 
 } // namespace
@@ -133,8 +148,15 @@ int cluster_supervise(const serving_setup& setup, const fs::path& config_file,
     std::fflush(stdout);
     ::dup2(STDERR_FILENO, STDOUT_FILENO);
   };
-  cl::supervisor supervisor(
-      options, supervised_slots(setup, fs::absolute(config_file).string(), fs::absolute(model)));
+  const auto config = fs::absolute(config_file).string(), model_dir = fs::absolute(model).string();
+  for (auto& p : setup.cluster.processes)
+    options.joins[p.name] = services::join_refusal(setup.cluster, setup.serving, p.name);
+  options.make_joined_slot = [&setup, config, model_dir](const std::string& slot) {
+    const auto kind = cl::process_kind_of(slot);
+    const auto s = slot_of(setup.cluster.run_dir, kind, std::stoi(slot.substr(kind.size() + 1)));
+    return supervised_slot(setup, s, config, model_dir, join_seeds_of(setup.cluster));
+  };
+  cl::supervisor supervisor(options, supervised_slots(setup, config, model_dir));
   return supervisor.run();
 }
 

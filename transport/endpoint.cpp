@@ -223,10 +223,15 @@ bool endpoint::expect_role(const peer_id& from, const std::string& role, const c
   return false;
 }
 
-std::string endpoint::join_refusal(const member_join& j) const {
+const instance_config* endpoint::config_instance(const std::string& name) const {
   for (auto& inst : cluster_.instances())
-    if (inst.name == j.peer && !inst.joined)
-      return inst.role == j.role ? "" : "join_with_another_role";
+    if (inst.name == name && !inst.joined) return &inst;
+  return nullptr;
+}
+
+std::string endpoint::join_refusal(const member_join& j) const {
+  if (const auto* inst = config_instance(j.peer))
+    return inst->role == j.role ? "" : "join_with_another_role";
   const auto prefix = j.role + "-";
   const bool named_for_role =
       !j.role.empty() && j.peer.size() > prefix.size() && j.peer.starts_with(prefix) &&
@@ -267,12 +272,7 @@ void endpoint::on_message(const peer_id& from, envelope message) {
     std::lock_guard lock(mutex_);
     events = membership_.on_heartbeat(*h, now);
   } else if (auto* j = message.get<member_join>()) {
-    for (auto& [name, p] : planes_) {
-      auto control = j->endpoints.find(name), bulk = j->endpoints.find(name + ".bulk");
-      if (control != j->endpoints.end())
-        p->add_peer(j->peer, control->second,
-                    bulk != j->endpoints.end() ? bulk->second : control->second);
-    }
+    connect_announced(*j);
     member_directory directory;
     {
       std::lock_guard lock(mutex_);
@@ -348,12 +348,7 @@ void endpoint::on_directory(const peer_id& from, const member_directory& d) {
           known->incarnation >= entry.incarnation && !known->role.empty())
         continue;
     }
-    for (auto& [name, p] : planes_) {
-      auto control = entry.endpoints.find(name), bulk = entry.endpoints.find(name + ".bulk");
-      if (control != entry.endpoints.end())
-        p->add_peer(entry.peer, control->second,
-                    bulk != entry.endpoints.end() ? bulk->second : control->second);
-    }
+    connect_announced(entry);
     std::lock_guard lock(mutex_);
     auto e = membership_.on_join(entry, now);
     // A member new to this endpoint hears of it through emit() (its joined event); one adopted
@@ -364,6 +359,26 @@ void endpoint::on_directory(const peer_id& from, const member_directory& d) {
   directory_received_ = true;
   emit(events);
   for (auto& peer : to_announce) announce_join(peer);
+}
+
+void endpoint::connect_announced(const member_join& j) {
+  // Config instances were connected at their config addresses when the planes were made.
+  if (config_instance(j.peer)) return;
+  {
+    // A repeated join (same process, same addresses) keeps its connections: reconnecting would
+    // break handshakes in flight.
+    std::lock_guard lock(mutex_);
+    const member* known = membership_.find(j.peer);
+    if (known && known->state == member_state::alive && known->incarnation == j.incarnation &&
+        known->endpoints == j.endpoints)
+      return;
+  }
+  for (auto& [name, p] : planes_) {
+    auto control = j.endpoints.find(name), bulk = j.endpoints.find(name + ".bulk");
+    if (control != j.endpoints.end())
+      p->add_peer(j.peer, control->second,
+                  bulk != j.endpoints.end() ? bulk->second : control->second);
+  }
 }
 
 member_join endpoint::own_join(bool wants_directory) const {

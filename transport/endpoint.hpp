@@ -118,6 +118,11 @@ private:
   // read "<role>-<n>" for the role it claims.
   std::string join_refusal(const member_join& j) const;
   void on_directory(const peer_id& from, const member_directory& d);
+  // Connects the planes to the addresses a member announced (itself, or in a directory),
+  // unless they are the config's or already connected.
+  void connect_announced(const member_join& j);
+  // The config's instance of that name (not a joined one); null when the config has none.
+  const instance_config* config_instance(const std::string& name) const;
   // A joined instance: re-announces itself to the seeds until a directory came, and to members
   // that are down (a restarted config member knows only the config).
   void rejoin_tick();

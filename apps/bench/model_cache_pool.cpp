@@ -131,7 +131,7 @@ pool_cluster::~pool_cluster() {
 // `supernode role PROCESS --config F --id N`, its output into its log, and its "ready" line.
 void pool_cluster::start(const cluster_files& c, const std::string& process, int id) {
   const auto log = c.run_dir / "logs" / (process + "-" + std::to_string(id) + ".log");
-  children_.push_back(cl::launch_role({process, id, c.config_file, std::nullopt, log, false}));
+  children_.push_back(cl::launch_role({process, id, c.config_file, std::nullopt, log, false, {}}));
   const auto name = process + " " + std::to_string(id);
   if (const auto failure = cl::wait_until_ready({{name, &children_.back(), log}}, ready_timeout))
     throw std::runtime_error("bench model-cache: " + failure->describe());

@@ -7,8 +7,11 @@
 namespace supernode::services::cluster {
 
 launch_spec role_spec(const role_command& command) {
-  auto spec = self_command({"role", command.process, "--config", command.config.string(), "--id",
-                            std::to_string(command.id)});
+  auto spec = self_command({"role", command.process, "--config", command.config.string()});
+  for (auto& arg : command.join.empty()
+                       ? std::vector<std::string>{"--id", std::to_string(command.id)}
+                       : std::vector<std::string>{"--join", command.join})
+    spec.argv.push_back(arg);
   if (command.model) {
     spec.argv.push_back("--model");
     spec.argv.push_back(command.model->string());

@@ -20,10 +20,12 @@ struct role_command {
   std::optional<std::filesystem::path> model;
   std::filesystem::path log; // truncated
   bool new_session = false;  // outlives the terminal (and the command) that started it
+  // Members to join through (`--join` instead of `--id`): a process beyond the config's.
+  std::string join;
 };
 
-// `supernode role PROCESS --config CONFIG --id ID [--model MODEL]` from this binary, stdin from
-// /dev/null, stdout and stderr to the log.
+// `supernode role PROCESS --config CONFIG (--id ID | --join MEMBERS) [--model MODEL]` from this
+// binary, stdin from /dev/null, stdout and stderr to the log.
 launch_spec role_spec(const role_command& command);
 // That command, started.
 child_process launch_role(const role_command& command);

@@ -13,7 +13,8 @@ std::string process_kind_of(const std::string& slot) {
   return digits ? slot.substr(0, dash) : slot;
 }
 
-scale_plan plan_scale(const std::vector<slot_view>& slots, const scale_request& request) {
+scale_plan plan_scale(const std::vector<slot_view>& slots, const scale_request& request,
+                      const join_refusals& joins) {
   scale_plan plan;
   auto refuse = [](std::string why) {
     scale_plan refused; // nothing to start or stop: a refused request changes nothing
@@ -28,15 +29,25 @@ scale_plan plan_scale(const std::vector<slot_view>& slots, const scale_request& 
     for (auto& s : slots)
       if (process_kind_of(s.name) == kind) of_kind.push_back(&s);
     if (of_kind.empty()) return refuse("no process kind '" + kind + "' in the config");
-    if (count < 0 || static_cast<size_t>(count) > of_kind.size())
-      return refuse("process '" + kind + "' has " + std::to_string(of_kind.size()) +
-                    " slot(s) in the config, so its count must be 0.." +
-                    std::to_string(of_kind.size()) + ", not " + std::to_string(count) +
-                    " (more processes need to join with addresses of their own: not yet)");
+    if (count < 0 || count > max_processes_per_kind)
+      return refuse("process '" + kind + "' count must be 0.." +
+                    std::to_string(max_processes_per_kind) + ", not " + std::to_string(count));
+    if (static_cast<size_t>(count) > of_kind.size()) {
+      const auto join = joins.find(kind);
+      if (join == joins.end() || !join->second.empty())
+        return refuse("process '" + kind + "' has " + std::to_string(of_kind.size()) +
+                      " slot(s), so its count must be 0.." + std::to_string(of_kind.size()) +
+                      ", not " + std::to_string(count) + ": more would join at run time, and " +
+                      (join == joins.end() ? "this kind cannot" : join->second));
+    }
     for (size_t i = 0; i < of_kind.size(); ++i) {
       const bool want = i < static_cast<size_t>(count);
       if (want && !of_kind[i]->wanted) plan.start.push_back(of_kind[i]->name);
       if (!want && of_kind[i]->wanted) plan.stop.push_back(of_kind[i]->name);
+    }
+    for (size_t i = of_kind.size(); i < static_cast<size_t>(count); ++i) {
+      plan.add.push_back(kind + "-" + std::to_string(i));
+      plan.start.push_back(plan.add.back());
     }
   }
   return plan;

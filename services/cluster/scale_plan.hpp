@@ -4,9 +4,10 @@
 // processes than the kind has slots), and idempotency per operation id (a repeat gets the first
 // answer; the same id with other counts, or a second operation while one runs, is a conflict).
 //
-// Slots are the config's: process kind "decode" with count = 2 has slots decode-0 and decode-1,
-// and a scale keeps the lowest-numbered ones. Beyond the configured count a process must join
-// with addresses of its own (not yet: `--join`).
+// Slots start as the config's: process kind "decode" with count = 2 has slots decode-0 and
+// decode-1, and a scale keeps the lowest-numbered ones. Beyond them, a kind whose processes can
+// join a live cluster (`role --join`: addresses of their own) gets new slots decode-2, ...,
+// which stay the supervisor's from then on (stopped when scaled down, started again later).
 
 #include <map>
 #include <optional>
@@ -27,6 +28,7 @@ struct slot_view {
 
 struct scale_plan {
   std::vector<std::string> start, stop; // slots whose wish changes, in slot order
+  std::vector<std::string> add;         // new slots (joining processes), also in start
   std::string error;                    // refused: why (nothing else is set)
   bool conflict = false;                // refused as a conflict (409 at an HTTP front)
 };
@@ -34,8 +36,16 @@ struct scale_plan {
 // "decode" for "decode-1"; the slot name itself when it has no "-<index>".
 std::string process_kind_of(const std::string& slot);
 
+// Process kind -> why its processes cannot join at run time ("" when they can); a kind not
+// listed cannot.
+using join_refusals = std::map<std::string, std::string>;
+
+// Processes of one kind a scale may ask for: each is a process of its own.
+inline constexpr int max_processes_per_kind = 64;
+
 // The plan that takes `slots` to `request`'s counts.
-scale_plan plan_scale(const std::vector<slot_view>& slots, const scale_request& request);
+scale_plan plan_scale(const std::vector<slot_view>& slots, const scale_request& request,
+                      const join_refusals& joins = {});
 
 // Operation ids and their answers.
 class scale_operations {

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <poll.h>
@@ -93,7 +94,7 @@ void send_line(int fd, const json& answer) {
 
 struct supervisor::impl {
   supervisor_options options;
-  std::vector<slot> slots;
+  std::deque<slot> slots; // grows by joined slots; references stay valid
   fs::path pids_dir;
   std::unique_ptr<event_log> events;
   std::unique_ptr<control_listener> listener;
@@ -372,10 +373,14 @@ struct supervisor::impl {
     }
     std::vector<slot_view> views;
     for (auto& s : slots) views.push_back({s.def.name, s.wanted});
-    const auto plan = plan_scale(views, wanted);
+    const auto plan = plan_scale(views, wanted, options.joins);
     if (!plan.error.empty()) {
       send_line(c.fd, {{"ok", false}, {"error", plan.error}});
       return;
+    }
+    for (auto& name : plan.add) {
+      slots.emplace_back(options.make_joined_slot(name));
+      slots.back().wanted = false; // started below, like any slot the plan starts
     }
     scales.begin(wanted);
     c.waits_for_scale = true;

@@ -18,8 +18,9 @@
 //                            "started":[...],"stopped":[...],"drain_killed":B}; a repeat of the
 //                            operation id gets the same answer; another operation while one runs
 //                            or the id with other counts: {"ok":false,"conflict":true,...}.
-//                            Slots are the config's (scale_plan.hpp). A scaled-down slot is not
-//                            restarted; status shows it "stopped", phase "down".
+//                            Slots are the config's, and beyond them new slots of processes
+//                            that join (scale_plan.hpp). A scaled-down slot is not restarted;
+//                            status shows it "stopped", phase "down".
 //   {"request":"down","grace_ms":G} → SIGTERM to every child, SIGKILL to those alive after G,
 //                            no more restarts; answered once all are gone with
 //                            {"ok":true,"stopped":N,"killed":K}; then run() returns.
@@ -40,6 +41,7 @@
 #include "services/cluster/process_launcher.hpp"
 #include "services/cluster/restart_policy.hpp"
 #include "services/cluster/role_launch.hpp"
+#include "services/cluster/scale_plan.hpp"
 
 #include <chrono>
 #include <filesystem>
@@ -75,6 +77,10 @@ struct supervisor_options {
   std::function<void(const std::optional<start_failure>&)> on_start;
   // SIGTERM and SIGINT mean `down` (blocked and read from a signalfd: the caller's only thread).
   bool stop_on_signals = false;
+  // Kinds whose processes can join at run time, so a scale may ask for more than the config's
+  // slots (scale_plan.hpp), and the slot that starts one ("decode-2": `role decode --join ...`).
+  join_refusals joins;
+  std::function<supervised_process(const std::string& slot)> make_joined_slot;
 };
 
 class supervisor {

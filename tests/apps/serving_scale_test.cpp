@@ -6,9 +6,12 @@
 #include "../support/child_process.hpp"
 #include "services/loadgen/http_client.hpp"
 #include "serving_faults.hpp"
+#include "transport/free_ports.hpp"
 #include "transport/private_files.hpp"
 
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 using namespace supernode::testing;
 using json = nlohmann::json;
@@ -71,6 +74,49 @@ TEST(serving_scale, decode_and_prefill_scale_down_and_up_under_load_losing_no_re
       [](const std::string& m) { return running_on(m, "decode-1") >= 1; },
       [&] { EXPECT_EQ(scale(cluster, {"prefill=2"})["ok"], true); }, /*expect_resumed=*/false);
   EXPECT_EQ(phases(cluster)["prefill-1"], "serving");
+  expect_serves_the_reference(cluster);
+}
+
+TEST(serving_scale, decode_beyond_the_config_joins_over_ephemeral_tcp_ports_serves_and_drains) {
+  // pdc-2p2d's six config instances take 3 ports each per plane; the joined one takes whatever
+  // the kernel gives it.
+  const int base = supernode::transport::free_tcp_port_range(36, 29);
+  serving_cluster cluster("pdc-2p2d.toml", tiny_model_dir(),
+                          {{"planes.vpc", "transport", "\"tcp\""},
+                           {"planes.vpc", "base_port", std::to_string(base)},
+                           {"planes.rdma", "transport", "\"tcp\""},
+                           {"planes.rdma", "base_port", std::to_string(base + 18)}});
+  ASSERT_TRUE(cluster.up());
+  // decode=3 under load: decode-2 is no slot of the config, so it starts with --join, claims
+  // the name and announces the ports it bound.
+  json up;
+  expect_no_request_lost(
+      cluster, workload(6, 40, 60),
+      [](const std::string& m) {
+        return running_on(m, "decode-0") + running_on(m, "decode-1") >= 2;
+      },
+      [&] { up = scale(cluster, {"decode=3"}); }, /*expect_resumed=*/false);
+  ASSERT_EQ(up["ok"], true) << up.dump();
+  EXPECT_EQ(up["started"], json::array({"decode-2"}));
+  EXPECT_EQ(phases(cluster)["decode-2"], "serving");
+  std::stringstream log;
+  log << std::ifstream(cluster.run_dir() / "logs" / "decode-2.log").rdbuf();
+  EXPECT_NE(log.str().find("ready decode-2"), std::string::npos) << log.str();
+  // A kind whose processes cannot join is held to its slots, and says why.
+  const auto refused = scale(cluster, {"gateway=2"});
+  EXPECT_EQ(refused["ok"], false);
+  EXPECT_NE(refused.value("error", "").find("more than one role"), std::string::npos)
+      << refused.dump();
+
+  // It takes requests, and draining it (decode=2) loses none of them.
+  json down;
+  expect_no_request_lost(
+      cluster, workload(8, 40, 160),
+      [](const std::string& m) { return running_on(m, "decode-2") >= 1; },
+      [&] { down = scale(cluster, {"decode=2"}); });
+  ASSERT_EQ(down["ok"], true) << down.dump();
+  EXPECT_EQ(down["stopped"], json::array({"decode-2"}));
+  EXPECT_EQ(phases(cluster)["decode-2"], "down");
   expect_serves_the_reference(cluster);
 }
 

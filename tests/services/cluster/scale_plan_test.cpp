@@ -45,6 +45,8 @@ TEST(scale_plan, an_unknown_kind_or_more_than_the_slots_is_refused_naming_it) {
   EXPECT_NE(plan.error.find("no process kind 'decoder'"), std::string::npos) << plan.error;
   plan = plan_scale(slots, {{{"decode", 4}}, ""});
   EXPECT_NE(plan.error.find("'decode' has 3 slot(s)"), std::string::npos) << plan.error;
+  plan = plan_scale(slots, {{{"decode", 4}}, ""}, {{"decode", "its instances form groups"}});
+  EXPECT_NE(plan.error.find("its instances form groups"), std::string::npos) << plan.error;
   EXPECT_TRUE(plan.start.empty() && plan.stop.empty());
   plan = plan_scale(slots, {{{"decode", 1}, {"prefill", -1}}, ""});
   EXPECT_FALSE(plan.error.empty());
@@ -75,4 +77,17 @@ TEST(scale_plan, an_operation_id_answers_its_repeats_and_refuses_other_counts) {
   EXPECT_EQ(ops.classify(other_counts, nullptr), scale_operations::verdict::conflict);
   EXPECT_EQ(ops.classify(b, nullptr), scale_operations::verdict::fresh);
   EXPECT_EQ(ops.classify(anonymous, nullptr), scale_operations::verdict::fresh);
+}
+
+TEST(scale_plan, a_kind_that_can_join_gets_new_slots_past_its_own) {
+  const auto slots = three_decode_two_prefill();
+  const join_refusals joins{{"decode", ""}};
+  auto plan = plan_scale(slots, {{{"decode", 5}}, ""}, joins);
+  EXPECT_TRUE(plan.error.empty()) << plan.error;
+  EXPECT_EQ(plan.add, (names{"decode-3", "decode-4"}));
+  EXPECT_EQ(plan.start, (names{"decode-2", "decode-3", "decode-4"}));
+  // prefill was not said to join: its slots are the limit.
+  EXPECT_FALSE(plan_scale(slots, {{{"prefill", 3}}, ""}, joins).error.empty());
+  EXPECT_FALSE(
+      plan_scale(slots, {{{"decode", max_processes_per_kind + 1}}, ""}, joins).error.empty());
 }
