@@ -25,6 +25,7 @@ void scheduler_service::on(const transport::peer_id& from, const protocol::decod
                       "decode_assign_result for a request placed on " + it->second.decode);
   if (r.accepted()) {
     it->second.request = {}; // no longer needed
+    it->second.accepted = true;
     return;
   }
   decodes_[from].refused = true;
@@ -38,6 +39,9 @@ void scheduler_service::on(const transport::peer_id& from, const protocol::load_
     return out.reject(from, "role_mismatch",
                       "load_report as a " + l.role + " from a member whose role is " +
                           (role.empty() ? "unknown" : role));
+  // A report that comes after its sender left or went down is of a process that is gone: its
+  // totals would become the baseline of the instance's next process.
+  if (!out.is_alive(from)) return;
   if (l.role == "decode") {
     auto& d = decodes_[from];
     // A scheduler that (re)started meets instances already holding KV: what they report in
@@ -156,8 +160,15 @@ void scheduler_service::place_queued(transport::endpoint& out) {
     }
     auto decode = pick_decode(decode_candidates, blocks);
     if (!decode) return; // waits for KV to free up (or an instance to report)
+    // A sequence moving off a draining decode instance gets its KV from there, if that instance
+    // still lives; otherwise its prompt is prefilled (and its tokens recomputed) as usual.
+    const auto holder = decodes_.find(a.moved.instance);
+    const bool moves = !a.moved.empty() && holder != decodes_.end() && holder->second.alive &&
+                       *decode != a.moved.instance;
     std::string prefill;
-    if (!colocated_) {
+    if (moves) {
+      prefill = a.moved.instance;
+    } else if (!colocated_) {
       std::vector<prefill_load> prefill_candidates;
       for (auto& [name, p] : prefills_)
         prefill_candidates.push_back({name, p.assigned_tokens - p.completed_tokens,
@@ -167,17 +178,19 @@ void scheduler_service::place_queued(transport::endpoint& out) {
       prefill = *chosen;
     }
 
-    protocol::decode_assign assign{a.key, a.spec, prefill, blocks};
+    protocol::decode_assign assign{a.key, a.spec, prefill, blocks, {}};
+    if (moves) assign.moved = a.moved;
     if (out.send("control", *decode, transport::make_envelope(assign)) !=
         transport::send_status::ok) {
       decodes_[*decode].refused = true;
       continue;
     }
     decodes_[*decode].reserved += blocks;
-    if (!prefill.empty()) prefills_[prefill].assigned_tokens += tokens;
+    if (!prefill.empty() && !moves) prefills_[prefill].assigned_tokens += tokens;
     out.send("control", a.key.gateway,
              transport::make_envelope(protocol::request_placed{a.key, prefill, *decode}));
-    placed_[a.key] = placement{prefill, *decode, blocks, tokens, a};
+    placed_[a.key] = placement{
+        moves ? "" : prefill, *decode, blocks, tokens, a, std::chrono::steady_clock::now()};
     queue_.pop_front();
   }
 }
@@ -223,7 +236,26 @@ void scheduler_service::on_member_event(const transport::membership_event& event
   place_queued(out);
 }
 
+void scheduler_service::take_back_unanswered(transport::endpoint& out) {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<request_key> unanswered;
+  for (auto& [key, p] : placed_)
+    if (!p.accepted && now - p.at > assign_timeout()) unanswered.push_back(key);
+  for (auto& key : unanswered) {
+    const auto decode = placed_.at(key).decode;
+    // Should it arrive after all, the instance drops it instead of running it twice.
+    out.send("control", decode,
+             transport::make_envelope(protocol::cancel_request{
+                 key, {protocol::serving_errc::delivery_failed, "assignment unanswered"}}));
+    out.log().warn("{} did not answer the assignment of {} in {} ms: placing it again", decode,
+                   key.str(), assign_timeout().count());
+    decodes_[decode].refused = true; // until its next report
+    unplace(key, true);
+  }
+}
+
 void scheduler_service::on_tick(transport::endpoint& out) {
+  take_back_unanswered(out);
   place_queued(out);
   protocol::cluster_stats stats;
   stats.queued = static_cast<int64_t>(queue_.size());
@@ -241,6 +273,8 @@ void scheduler_service::on_tick(transport::endpoint& out) {
     s.cache = last.cache;
     s.unexpected_messages = last.unexpected_messages;
     s.rejected_messages = last.rejected_messages;
+    s.sequences_moved_in = last.sequences_moved_in;
+    s.sequences_moved_out = last.sequences_moved_out;
     for (auto& t : last.planes) stats.planes.emplace_back(name, t);
     stats.instances.push_back(s);
     return stats.instances.back();

@@ -60,7 +60,13 @@ private:
     std::string prefill, decode;
     int64_t blocks = 0, prompt_tokens = 0;
     protocol::admit_request request; // kept until accepted, to requeue on refusal
+    std::chrono::steady_clock::time_point at{};
+    bool accepted = false;
   };
+  // An assignment that no decode_assign_result answers this long (a message lost to a peer
+  // that restarted as it was sent) is taken back and placed again.
+  std::chrono::milliseconds assign_timeout() const { return liveness_window_; }
+  void take_back_unanswered(transport::endpoint& out);
 
   void place_queued(transport::endpoint& out);
   void unplace(const protocol::request_key& key, bool requeue);
