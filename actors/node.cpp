@@ -7,6 +7,7 @@
 #include "services/role_registry.hpp"
 #include "transport/plane_factory.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
@@ -47,6 +48,32 @@ bool needs_model(const std::vector<transport::instance_config>& instances) {
   return false;
 }
 
+services::drain_mode drain_mode_of(int sig, const services::serving_config& serving) {
+  if (sig == services::drain_finish_signal) return services::drain_mode::finish;
+  if (sig == services::drain_migrate_signal) return services::drain_mode::migrate;
+  return serving.decode_drain; // SIGTERM
+}
+
+// Drains every instance of the process and returns once all are drained, or at once when another
+// stop signal comes (SIGINT, or the supervisor's patience ending in SIGKILL anyway).
+void drain(const std::vector<services::role_instance>& roles,
+           const std::vector<transport::instance_config>& instances, uint64_t incarnation,
+           services::drain_mode mode, const sigset_t& stop_signals) {
+  for (size_t i = 0; i < roles.size(); ++i) {
+    log::logger{instances[i].name, incarnation}.info("draining ({})", services::to_string(mode));
+    services::logic_of(roles[i]).drain(mode);
+  }
+  auto all_drained = [&] {
+    return std::all_of(roles.begin(), roles.end(),
+                       [](auto& r) { return services::logic_of(r).drained(); });
+  };
+  // The instances drain on their own threads; this thread only looks every 20 ms, and a signal
+  // ends the wait sooner.
+  const timespec look_again{0, 20'000'000};
+  while (!all_drained())
+    if (sigtimedwait(&stop_signals, nullptr, &look_again) > 0) return;
+}
+
 } // namespace
 
 int run_node(const transport::cluster_config& cluster, const services::serving_config& serving,
@@ -58,8 +85,8 @@ int run_node(const transport::cluster_config& cluster, const services::serving_c
   // Block the stop signals before any thread starts, so only sigwait below sees them.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
+  for (int sig : {SIGINT, SIGTERM, services::drain_finish_signal, services::drain_migrate_signal})
+    sigaddset(&stop_signals, sig);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   // One incarnation per process start: peers tell a restarted instance from the old one.
@@ -116,6 +143,8 @@ int run_node(const transport::cluster_config& cluster, const services::serving_c
     std::fflush(stdout);
     int sig = 0;
     sigwait(&stop_signals, &sig);
+    if (sig != SIGINT && !fenced)
+      drain(roles, instances, incarnation, drain_mode_of(sig, serving), stop_signals);
   }
   for (auto& a : actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   return fenced ? fenced_exit_code : code;

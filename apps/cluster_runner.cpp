@@ -260,6 +260,7 @@ int cluster_scale(const serving_setup& setup, const scale_options& options) {
       {"counts", options.counts},
       {"drain_timeout_ms",
        std::chrono::duration_cast<std::chrono::milliseconds>(options.drain_timeout).count()}};
+  if (!options.drain.empty()) request["drain"] = options.drain;
   if (!options.operation_id.empty()) request["operation_id"] = options.operation_id;
   // Started slots load the model; a drain may take its whole timeout.
   const auto answer =

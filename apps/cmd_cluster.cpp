@@ -51,12 +51,15 @@ int cmd_cluster(cli_args& args) {
     throw usage_error("expected `cluster up|status|down|keys --config FILE [--model DIR]` "
                       "(status: [--json]) or "
                       "`cluster scale --config FILE PROCESS=COUNT... [--operation-id ID] "
-                      "[--drain-timeout-s N] [--json]`");
+                      "[--drain finish|migrate] [--drain-timeout-s N] [--json]`");
   const bool status_json = *action == "status" && args.take_flag("--json");
   scale_options scale;
   if (*action == "scale") {
     scale.operation_id = args.take_or("--operation-id", "");
     scale.drain_timeout = std::chrono::seconds(args.take_int("--drain-timeout-s", 60, 1, 86400));
+    scale.drain = args.take_or("--drain", "");
+    if (!scale.drain.empty() && scale.drain != "finish" && scale.drain != "migrate")
+      throw usage_error("cluster scale: --drain is finish or migrate, not '" + scale.drain + "'");
     scale.json = args.take_flag("--json");
     while (auto count = args.take_positional()) scale.counts.emplace(parse_process_count(*count));
     if (scale.counts.empty()) throw usage_error("cluster scale: give PROCESS=COUNT, e.g. decode=1");

@@ -5,6 +5,7 @@
 // Roles that compute (prefill, decode) or serve HTTP (gateway) run their own threads between
 // start() and stop(); everything else is called on the actor's thread, one call at a time.
 
+#include "services/serving/drain_mode.hpp"
 #include "transport/endpoint.hpp"
 #include "transport/membership.hpp"
 #include "transport/message.hpp"
@@ -25,6 +26,11 @@ public:
   }
   // Every heartbeat interval: periodic reports.
   virtual void on_tick(transport::endpoint& out) { (void)out; }
+  // Asks the instance to drain; any thread (instances keep what it changes in atomics). An
+  // instance with nothing to hand over is drained at once.
+  virtual void drain(drain_mode mode) { (void)mode; }
+  // True once a drain asked for has ended: nothing left here that leaving would cut short.
+  virtual bool drained() const { return true; }
   // Where clients reach the instance, if anywhere ("http://127.0.0.1:8000"); empty otherwise.
   virtual std::string public_address() const { return {}; }
 };

@@ -3,6 +3,7 @@
 #include "services/cluster/control_socket.hpp"
 #include "services/cluster/event_log.hpp"
 #include "services/cluster/scale_plan.hpp"
+#include "services/serving/drain_mode.hpp"
 #include "transport/private_files.hpp"
 #include "transport/shm_segment.hpp"
 
@@ -278,7 +279,8 @@ struct supervisor::impl {
     kill_deadline = clock_type::now() + grace;
     for (auto& s : slots) {
       if (s.alive()) {
-        s.child->signal(SIGTERM);
+        // The whole cluster goes: nobody is left to take work over, so no drain (SIGINT).
+        s.child->signal(SIGINT);
         ++stopped_count;
       } else if (s.state == slot_state::restarting) {
         s.state = slot_state::stopped;
@@ -339,14 +341,27 @@ struct supervisor::impl {
   // answered once the slots it starts are ready and those it drains are gone.
   void begin_scale(client& c, const json& request) {
     scale_request wanted;
+    std::string drain;
     try {
       wanted.operation_id = request.value("operation_id", std::string());
       for (auto& [kind, count] : request.at("counts").items())
         wanted.counts[kind] = count.get<int>();
+      drain = request.value("drain", std::string());
     } catch (const json::exception& e) {
       send_line(c.fd, {{"ok", false}, {"error", std::string("bad scale request: ") + e.what()}});
       return;
     }
+    if (!drain.empty() && drain != "finish" && drain != "migrate") {
+      send_line(c.fd,
+                {{"ok", false},
+                 {"error", "bad scale request: drain must be \"finish\" or \"migrate\", not \"" +
+                               drain + "\""}});
+      return;
+    }
+    // The mode asked for, or each process's own default ([decode] drain) with SIGTERM.
+    const int drain_signal = drain == "finish"    ? services::drain_finish_signal
+                             : drain == "migrate" ? services::drain_migrate_signal
+                                                  : SIGTERM;
     if (starting || stopping) {
       send_line(c.fd, {{"ok", false},
                        {"error",
@@ -388,6 +403,7 @@ struct supervisor::impl {
     drain_deadline =
         scale_began + std::chrono::milliseconds(request.value("drain_timeout_ms", 60'000));
     drain_killed = false;
+
     scale_start = plan.start;
     scale_stop = plan.stop;
     for (auto& name : plan.stop) {
@@ -396,7 +412,7 @@ struct supervisor::impl {
       if (s.alive()) {
         // A role that ends announces it; the requests it held resume elsewhere.
         events->draining(s.def.name, s.pid);
-        s.child->signal(SIGTERM);
+        s.child->signal(drain_signal);
       } else if (s.state == slot_state::restarting || s.state == slot_state::gave_up) {
         s.state = slot_state::stopped;
         events->stopped(s.def.name, s.pid, std::nullopt, "scaled down");

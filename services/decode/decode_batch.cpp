@@ -71,6 +71,21 @@ protocol::token_update decode_batch::resume(std::unique_ptr<decode_sequence> s,
   return u;
 }
 
+std::vector<std::unique_ptr<decode_sequence>> decode_batch::detach_movable() {
+  std::vector<std::unique_ptr<decode_sequence>> out;
+  for (auto it = running_.begin(); it != running_.end();) {
+    auto& s = **it;
+    const auto with_kv = static_cast<int64_t>(s.spec.prompt.size() + s.generated.size()) - 1;
+    if (s.feed.size() == 1 && s.table.tokens() == with_kv) {
+      out.push_back(std::move(*it));
+      it = running_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return out;
+}
+
 void decode_batch::leave(size_t index) {
   release_(*running_[index]);
   running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(index));

@@ -60,6 +60,10 @@ public:
   std::vector<protocol::token_update>
   remove_where(const std::function<bool(const protocol::request_key&)>& match,
                const protocol::error& why);
+  // Takes out the running sequences whose KV covers every token but the last generated one
+  // (all of them, except a resumed one whose first step has not run), keeping their KV: they
+  // move to another instance. Nothing is released.
+  std::vector<std::unique_ptr<decode_sequence>> detach_movable();
   // Ends every sequence (instance shutting down or failing) with `why`.
   std::vector<protocol::token_update> fail_all(const protocol::error& why);
 

@@ -4,6 +4,7 @@
 #include "services/protocol/ems_messages.hpp"
 #include "services/serving/delivery.hpp"
 #include "services/serving/kv_checksum.hpp"
+#include "services/serving/kv_shipping.hpp"
 
 #include <map>
 
@@ -115,8 +116,9 @@ bool decode_instance::from_asked_prefill(const transport::peer_id& from,
                                          transport::endpoint& out) {
   auto it = awaiting_.find(key);
   if (it == awaiting_.end()) {
-    // A late message of a request cancelled meanwhile is normal from a prefill instance only.
-    if (out.role_of(from) != "prefill")
+    // A late message of a request cancelled meanwhile is normal from a prefill instance, or a
+    // draining decode instance a sequence moved from, only.
+    if (const auto role = out.role_of(from); role != "prefill" && role != "decode")
       out.reject(from, "not_from_prefill", std::string(what) + " from a non-prefill instance");
     return false;
   }
@@ -160,6 +162,11 @@ void decode_instance::on(const transport::peer_id& scheduler, const protocol::de
     result.refusal = {serving_errc::duplicate_request, "request assigned twice"};
   else if (group_ && group_->broken())
     result.refusal = {protocol::ep_errc::group_broken, group_->broken_reason()};
+  else if (draining())
+    result.refusal = {serving_errc::shutting_down, "decode instance draining"};
+  else if (!a.moved.empty() && (a.spec.generated.empty() || a.prefill != a.moved.instance))
+    result.refusal = {serving_errc::invalid_request,
+                      "a moving sequence comes with its generated tokens, from its holder"};
   else
     try {
       std::lock_guard lock(pool_mutex_);
@@ -180,7 +187,8 @@ void decode_instance::on(const transport::peer_id& scheduler, const protocol::de
     return;
   }
   const auto status = out.send_retrying(
-      "control", a.prefill, transport::make_envelope(protocol::prefill_request{a.key, a.spec}));
+      "control", a.prefill,
+      transport::make_envelope(protocol::prefill_request{a.key, a.spec, a.moved}));
   if (status != transport::send_status::ok) {
     end_unbatched(std::move(seq),
                   {protocol::errc_of(status), "cannot reach prefill instance " + a.prefill + ": " +
@@ -188,7 +196,14 @@ void decode_instance::on(const transport::peer_id& scheduler, const protocol::de
     return;
   }
   auto& w = awaiting_[a.key];
-  w.received.assign(pool_.layout().blocks_for(static_cast<int64_t>(a.spec.prompt.size())), false);
+  // A moving sequence's KV covers its generated tokens too, all but the last (sampled, never
+  // fed): its first step feeds only that one.
+  const auto generated_kv =
+      a.moved.empty() ? int64_t{0} : static_cast<int64_t>(a.spec.generated.size()) - 1;
+  seq->loaded_generated = generated_kv;
+  w.received.assign(
+      pool_.layout().blocks_for(static_cast<int64_t>(a.spec.prompt.size()) + generated_kv), false);
+  w.moved = a.moved;
   w.seq = std::move(seq);
   ++waiting_;
 }
@@ -207,8 +222,9 @@ void decode_instance::on(const transport::peer_id& from,
   if (kv.block_floats != layout.block_floats())
     bad = "block shape differs (" + std::to_string(kv.block_floats) + " floats, expected " +
           std::to_string(layout.block_floats()) + ")";
-  else if (kv.prompt_tokens != prompt || kv.total_blocks != static_cast<int64_t>(w.received.size()))
-    bad = "prompt length or block count differs from the request";
+  else if (kv.prompt_tokens != prompt || kv.generated_tokens != w.seq->loaded_generated ||
+           kv.total_blocks != static_cast<int64_t>(w.received.size()))
+    bad = "prompt length, generated tokens or block count differ from the request";
   else if (kv.first_block < 0 || kv.block_count < 1 ||
            kv.first_block + kv.block_count > kv.total_blocks)
     bad = "block range outside the prompt";
@@ -236,6 +252,11 @@ void decode_instance::on(const transport::peer_id& from,
     }
   if (fresh) w.seq->kv_runs.push_back(std::move(run)); // a repeated run brings nothing new
   if (w.blocks_received < static_cast<int64_t>(w.received.size())) return;
+  // The holder of a moving sequence may let its KV go now.
+  if (!w.moved.empty()) {
+    out.send("control", from, transport::make_envelope(protocol::moved_kv_received{w.moved.key}));
+    ++moved_in_;
+  }
   auto seq = std::move(w.seq);
   awaiting_.erase(it);
   {
@@ -243,6 +264,56 @@ void decode_instance::on(const transport::peer_id& from,
     ready_.emplace_back(std::move(seq), kv.first_token);
   }
   worker_.notify();
+}
+
+void decode_instance::on(const transport::peer_id& from, const protocol::prefill_request& m,
+                         transport::endpoint& out) {
+  if (!out.expect_role(from, "decode", "prefill_request")) return;
+  {
+    std::lock_guard lock(worker_.mutex());
+    fetches_.emplace_back(from, m);
+  }
+  worker_.notify();
+}
+
+void decode_instance::on(const transport::peer_id& from, const protocol::moved_kv_received& m,
+                         transport::endpoint& out) {
+  if (!out.expect_role(from, "decode", "moved_kv_received")) return;
+  std::lock_guard lock(worker_.mutex());
+  auto it = moving_.find(m.key);
+  if (it == moving_.end()) return; // let go already (held too long)
+  if (it->second.fetcher != from)
+    return out.reject(from, "not_from_fetcher",
+                      "moved_kv_received for " + m.key.str() + " fetched by another instance");
+  ++moved_out_;
+  forget_moving(it);
+}
+
+void decode_instance::forget_moving(std::map<request_key, moving_sequence>::iterator it) {
+  if (it->second.shipping) {
+    it->second.forget_when_shipped = true;
+    return;
+  }
+  auto seq = std::move(it->second.seq);
+  moving_.erase(it);
+  --moving_count_;
+  // Not release(): that takes worker_.mutex(), held here.
+  const auto n = static_cast<int64_t>(seq->table.blocks().size());
+  {
+    std::lock_guard lock(pool_mutex_);
+    seq->table.release(pool_);
+    blocks_released_ += n;
+  }
+  finished_.push_back(seq->key);
+}
+
+void decode_instance::drain(drain_mode mode) {
+  drain_ = static_cast<int>(mode);
+  worker_.notify();
+}
+
+bool decode_instance::drained() const {
+  return draining() && waiting_ == 0 && running_ == 0 && moving_count_ == 0;
 }
 
 void decode_instance::cancel(const request_key& key, protocol::error why) {
@@ -271,6 +342,15 @@ void decode_instance::on_member_event(const transport::membership_event& event,
   for (auto& key : lost)
     cancel(key,
            {protocol::serving_errc::instance_down, event.peer + " is down (" + event.reason + ")"});
+  {
+    // A moving sequence whose fetcher (or gateway) went: its request recomputes elsewhere.
+    std::lock_guard lock(worker_.mutex());
+    for (auto it = moving_.begin(); it != moving_.end();) {
+      auto next = std::next(it);
+      if (it->second.fetcher == event.peer || it->first.gateway == event.peer) forget_moving(it);
+      it = next;
+    }
+  }
   // A gateway gone: nobody reads its streams any more.
   bool gateway_lost = false;
   for (auto& g : instances_with_role(out.cluster(), "gateway")) gateway_lost |= g == event.peer;
@@ -293,10 +373,27 @@ void decode_instance::on_tick(transport::endpoint& out) {
   }
   r.running = running_.load();
   r.waiting = waiting_.load();
+  r.sequences_moved_in = moved_in_;
+  r.sequences_moved_out = moved_out_;
+  if (draining())
+    r.unavailable = {protocol::serving_errc::shutting_down,
+                     std::string("draining (") + to_string(static_cast<drain_mode>(drain_.load())) +
+                         ")"};
   if (group_) group_->add_to(r);
   if (cache_) r.cache = cache_->stats();
   {
     std::lock_guard lock(worker_.mutex());
+    const auto now = std::chrono::steady_clock::now();
+    for (auto it = moving_.begin(); it != moving_.end();) {
+      auto next = std::next(it);
+      // One fetched waits for its fetcher's word (or end) instead.
+      if (it->second.fetcher.empty() && now - it->second.since > moved_kv_hold) {
+        out.log().warn("moving {}: nobody fetched its KV in {} s; its request recomputes it",
+                       it->first.str(), moved_kv_hold.count());
+        forget_moving(it);
+      }
+      it = next;
+    }
     r.finished.swap(finished_);
   }
   send_load_report(out, std::move(r));
@@ -393,7 +490,74 @@ void decode_instance::prefill_locally() {
 
 bool decode_instance::has_work() const {
   return !ready_.empty() || !to_prefill_.empty() || !cancels_.empty() || !batch_.empty() ||
-         !prefilling_.empty();
+         !prefilling_.empty() || !fetches_.empty();
+}
+
+void decode_instance::move_out(std::vector<token_update>& updates) {
+  if (drain_.load() != static_cast<int>(drain_mode::migrate)) return;
+  auto movable = batch_.detach_movable();
+  if (movable.empty()) return;
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard lock(worker_.mutex());
+  for (auto& s : movable) {
+    // After its tokens: the gateway places it again, naming this instance as its KV's holder.
+    updates.push_back(protocol::final_update(
+        s->key, {protocol::serving_errc::sequence_moved,
+                 "decode instance draining: the sequence moves on with its KV"}));
+    const auto key = s->key;
+    moving_[key] = moving_sequence{std::move(s), now, {}};
+    ++moving_count_;
+  }
+}
+
+void decode_instance::ship_fetched() {
+  std::deque<std::pair<transport::peer_id, protocol::prefill_request>> fetches;
+  {
+    std::lock_guard lock(worker_.mutex());
+    fetches.swap(fetches_);
+  }
+  for (auto& [from, m] : fetches) {
+    decode_sequence* seq = nullptr;
+    std::string refusal;
+    {
+      std::lock_guard lock(worker_.mutex());
+      auto it = moving_.find(m.moved.key);
+      if (it == moving_.end())
+        refusal = "no sequence " + m.moved.key.str() + " moves off " + out_->self();
+      else if (!it->second.fetcher.empty() && it->second.fetcher != from)
+        refusal = m.moved.key.str() + " was fetched by " + it->second.fetcher;
+      else if (it->second.seq->generated != m.spec.generated)
+        refusal = "the request's streamed tokens differ from what " + m.moved.key.str() +
+                  " generated here";
+      else {
+        it->second.fetcher = from;
+        it->second.shipping = true;
+        seq = it->second.seq.get(); // stays until moved_kv_received or the fetcher's end
+      }
+    }
+    auto status = transport::send_status::ok;
+    if (seq) {
+      const auto generated_kv = static_cast<int64_t>(seq->generated.size()) - 1;
+      const auto prompt = static_cast<int64_t>(seq->spec.prompt.size());
+      const auto& blocks = seq->table.blocks();
+      const auto count = pool_.layout().blocks_for(prompt + generated_kv);
+      const kv_shipment what{m.key, seq->generated.front(), prompt, generated_kv};
+      status =
+          ship_kv(*out_, from, what, std::span(blocks).first(static_cast<size_t>(count)), pool_);
+      if (status != transport::send_status::ok)
+        refusal = std::string("KV transfer failed: ") + transport::to_string(status);
+      std::lock_guard lock(worker_.mutex());
+      auto it = moving_.find(m.moved.key);
+      it->second.shipping = false;
+      if (it->second.forget_when_shipped) forget_moving(it);
+    }
+    if (!refusal.empty())
+      out_->send(
+          "control", from,
+          transport::make_envelope(protocol::prefill_failed{
+              m.key, seq ? protocol::error{protocol::errc_of(status), refusal}
+                         : protocol::error{protocol::serving_errc::instance_down, refusal}}));
+  }
 }
 
 void decode_instance::fail_everything(const protocol::error& why,
@@ -415,6 +579,7 @@ void decode_instance::fail_everything(const protocol::error& why,
 void decode_instance::compute_round() {
   std::vector<token_update> updates;
   apply_cancels(updates);
+  ship_fetched();
   if (group_ && group_->broken()) {
     fail_everything({protocol::ep_errc::group_broken, group_->broken_reason()}, updates);
     return send_updates(std::move(updates));
@@ -434,7 +599,7 @@ void decode_instance::compute_round() {
     // A resumed request: the generated span's KV its first instance mirrored, when the pool
     // has it, so the step recomputes only what follows. The lookup waits on the pool here,
     // between steps; resumes follow failures only, and save a step over the whole span.
-    if (cache_ && !next.first->spec.generated.empty())
+    if (cache_ && !next.first->spec.generated.empty() && next.first->loaded_generated == 0)
       load_mirrored_kv(*next.first, *cache_, pool_);
     updates.push_back(batch_.join(std::move(next.first), next.second));
   }
@@ -448,8 +613,10 @@ void decode_instance::compute_round() {
     // next round finds the group broken and ends them (their gateways place them again).
     out_->log().warn("decode step of {} sequences paused: {}", batch_.size(), e.what());
   }
-  running_ = static_cast<int64_t>(batch_.size());
+  move_out(updates);
   send_updates(std::move(updates));
+  // After the updates are sent: a drain that sees nothing running must not cut them off.
+  running_ = static_cast<int64_t>(batch_.size());
 }
 
 } // namespace supernode::services

@@ -19,6 +19,7 @@
 #include "services/serving/serving_config.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <map>
 #include <memory>
@@ -47,6 +48,18 @@ public:
           transport::endpoint& out);
   void on(const transport::peer_id& from, const protocol::ems_ring_view& m,
           transport::endpoint& out);
+  // From the decode instance a moving sequence was placed on: send it the sequence's KV.
+  void on(const transport::peer_id& from, const protocol::prefill_request& m,
+          transport::endpoint& out);
+  void on(const transport::peer_id& from, const protocol::moved_kv_received& m,
+          transport::endpoint& out);
+  // finish: takes no new request and lets the running ones end. migrate: also takes each
+  // running sequence out of the batch at a step boundary, tells its gateway it moves
+  // (sequence_moved), and keeps its KV until the instance it is placed on has fetched it.
+  void drain(drain_mode mode) override;
+  bool drained() const override;
+  // How long a moving sequence's KV waits here for the instance it is placed on.
+  static constexpr auto moved_kv_hold = std::chrono::seconds(10);
   void on_member_event(const transport::membership_event& event, transport::endpoint& out) override;
   void on_tick(transport::endpoint& out) override;
 
@@ -60,8 +73,17 @@ private:
                           const char* what, transport::endpoint& out);
   struct awaiting_kv {
     std::unique_ptr<decode_sequence> seq;
-    std::vector<bool> received; // per prompt block
+    std::vector<bool> received; // per block of the KV that comes
     int64_t blocks_received = 0;
+    protocol::moved_kv moved; // set: the KV comes from a draining decode instance
+  };
+  // A sequence moving off this instance, its KV kept for the instance it is placed on.
+  struct moving_sequence {
+    std::unique_ptr<decode_sequence> seq;
+    std::chrono::steady_clock::time_point since;
+    transport::peer_id fetcher; // who asked for its KV ("" : nobody yet)
+    // The compute thread reads its blocks now: letting them go waits until it is done.
+    bool shipping = false, forget_when_shipped = false;
   };
   struct local_prefill {
     std::unique_ptr<decode_sequence> seq;
@@ -79,6 +101,13 @@ private:
   // Ends a request that never reached the batch, telling its gateway.
   void end_unbatched(std::unique_ptr<decode_sequence> s, protocol::error why);
   void send_updates(std::vector<protocol::token_update> updates);
+  bool draining() const { return drain_.load() >= 0; }
+  // Compute thread: parks the batch's movable sequences (migrate drain) and ships the KV asked
+  // for since the last round.
+  void move_out(std::vector<protocol::token_update>& updates);
+  void ship_fetched();
+  // Lets a moving sequence's KV go (fetched, or nobody came for it); under worker_.mutex().
+  void forget_moving(std::map<protocol::request_key, moving_sequence>::iterator it);
 
   bool has_work() const; // with worker_.mutex() held
   // The group broke: every request here ends with `why`.
@@ -108,12 +137,17 @@ private:
   };
   std::vector<pending_cancel> cancels_;
   std::vector<protocol::request_key> finished_; // since the last load report
+  std::map<protocol::request_key, moving_sequence> moving_;
+  std::deque<std::pair<transport::peer_id, protocol::prefill_request>> fetches_;
 
   // Compute thread only.
   decode_batch batch_;
   prefill_engine prefill_;
   std::deque<local_prefill> prefilling_;
   std::atomic<int64_t> running_{0}, waiting_{0};
+  std::atomic<int64_t> moving_count_{0}; // entries of moving_
+  std::atomic<uint64_t> moved_in_{0}, moved_out_{0};
+  std::atomic<int> drain_{-1};     // a drain_mode once draining
   std::unique_ptr<ep_rank> group_; // expert parallelism; null for a lone rank
   // The pool for decode-made KV; null when [ems] store_decode_kv is off. Made in start().
   std::unique_ptr<ems::context_cache_client> cache_;

@@ -14,9 +14,14 @@ struct decode_interface {
                                protocol::kv_transfer,    // prefill: a run of the prompt's KV
                                protocol::prefill_failed, // prefill: the prompt cannot be done
                                protocol::cancel_request, // gateway or scheduler
-                               protocol::ems_ring_view>; // MP controller: the pool's ring
-  using sends = message_list<protocol::decode_assign_result, protocol::prefill_request,
-                             protocol::token_batch, protocol::load_report, protocol::ems_put>;
+                               protocol::ems_ring_view,  // MP controller: the pool's ring
+                               // Another decode instance: the KV of a sequence moving off this
+                               // draining one, and that it arrived.
+                               protocol::prefill_request, protocol::moved_kv_received>;
+  using sends =
+      message_list<protocol::decode_assign_result, protocol::prefill_request, protocol::token_batch,
+                   protocol::load_report, protocol::ems_put, protocol::kv_transfer,
+                   protocol::prefill_failed, protocol::moved_kv_received>;
 };
 
 } // namespace supernode::services

@@ -78,6 +78,12 @@ void admin_scale::handle(std::shared_ptr<http_exchange> ex, const http_request& 
     drain_ms = body["drain_timeout_ms"].get<long long>();
   }
   request["drain_timeout_ms"] = drain_ms;
+  if (body.contains("drain")) {
+    if (!body["drain"].is_string() || (body["drain"] != "finish" && body["drain"] != "migrate"))
+      return respond_error(*ex, 400, "drain must be \"finish\" or \"migrate\"",
+                           "invalid_request_error");
+    request["drain"] = body["drain"];
+  }
   {
     std::lock_guard lock(state_->mutex);
     if (state_->waiting >= max_waiting)

@@ -116,6 +116,13 @@ void render_cluster_metrics(metrics_registry& metrics, const cluster_snapshot& s
                       static_cast<double>(s.running), l);
     metrics.set_gauge("supernode_instance_waiting", "Requests queued at the instance",
                       static_cast<double>(s.waiting), l);
+    if (s.role == "decode")
+      for (auto [direction, n] :
+           {std::pair{"in", s.sequences_moved_in}, std::pair{"out", s.sequences_moved_out}})
+        metrics.set_gauge("supernode_sequences_moved",
+                          "Sequences a decode instance took over with their KV from a draining "
+                          "one (in), or handed on with theirs (out), since it started",
+                          static_cast<double>(n), {{"instance", s.name}, {"direction", direction}});
     metrics.set_gauge("supernode_instance_unavailable",
                       "1 when the instance takes no requests (its expert-parallel group broke)",
                       s.unavailable.ok() ? 0 : 1, l);

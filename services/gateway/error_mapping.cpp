@@ -34,6 +34,7 @@ http_error_mapping serving_mapping(serving_errc c) {
   case serving_errc::instance_down:
   case serving_errc::cancelled:
   case serving_errc::shutting_down:
+  case serving_errc::sequence_moved:
   case serving_errc::delivery_failed:
   case serving_errc::no_scheduler:
     return unavailable;

@@ -86,7 +86,11 @@ void request_tracker::recover(tracked_request& r, const protocol::error& why) {
     return fail(r, {why.code, why.message + " (not recovered within " +
                                   std::to_string(bounds_.recovery.count()) + " ms)"});
   auto self = live_.at(r.cluster_id); // r stays alive while it is re-keyed
-  if (r.placed()) up_.cancel(r, "placed again: " + why.message); // the old attempt, if it lives
+  // A sequence its draining decode instance hands on keeps its KV there, under the old key, for
+  // the next instance to fetch: that attempt is not cancelled. Any other failure recomputes.
+  const bool moves = why.is(protocol::serving_errc::sequence_moved) && !r.decode.empty();
+  r.admission.moved = moves ? protocol::moved_kv{r.decode, r.admission.key} : protocol::moved_kv{};
+  if (r.placed() && !moves) up_.cancel(r, "placed again: " + why.message); // the old attempt
   live_.erase(r.cluster_id);
   r.cluster_id = next_id_++;
   live_[r.cluster_id] = self;

@@ -2,7 +2,7 @@
 
 #include "services/protocol/ems_messages.hpp"
 #include "services/serving/delivery.hpp"
-#include "services/serving/kv_checksum.hpp"
+#include "services/serving/kv_shipping.hpp"
 
 #include <algorithm>
 
@@ -175,40 +175,14 @@ void prefill_instance::drop_cancelled() {
 }
 
 void prefill_instance::ship(queued& q, int32_t first_token) {
-  const auto& layout = pool_.layout();
-  const auto& blocks = q.table.blocks();
-  const auto total = static_cast<int64_t>(blocks.size());
-  const int64_t per_run =
-      std::max<int64_t>(1, static_cast<int64_t>(max_run_bytes / layout.block_bytes()));
-  for (int64_t first = 0; first < total; first += per_run) {
-    const int64_t count = std::min(per_run, total - first);
-    // Straight from the pool into the message: the one copy the shipping layout needs.
-    std::vector<char> bytes(static_cast<size_t>(count) * layout.block_bytes());
-    const auto out = std::as_writable_bytes(std::span(bytes));
-    for (int64_t i = 0; i < count; ++i)
-      pool_.export_block_bytes(blocks[first + i],
-                               out.subspan(i * layout.block_bytes(), layout.block_bytes()));
-    protocol::kv_transfer kv;
-    kv.key = q.job.key;
-    kv.first_token = first_token;
-    kv.prompt_tokens = static_cast<int64_t>(q.job.spec.prompt.size());
-    kv.block_floats = layout.block_floats();
-    kv.first_block = first;
-    kv.block_count = count;
-    kv.total_blocks = total;
-    kv.data = transport::shared_bytes(std::move(bytes));
-    kv.checksum = kv_transfer_checksum(kv);
-    const auto status =
-        send_with_backoff(*out_, "bulk", q.decode, transport::make_envelope(std::move(kv)));
-    if (status != transport::send_status::ok) {
-      out_->send("control", q.decode,
-                 transport::make_envelope(protocol::prefill_failed{
-                     q.job.key,
-                     {protocol::errc_of(status),
-                      std::string("KV transfer failed: ") + transport::to_string(status)}}));
-      return;
-    }
-  }
+  const kv_shipment what{q.job.key, first_token, static_cast<int64_t>(q.job.spec.prompt.size()), 0};
+  const auto status = ship_kv(*out_, q.decode, what, q.table.blocks(), pool_);
+  if (status != transport::send_status::ok)
+    out_->send("control", q.decode,
+               transport::make_envelope(protocol::prefill_failed{
+                   q.job.key,
+                   {protocol::errc_of(status),
+                    std::string("KV transfer failed: ") + transport::to_string(status)}}));
 }
 
 void prefill_instance::load_cached_prefixes() {

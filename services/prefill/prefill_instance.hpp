@@ -42,9 +42,6 @@ public:
   void on_tick(transport::endpoint& out) override;
   void on_member_event(const transport::membership_event& event, transport::endpoint& out) override;
 
-  // Bytes of KV in one kv_transfer message at most (whole blocks; at least one).
-  static constexpr size_t max_run_bytes = size_t{16} << 20;
-
 private:
   struct queued {
     transport::peer_id decode;

@@ -52,6 +52,8 @@ constexpr std::array codes{
                     "the API key's max_concurrent requests are in flight"},
     error_code_info{2022, S, "key_token_rate_limit_exceeded", true,
                     "the API key's tokens_per_minute are used up for now"},
+    error_code_info{2023, S, "sequence_moved", true,
+                    "its decode instance is draining: the sequence moves on with its KV"},
     error_code_info{3001, E, "pool_server_unreachable", true,
                     "the MP server or controller is down or did not answer"},
     error_code_info{3002, E, "pool_quota_exceeded", false,

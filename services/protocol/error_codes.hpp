@@ -56,6 +56,7 @@ enum class serving_errc : uint16_t {
   invalid_api_key = 2020,         // no API key, or one the gateway does not know
   key_concurrency_limit = 2021,   // the API key's max_concurrent requests are in flight
   key_token_rate_limit = 2022,    // the API key's tokens_per_minute are used up
+  sequence_moved = 2023,          // a draining decode instance hands the sequence, with its KV, on
 };
 
 enum class ems_errc : uint16_t {

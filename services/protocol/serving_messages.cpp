@@ -24,6 +24,7 @@ void register_serving_messages() {
     register_message<kv_transfer>();
     register_message<prefill_failed>();
     register_message<prefill_request>();
+    register_message<moved_kv_received>();
   });
 }
 

@@ -11,6 +11,8 @@
 //   prefill   -> decode    : kv_transfer (bulk flow), prefill_failed
 //   prefill   -> scheduler : load_report
 //   decode    -> gateway   : token_batch
+//   decode    -> decode    : prefill_request, moved_kv_received (a draining one's sequences
+//                            move: it answers with kv_transfer and prefill_failed)
 //   gateway   -> decode    : cancel_request
 
 #include "services/protocol/error_codes.hpp"
@@ -56,6 +58,15 @@ struct request_spec {
   MSGPACK_DEFINE_MAP(prompt, max_tokens, temperature, top_p, top_k, seed, stop_at_eos, generated);
 };
 
+// Where the KV of a sequence that moves (its decode instance drains with drain = "migrate")
+// waits: the draining instance, under the key of the attempt it ran.
+struct moved_kv {
+  std::string instance; // empty: nothing moves (the prompt is prefilled as usual)
+  request_key key;
+  bool empty() const { return instance.empty(); }
+  MSGPACK_DEFINE_MAP(instance, key);
+};
+
 // ---- to the scheduler ------------------------------------------------------------------------
 
 struct admit_request {
@@ -64,7 +75,8 @@ struct admit_request {
   static constexpr uint32_t max_bytes = 4u << 20;
   request_key key;
   request_spec spec;
-  MSGPACK_DEFINE_MAP(key, spec);
+  moved_kv moved; // a sequence moving from a draining decode instance: place it elsewhere
+  MSGPACK_DEFINE_MAP(key, spec, moved);
 };
 
 struct decode_assign_result {
@@ -134,9 +146,13 @@ struct load_report {
   std::map<std::string, uint64_t> unexpected_messages;
   // Messages refused for their sender since start, by reason (endpoint::rejected_messages).
   std::map<std::string, uint64_t> rejected_messages;
+  // decode: sequences that arrived with their KV from a draining instance, and that left with
+  // theirs to another, since start.
+  uint64_t sequences_moved_in = 0, sequences_moved_out = 0;
   MSGPACK_DEFINE_MAP(role, kv_blocks_total, kv_blocks_released, kv_blocks_used,
                      prompt_tokens_completed, running, waiting, finished, planes, unavailable,
-                     ep_stage_seconds, ep_forwards, cache, unexpected_messages, rejected_messages);
+                     ep_stage_seconds, ep_forwards, cache, unexpected_messages, rejected_messages,
+                     sequences_moved_in, sequences_moved_out);
 };
 
 // Also sent to the decode instance of a placed request, and to a prefill instance.
@@ -212,11 +228,13 @@ struct instance_stats {
   std::vector<double> ep_stage_seconds; // see load_report
   uint64_t ep_forwards = 0;
   cache_stats cache;
-  std::map<std::string, uint64_t> unexpected_messages; // see load_report
-  std::map<std::string, uint64_t> rejected_messages;   // see load_report
+  std::map<std::string, uint64_t> unexpected_messages;      // see load_report
+  std::map<std::string, uint64_t> rejected_messages;        // see load_report
+  uint64_t sequences_moved_in = 0, sequences_moved_out = 0; // see load_report
   MSGPACK_DEFINE_MAP(name, role, alive, running, waiting, kv_blocks_used, kv_blocks_total,
                      outstanding_prompt_tokens, unavailable, ep_stage_seconds, ep_forwards, cache,
-                     unexpected_messages, rejected_messages);
+                     unexpected_messages, rejected_messages, sequences_moved_in,
+                     sequences_moved_out);
 };
 
 struct cluster_stats {
@@ -243,7 +261,10 @@ struct decode_assign {
   request_spec spec;
   std::string prefill; // empty: prefill locally (colocated instance)
   int64_t kv_blocks = 0;
-  MSGPACK_DEFINE_MAP(key, spec, prefill, kv_blocks);
+  // Set: `prefill` is the draining decode instance holding the sequence's KV, which sends it
+  // (prompt and every generated token but the last) instead of a prefill.
+  moved_kv moved;
+  MSGPACK_DEFINE_MAP(key, spec, prefill, kv_blocks, moved);
 };
 
 // A run of whole KV blocks of one prompt in kv_block_pool's shipping layout; the first token
@@ -256,14 +277,27 @@ struct kv_transfer {
   request_key key;
   int32_t first_token = 0;
   int64_t prompt_tokens = 0;
+  // Generated tokens whose KV follows the prompt's: 0 from a prefill; for a moving sequence,
+  // all it generated but the last (which was sampled, never fed).
+  int64_t generated_tokens = 0;
   int64_t block_floats = 0; // layout check: both sides must agree on the block shape
   int64_t first_block = 0;
   int64_t block_count = 0;
   int64_t total_blocks = 0;
   uint64_t checksum = 0;        // services/serving/kv_checksum.hpp: over the fields above and data
   transport::shared_bytes data; // last: a spliced frame has no head part after it
-  MSGPACK_DEFINE_MAP(key, first_token, prompt_tokens, block_floats, first_block, block_count,
-                     total_blocks, checksum, data);
+  MSGPACK_DEFINE_MAP(key, first_token, prompt_tokens, generated_tokens, block_floats, first_block,
+                     block_count, total_blocks, checksum, data);
+};
+
+// To the draining decode instance a moved sequence's KV came from: it arrived whole, so the
+// instance lets the blocks go.
+struct moved_kv_received {
+  static constexpr uint16_t type_id = 124;
+  static constexpr const char* type_name = "moved_kv_received";
+  static constexpr uint32_t max_bytes = 4096;
+  request_key key; // moved_kv::key
+  MSGPACK_DEFINE_MAP(key);
 };
 
 struct prefill_failed {
@@ -277,13 +311,16 @@ struct prefill_failed {
 
 // ---- to a prefill instance -------------------------------------------------------------------
 
+// To a prefill instance (the prompt's KV), or to a draining decode instance holding a moving
+// sequence (`moved` set: that sequence's KV).
 struct prefill_request {
   static constexpr uint16_t type_id = 130;
   static constexpr const char* type_name = "prefill_request";
   static constexpr uint32_t max_bytes = 4u << 20;
   request_key key;
   request_spec spec;
-  MSGPACK_DEFINE_MAP(key, spec);
+  moved_kv moved;
+  MSGPACK_DEFINE_MAP(key, spec, moved);
 };
 
 // Registers every message above with the transport registry; idempotent.

@@ -92,7 +92,11 @@ const std::vector<table>& serving_tables() {
                     .integer("max_batch", &serving_config::decode_max_batch, 1, 4096,
                              "sequences decoded together in one step")
                     .integer("kv_blocks", &serving_config::decode_kv_blocks, 1, int64_t{1} << 24,
-                             "KV blocks of its pool (times [kv] block_size tokens)"));
+                             "KV blocks of its pool (times [kv] block_size tokens)")
+                    .enumerated("drain", &serving_config::decode_drain,
+                                {{"migrate", drain_mode::migrate}, {"finish", drain_mode::finish}},
+                                "when scaled down (SIGTERM): move running sequences with their "
+                                "KV to another decode instance, or let them finish first"));
     t.push_back(
         table("ep", "Expert parallelism: consecutive decode (prefill) instances form one "
                     "instance of this many ranks; expert_shard instances join the decode groups "

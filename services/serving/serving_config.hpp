@@ -14,7 +14,7 @@
 //               recovery_timeout_ms = 30000  stall_timeout_ms = 15000
 //   [scheduler] max_queued = 1024
 //   [prefill]   token_budget = 2048   kv_blocks = 0     # 0: enough for one budget of prompts
-//   [decode]    max_batch = 64   kv_blocks = 2048
+//   [decode]    max_batch = 64   kv_blocks = 2048   drain = "migrate"   # or "finish"
 //   [ep]        decode_ranks = 1  prefill_ranks = 1  microbatch = false
 //               redundant_experts = 0  eplb_interval = 0  op_timeout_ms = 30000
 //   [ems]       the memory pool and its caches: services/ems/ems_config.hpp
@@ -23,6 +23,7 @@
 #include "model/linear.hpp"
 #include "services/ems/ems_config.hpp"
 #include "services/planner/planner_config.hpp"
+#include "services/serving/drain_mode.hpp"
 
 #include <cstdint>
 #include <filesystem>
@@ -71,6 +72,8 @@ struct serving_config {
 
   int64_t decode_max_batch = 64;
   int64_t decode_kv_blocks = 2048;
+  // How a decode instance that is scaled down (SIGTERM) hands over its running sequences.
+  drain_mode decode_drain = drain_mode::migrate;
 
   // Expert parallelism: consecutive decode (prefill) instances form one instance of this many
   // ranks; expert_shard instances join the decode groups (attention/MoE split).

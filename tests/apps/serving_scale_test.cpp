@@ -46,6 +46,18 @@ std::map<std::string, std::string> phases(const serving_cluster& cluster) {
   return out;
 }
 
+// Until the scheduler places on `instance`: it is alive and reported its KV pool. A scale
+// answers once the process is ready; the scheduler hears of it within a heartbeat or two.
+void wait_until_scheduled(const serving_cluster& cluster, const std::string& instance) {
+  const auto [text, placed] = poll_metrics(cluster.port(), [&](const std::string& m) {
+    const supernode::services::loadgen::metric_labels of{{"instance", instance},
+                                                         {"role", "decode"}};
+    return metric(m, "supernode_instance_alive", of).value_or(0) == 1 &&
+           metric(m, "supernode_kv_blocks_total", of).value_or(0) > 0;
+  });
+  ASSERT_TRUE(placed) << instance << " never became placeable:\n" << text;
+}
+
 } // namespace
 
 TEST(serving_scale, decode_and_prefill_scale_down_and_up_under_load_losing_no_request) {
@@ -120,6 +132,66 @@ TEST(serving_scale, decode_beyond_the_config_joins_over_ephemeral_tcp_ports_serv
   expect_serves_the_reference(cluster);
 }
 
+// Sequences that arrived at some decode instance with their KV from a draining one.
+double sequences_moved_in(const std::string& metrics) {
+  double n = 0;
+  for (int i = 0; i < 4; ++i)
+    n += metric(metrics, "supernode_sequences_moved",
+                {{"instance", "decode-" + std::to_string(i)}, {"direction", "in"}})
+             .value_or(0.0);
+  return n;
+}
+
+TEST(serving_scale, decode_two_to_four_to_one_moves_running_sequences_with_their_kv_or_finishes) {
+  serving_cluster cluster("pdc-2p2d.toml", tiny_model_dir());
+  ASSERT_TRUE(cluster.up());
+  const auto up = scale(cluster, {"decode=4"}); // decode-2 and decode-3 join
+  ASSERT_EQ(up["ok"], true) << up.dump();
+  EXPECT_EQ(up["started"], json::array({"decode-2", "decode-3"}));
+  for (auto* joined : {"decode-2", "decode-3"}) wait_until_scheduled(cluster, joined);
+
+  // 4 -> 1 while sequences run on the three that go: each moves, with its KV, to decode-0 and
+  // goes on there token for token (the gateway places it again naming its KV's holder).
+  json down;
+  expect_no_request_lost(
+      cluster, workload(10, 40, 160),
+      [](const std::string& m) {
+        return running_on(m, "decode-1") + running_on(m, "decode-2") + running_on(m, "decode-3") >=
+               3;
+      },
+      [&] {
+        down = scale(cluster, {"decode=1", "--drain", "migrate"});
+      });
+  ASSERT_EQ(down["ok"], true) << down.dump();
+  EXPECT_EQ(down["stopped"], json::array({"decode-1", "decode-2", "decode-3"}));
+  EXPECT_EQ(down["drain_killed"], false) << "every move finished within the drain timeout";
+  auto metrics = http_call(cluster.port(), "GET", "/metrics").body;
+  const double moved = sequences_moved_in(metrics);
+  EXPECT_GT(moved, 0.0) << "no sequence moved with its KV:\n" << metrics;
+
+  // 2 -> 1 with drain = "finish": decode-1 takes nothing new and ends what it runs; nothing is
+  // placed again and nothing moves.
+  ASSERT_EQ(scale(cluster, {"decode=2"})["ok"], true);
+  wait_until_scheduled(cluster, "decode-1");
+  const double resumed_before = metric_sum(metrics, "supernode_requests_resumed_total");
+  json finish;
+  expect_no_request_lost(
+      cluster, workload(16, 40, 160),
+      [](const std::string& m) { return running_on(m, "decode-1") >= 1; },
+      [&] {
+        finish = scale(cluster, {"decode=1", "--drain", "finish"});
+      },
+      /*expect_resumed=*/false);
+  ASSERT_EQ(finish["ok"], true) << finish.dump();
+  EXPECT_EQ(finish["drain_killed"], false);
+  metrics = http_call(cluster.port(), "GET", "/metrics").body;
+  EXPECT_EQ(metric_sum(metrics, "supernode_requests_resumed_total"), resumed_before)
+      << "a finishing drain placed a request again";
+  EXPECT_EQ(sequences_moved_in(metrics), moved);
+  EXPECT_EQ(phases(cluster)["decode-1"], "down");
+  expect_serves_the_reference(cluster);
+}
+
 TEST(serving_scale, the_admin_api_needs_its_token_and_answers_repeats_and_conflicts) {
   // The token file is private, like an API keys file; the gateway refuses to start otherwise.
   const auto tokens = std::filesystem::temp_directory_path() /
@@ -141,9 +213,10 @@ TEST(serving_scale, the_admin_api_needs_its_token_and_answers_repeats_and_confli
   EXPECT_EQ(post(one, "").status, 401u);
   EXPECT_EQ(post(one, "guess").status, 401u);
   EXPECT_EQ(post({{"counts", "all"}}).status, 400u);
-  const auto too_many = post({{"counts", {{"prefill", 5}}}});
+  // The gateway's process hosts two roles: it cannot have more processes than its slot.
+  const auto too_many = post({{"counts", {{"gateway", 2}}}});
   EXPECT_EQ(too_many.status, 400u);
-  EXPECT_NE(too_many.body.find("2 slot(s)"), std::string::npos) << too_many.body;
+  EXPECT_NE(too_many.body.find("1 slot(s)"), std::string::npos) << too_many.body;
   EXPECT_EQ(phases(cluster)["prefill-1"], "serving") << "a refused call changes nothing";
 
   const auto done = post(one);
