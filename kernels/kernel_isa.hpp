@@ -28,6 +28,10 @@ const char* kernel_isa_name(kernel_isa isa);
 // Inverse of kernel_isa_name; false for an unknown name.
 bool parse_kernel_isa(const char* name, kernel_isa& isa);
 
+// Whether the CPU (and OS) can run AVX-512 BF16 (vdpbf16ps), for the optional BF16 attention
+// scores; independent of the active path.
+bool kernel_isa_avx512_bf16_supported();
+
 // Whether the AVX2 code of quantization and the FP32 GEMM may run under `isa`.
 inline bool kernel_isa_has_avx2(kernel_isa isa) {
   return isa != kernel_isa::portable;
