@@ -3,6 +3,7 @@
 #include "apps/bench/attention_kernel_bench.hpp"
 #include "apps/bench/attention_scores_bench.hpp"
 #include "apps/bench/kernel_bench_machine.hpp"
+#include "apps/bench/weight_pages_bench.hpp"
 #include "apps/cli_args.hpp"
 #include "kernels/kernel_isa.hpp"
 #include "kernels/thread_pool.hpp"
@@ -142,6 +143,11 @@ int run_model_bench(cli_args& args) {
   const auto dir = small_model_dir(args.take("--model"));
   if (auto threads = args.take_int("--threads", 0, 0, 1024); threads > 0)
     kernels::thread_pool::configure_shared(static_cast<int>(threads));
+  if (args.take_flag("--weight-pages")) {
+    args.expect_consumed("bench model --weight-pages");
+    std::printf("%s\n", weight_pages_report(12).dump(2).c_str());
+    return 0;
+  }
   if (args.take_flag("--attention-scores")) {
     attention_scores_options o;
     o.model = dir;
