@@ -114,7 +114,9 @@ nlohmann::json attention_kernel_report(const model::model_config& c,
         q.data(), kv.data(), {blocks, block, lora, rope, n},        n,       0, heads, nope,
         rope,     vd,        static_cast<float>(c.softmax_scale()), o.data()};
     std::vector<double> best(paths.size(), 1e30);
-    for (int rep = 0; rep < 3; ++rep)
+    // Seven rounds, every path once per round; the best of each (the least disturbed by the
+    // other processes on the machine).
+    for (int rep = 0; rep < 7; ++rep)
       for (size_t p = 0; p < paths.size(); ++p) {
         const auto t0 = std::chrono::steady_clock::now();
         paths[p].run(a);
