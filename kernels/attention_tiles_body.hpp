@@ -35,20 +35,6 @@ inline vn splat(float x) {
   for (int i = 0; i < width; ++i) v[i] = x;
   return v;
 }
-inline v16 load16(const float* p) {
-  v16 v;
-  for (int i = 0; i < parts; ++i) v.p[i] = load(p + i * width);
-  return v;
-}
-inline void store16(float* p, const v16& v) {
-  for (int i = 0; i < parts; ++i) store(p + i * width, v.p[i]);
-}
-inline v16 splat16(float x) {
-  v16 v;
-  for (int i = 0; i < parts; ++i) v.p[i] = splat(x);
-  return v;
-}
-
 // exp(x) for x <= 0, the same bits everywhere: x = n ln2 + r (Cody-Waite), exp(r) by Cephes'
 // expf polynomial, times 2^n built in the exponent field. 0 below -87 (where expf leaves the
 // normal range), so masked (-inf) scores weigh exactly nothing. exp(0) is exactly 1.
@@ -70,12 +56,42 @@ inline vn exp_nonpositive(vn x) {
   return x < -87.0f ? splat(0.0f) : y;
 }
 
+inline vn vmax(vn a, vn b) {
+  return a > b ? a : b;
+}
+
+// The largest lane of one register, by halving it with shuffles (max is exact: the order of the
+// comparisons does not matter, so this equals any other order). A template so that only the
+// shuffles of the unit's width are instantiated.
+template<class V>
+inline float hmax_register(V m) {
+  constexpr int w = sizeof(V) / sizeof(float);
+  const auto fold = [&m](V other) { m = m > other ? m : other; };
+  if constexpr (w == 16) {
+    fold(__builtin_shufflevector(m, m, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7));
+    fold(__builtin_shufflevector(m, m, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11));
+    fold(__builtin_shufflevector(m, m, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13));
+  } else if constexpr (w == 8) {
+    fold(__builtin_shufflevector(m, m, 4, 5, 6, 7, 0, 1, 2, 3));
+    fold(__builtin_shufflevector(m, m, 2, 3, 0, 1, 6, 7, 4, 5));
+  } else {
+    static_assert(w == 4);
+    fold(__builtin_shufflevector(m, m, 2, 3, 0, 1));
+  }
+  return m[0] > m[1] ? m[0] : m[1];
+}
+
 inline float hmax(const v16& v) {
   vn m = v.p[0];
-  for (int i = 1; i < parts; ++i) m = v.p[i] > m ? v.p[i] : m;
-  float r = m[0];
-  for (int i = 1; i < width; ++i) r = m[i] > r ? m[i] : r;
-  return r; // max is exact: the order of comparisons does not matter
+  for (int i = 1; i < parts; ++i) m = vmax(m, v.p[i]);
+  return hmax_register(m);
+}
+
+// Key lane numbers of part i: i * width, ..., i * width + width - 1.
+inline vni lane_numbers(int part) {
+  vni v;
+  for (int i = 0; i < width; ++i) v[i] = part * width + i;
+  return v;
 }
 
 // s[g] = the 16 keys of block `b` against query g: one running sum per lane over d in order.
@@ -170,10 +186,10 @@ inline void absorb_block(const prefill_operands& o, int64_t i, int64_t b, const 
                          query_state& st) {
   const int64_t t0 = b * lanes, pos = o.first_pos + i;
   const int visible = static_cast<int>(pos - t0 + 1 < lanes ? pos - t0 + 1 : lanes);
-  float x[lanes];
-  store16(x, score);
-  for (int j = 0; j < lanes; ++j) x[j] = j < visible ? x[j] * o.scale : minus_infinity;
-  const float block_max = hmax(load16(x));
+  v16 x;
+  for (int i = 0; i < parts; ++i)
+    x.p[i] = lane_numbers(i) < visible ? score.p[i] * o.scale : splat(minus_infinity);
+  const float block_max = hmax(x);
   float* out = o.out + i * o.out_stride;
   if (block_max > st.max) {
     const float alpha = exp_nonpositive(splat(st.max - block_max))[0];
@@ -183,7 +199,7 @@ inline void absorb_block(const prefill_operands& o, int64_t i, int64_t b, const 
   }
   float weights[lanes];
   for (int i = 0; i < parts; ++i) {
-    const vn p = exp_nonpositive(load(x + i * width) - st.max);
+    const vn p = exp_nonpositive(x.p[i] - st.max);
     store(weights + i * width, p);
     store(st.sum + i * width, load(st.sum + i * width) + p);
   }
