@@ -9,6 +9,7 @@
 #include <bit>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 namespace supernode::kernels {
@@ -94,6 +95,44 @@ void pack_keys_bf16(const float* kt, int64_t qk, uint32_t* out) {
     for (int64_t lane = 0; lane < lanes; ++lane)
       out[d * lanes + lane] = bf16_pair_at(kt + lane, lanes, qk, d);
 }
+// The packed keys and values of one call, kept by the calling thread for the next call: a
+// short chunk after a long prefix packs every key for a few queries, and a fresh allocation
+// (page faults, zeroing) would cost as much as the attention itself. A buffer past 64 MB is
+// freed when its call ends instead of kept. Every element a call reads it has
+// written, so the buffers are never cleared.
+class packing_buffers {
+public:
+  static packing_buffers& of_this_thread() {
+    thread_local packing_buffers buffers;
+    return buffers;
+  }
+  // At the end of a call: lets go of what is too large to keep.
+  void trim() {
+    floats_.trim();
+    pairs_.trim();
+  }
+  float* floats(int64_t n) { return floats_.at_least(n); }
+  uint32_t* pairs(int64_t n) { return pairs_.at_least(n); }
+
+private:
+  template<class T>
+  struct buffer {
+    std::unique_ptr<T[]> data;
+    size_t size = 0;
+    T* at_least(int64_t n) {
+      if (static_cast<size_t>(n) > size) {
+        data.reset(new T[static_cast<size_t>(n)]);
+        size = static_cast<size_t>(n);
+      }
+      return data.get();
+    }
+    void trim() {
+      if (size * sizeof(T) > (size_t{64} << 20)) data.reset(), size = 0;
+    }
+  };
+  buffer<float> floats_;
+  buffer<uint32_t> pairs_;
+};
 } // namespace
 
 bool attention_bf16_supported() {
@@ -115,13 +154,15 @@ void mla_prefill(const mla_prefill_args& a, thread_pool& pool) {
   const bool bf16 = bf16_runs();
   // Keys and values are packed once per call, so every tile of queries reads its blocks
   // contiguously.
-  std::vector<float> kt(a.heads * blocks * qk * lanes), vt(a.heads * blocks * lanes * a.v);
-  std::vector<uint32_t> kt_bf16(bf16 ? a.heads * blocks * qk_pairs * lanes : 0);
+  auto& buffers = packing_buffers::of_this_thread();
+  float* kt = buffers.floats(a.heads * blocks * (qk + a.v) * lanes);
+  float* vt = kt + a.heads * blocks * qk * lanes;
+  uint32_t* kt_bf16 = bf16 ? buffers.pairs(a.heads * blocks * qk_pairs * lanes) : nullptr;
   pool.parallel_for(a.heads * blocks, [&](int64_t task) {
     const int64_t h = task / blocks, b = task % blocks;
-    float* block = kt.data() + (h * blocks + b) * qk * lanes;
-    pack_block(a, h, b, block, vt.data() + (h * blocks + b) * lanes * a.v);
-    if (bf16) pack_keys_bf16(block, qk, kt_bf16.data() + (h * blocks + b) * qk_pairs * lanes);
+    float* block = kt + (h * blocks + b) * qk * lanes;
+    pack_block(a, h, b, block, vt + (h * blocks + b) * lanes * a.v);
+    if (bf16) pack_keys_bf16(block, qk, kt_bf16 + (h * blocks + b) * qk_pairs * lanes);
   });
   std::vector<uint32_t> q_bf16(bf16 ? a.n_queries * a.heads * qk_pairs : 0);
   for (int64_t r = 0; bf16 && r < a.n_queries * a.heads; ++r)
@@ -140,9 +181,9 @@ void mla_prefill(const mla_prefill_args& a, thread_pool& pool) {
     o.q_bf16_stride = a.heads * qk_pairs;
     o.qk = qk;
     o.qk_pairs = qk_pairs;
-    o.kt = kt.data() + h * blocks * qk * lanes;
-    o.kt_bf16 = bf16 ? kt_bf16.data() + h * blocks * qk_pairs * lanes : nullptr;
-    o.vt = vt.data() + h * blocks * lanes * a.v;
+    o.kt = kt + h * blocks * qk * lanes;
+    o.kt_bf16 = bf16 ? kt_bf16 + h * blocks * qk_pairs * lanes : nullptr;
+    o.vt = vt + h * blocks * lanes * a.v;
     o.vd = a.v;
     o.first_pos = a.first_pos;
     o.i0 = i0;
@@ -152,6 +193,7 @@ void mla_prefill(const mla_prefill_args& a, thread_pool& pool) {
     o.out_stride = a.heads * a.v;
     run(o);
   });
+  buffers.trim();
 }
 
 void mla_decode(const mla_decode_args& a) {

@@ -96,22 +96,23 @@ std::vector<variant> variants() {
 } // namespace
 
 nlohmann::json attention_kernel_report(const model::model_config& c,
-                                       const std::vector<int64_t>& prompt_lengths) {
+                                       const std::vector<attention_chunk>& chunks) {
   const int64_t heads = c.num_attention_heads, nope = c.qk_nope_head_dim, rope = c.qk_rope_head_dim,
                 vd = c.v_head_dim, lora = c.kv_lora_rank;
   const auto paths = variants();
   nlohmann::json out;
-  for (int64_t n : prompt_lengths) {
+  for (const auto [first, n] : chunks) {
     constexpr int64_t block = 16;
+    const int64_t keys = first + n;
     const auto q = normal_floats(n * heads * (nope + rope), 1);
-    const auto kv = normal_floats(n * heads * (nope + vd), 2);
-    const auto cache = normal_floats(((n + block - 1) / block) * block * (lora + rope), 3);
+    const auto kv = normal_floats(keys * heads * (nope + vd), 2);
+    const auto cache = normal_floats(((keys + block - 1) / block) * block * (lora + rope), 3);
     std::vector<const float*> blocks;
-    for (int64_t b = 0; b * block < n; ++b)
+    for (int64_t b = 0; b * block < keys; ++b)
       blocks.push_back(cache.data() + b * block * (lora + rope));
     std::vector<float> o(n * heads * vd);
     const mla_prefill_args a{
-        q.data(), kv.data(), {blocks, block, lora, rope, n},        n,       0, heads, nope,
+        q.data(), kv.data(), {blocks, block, lora, rope, keys},     n,       first, heads, nope,
         rope,     vd,        static_cast<float>(c.softmax_scale()), o.data()};
     std::vector<double> best(paths.size(), 1e30);
     // Seven rounds, every path once per round; the best of each (the least disturbed by the
@@ -123,7 +124,10 @@ nlohmann::json attention_kernel_report(const model::model_config& c,
         best[p] = std::min(
             best[p], std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       }
-    nlohmann::json row{{"prompt_tokens", n}, {"heads", heads}, {"layers", c.num_hidden_layers}};
+    nlohmann::json row{{"cached_tokens", first},
+                       {"new_tokens", n},
+                       {"heads", heads},
+                       {"layers", c.num_hidden_layers}};
     for (size_t p = 0; p < paths.size(); ++p) row["ms_per_layer"][paths[p].name] = best[p] * 1e3;
     row["flash_best_over_untiled"] = best[0] / *std::min_element(best.begin() + 1, best.end());
     out.push_back(row);

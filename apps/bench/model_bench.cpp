@@ -169,7 +169,9 @@ int run_model_bench(cli_args& args) {
   auto weights = model::model_weights::load(dir, lo);
   const auto& c = weights->config;
   if (attention_kernel) {
-    const nlohmann::json rows = attention_kernel_report(c, {512, 2048});
+    // Whole prompts, and chunks after a long prefix (chunked prefill, speculative verification).
+    const nlohmann::json rows =
+        attention_kernel_report(c, {{0, 512}, {0, 2048}, {2032, 16}, {2047, 1}});
     std::printf("%s\n", rows.dump(2).c_str());
     return 0;
   }
