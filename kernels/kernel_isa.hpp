@@ -11,7 +11,8 @@ namespace supernode::kernels {
 // avx_vnni (AMD Zen 4 has AVX-512 VNNI without the VEX form), and amx needs avx512_vnni (every
 // AMX CPU has it: the AMX kernel leaves rows short of a tile to it). The paths above avx2 change
 // the INT8 GEMM; the FP32 GEMM runs its AVX-512 code under avx512_vnni and amx (the same bits as
-// its AVX2 code), and quantization its AVX2 code under every SIMD path.
+// its AVX2 code), as do the prefill attention tiles (AVX2 code under avx2 and avx_vnni), and
+// quantization its AVX2 code under every SIMD path.
 enum class kernel_isa { portable, avx2, avx_vnni, avx512_vnni, amx };
 inline constexpr kernel_isa all_kernel_isas[] = {kernel_isa::portable, kernel_isa::avx2,
                                                  kernel_isa::avx_vnni, kernel_isa::avx512_vnni,
