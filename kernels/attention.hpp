@@ -38,7 +38,20 @@ struct mla_prefill_args {
   float softmax_scale;
   float* out;
 };
+// Flash-attention tiles (attention_tiles.hpp): bit-identical on the portable, AVX2 and AVX-512
+// paths (chosen by kernel_isa), and the same for a query whatever chunk or batch it is in.
 void mla_prefill(const mla_prefill_args& a, thread_pool& pool = thread_pool::shared());
+
+// How prefill attention computes its scores q·k. fp32 is the default and the reference. bf16
+// (vdpbf16ps, on CPUs with AVX-512 BF16 while an AVX-512 kernel path is active; elsewhere it
+// stays fp32) rounds queries and keys to bf16: deterministic and chunk-invariant too, but not
+// the same bits as fp32, nor across CPUs whose vdpbf16ps rounds differently.
+// SUPERNODE_ATTENTION_SCORES=bf16 selects it at start-up.
+enum class attention_scores { fp32, bf16 };
+bool attention_bf16_supported();
+attention_scores active_attention_scores();
+// Not meant to race running kernels (tests and benchmarks switch it between calls).
+void set_attention_scores(attention_scores s);
 
 // Absorbed MLA (decode): attention computed in the latent space.
 //   q_latent [heads][kv_lora]  (q_nope · W_uk, absorbed)   q_pe [heads][rope]

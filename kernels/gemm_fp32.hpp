@@ -4,6 +4,7 @@
 // position (no M-dependent blocking of k), so results are batch-invariant bit for bit.
 
 #include "kernels/thread_pool.hpp"
+#include "kernels/weight_memory.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -40,7 +41,7 @@ public:
 
 private:
   int64_t n_ = 0, k_ = 0;
-  std::vector<float> packed_;
+  weight_vector<float> packed_;
 };
 
 // x has row stride ldx (>= k), y row stride ldy (>= n).

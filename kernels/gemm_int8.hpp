@@ -7,6 +7,7 @@
 
 #include "kernels/quantize.hpp"
 #include "kernels/thread_pool.hpp"
+#include "kernels/weight_memory.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -61,7 +62,7 @@ public:
 
 private:
   int64_t n_ = 0, k_ = 0, k_padded_ = 0;
-  std::vector<int8_t> packed_;
+  weight_vector<int8_t> packed_;
   std::vector<float> scale_;
   std::vector<int32_t> u8_compensation_;
 };

@@ -110,6 +110,15 @@ std::atomic<kernel_isa>& active_slot() {
 }
 } // namespace
 
+bool kernel_isa_avx512_bf16_supported() {
+#if defined(__x86_64__)
+  // CPUID.(EAX=7,ECX=1):EAX[5] AVX512_BF16; the OS state check comes with AVX-512F's.
+  return cpu_has_avx512_vnni() && ((cpuid7(1).eax >> 5) & 1u);
+#else
+  return false;
+#endif
+}
+
 bool kernel_isa_supported(kernel_isa isa) {
   return supported(isa);
 }

@@ -11,7 +11,8 @@ namespace supernode::kernels {
 // avx_vnni (AMD Zen 4 has AVX-512 VNNI without the VEX form), and amx needs avx512_vnni (every
 // AMX CPU has it: the AMX kernel leaves rows short of a tile to it). The paths above avx2 change
 // the INT8 GEMM; the FP32 GEMM runs its AVX-512 code under avx512_vnni and amx (the same bits as
-// its AVX2 code), and quantization its AVX2 code under every SIMD path.
+// its AVX2 code), as do the prefill attention tiles (AVX2 code under avx2 and avx_vnni), and
+// quantization its AVX2 code under every SIMD path.
 enum class kernel_isa { portable, avx2, avx_vnni, avx512_vnni, amx };
 inline constexpr kernel_isa all_kernel_isas[] = {kernel_isa::portable, kernel_isa::avx2,
                                                  kernel_isa::avx_vnni, kernel_isa::avx512_vnni,
@@ -27,6 +28,10 @@ void set_kernel_isa(kernel_isa isa);
 const char* kernel_isa_name(kernel_isa isa);
 // Inverse of kernel_isa_name; false for an unknown name.
 bool parse_kernel_isa(const char* name, kernel_isa& isa);
+
+// Whether the CPU (and OS) can run AVX-512 BF16 (vdpbf16ps), for the optional BF16 attention
+// scores; independent of the active path.
+bool kernel_isa_avx512_bf16_supported();
 
 // Whether the AVX2 code of quantization and the FP32 GEMM may run under `isa`.
 inline bool kernel_isa_has_avx2(kernel_isa isa) {

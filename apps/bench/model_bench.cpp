@@ -1,6 +1,9 @@
 #include "apps/bench/model_bench.hpp"
 
+#include "apps/bench/attention_kernel_bench.hpp"
+#include "apps/bench/attention_scores_bench.hpp"
 #include "apps/bench/kernel_bench_machine.hpp"
+#include "apps/bench/weight_pages_bench.hpp"
 #include "apps/cli_args.hpp"
 #include "kernels/kernel_isa.hpp"
 #include "kernels/thread_pool.hpp"
@@ -30,13 +33,6 @@ std::filesystem::path small_model_dir(const std::optional<std::string>& arg) {
   const char* home = std::getenv("SUPERNODE_HOME");
   return model::ensure_checkpoint(std::filesystem::path(home ? home : ".") / "models" / "small",
                                   "small", 1);
-}
-
-std::vector<int32_t> synthetic_prompt(int64_t n, int64_t vocab, int64_t salt) {
-  std::vector<int32_t> p(n);
-  for (int64_t i = 0; i < n; ++i)
-    p[i] = static_cast<int32_t>((i * 7919 + salt * 104729 + 13) % (vocab - 2) + 2);
-  return p;
 }
 
 using weights_ptr = std::shared_ptr<const model::model_weights>;
@@ -136,12 +132,33 @@ nlohmann::json prefill_row(const weights_ptr& weights, int64_t n, double int8_pe
 
 } // namespace
 
+std::vector<int32_t> synthetic_prompt(int64_t n, int64_t vocab, int64_t salt) {
+  std::vector<int32_t> p(n);
+  for (int64_t i = 0; i < n; ++i)
+    p[i] = static_cast<int32_t>((i * 7919 + salt * 104729 + 13) % (vocab - 2) + 2);
+  return p;
+}
+
 int run_model_bench(cli_args& args) {
   const auto dir = small_model_dir(args.take("--model"));
-  const bool quick = args.take_flag("--quick");
-  const auto prec = model::parse_precision(args.take_or("--precision", "int8"));
   if (auto threads = args.take_int("--threads", 0, 0, 1024); threads > 0)
     kernels::thread_pool::configure_shared(static_cast<int>(threads));
+  if (args.take_flag("--weight-pages")) {
+    args.expect_consumed("bench model --weight-pages");
+    std::printf("%s\n", weight_pages_report(12).dump(2).c_str());
+    return 0;
+  }
+  if (args.take_flag("--attention-scores")) {
+    attention_scores_options o;
+    o.model = dir;
+    o.prompt_tokens = args.take_int("--prompt-tokens", o.prompt_tokens, 1, 1 << 20);
+    args.expect_consumed("bench model --attention-scores");
+    std::printf("%s\n", attention_scores_report(o).dump(2).c_str());
+    return 0;
+  }
+  const bool attention_kernel = args.take_flag("--attention-kernel");
+  const bool quick = args.take_flag("--quick");
+  const auto prec = model::parse_precision(args.take_or("--precision", "int8"));
   args.expect_consumed("bench model");
   const int threads = kernels::thread_pool::shared().size();
 
@@ -151,6 +168,13 @@ int run_model_bench(cli_args& args) {
   lo.progress = true;
   auto weights = model::model_weights::load(dir, lo);
   const auto& c = weights->config;
+  if (attention_kernel) {
+    // Whole prompts, and chunks after a long prefix (chunked prefill, speculative verification).
+    const nlohmann::json rows =
+        attention_kernel_report(c, {{0, 512}, {0, 2048}, {2032, 16}, {2047, 1}});
+    std::printf("%s\n", rows.dump(2).c_str());
+    return 0;
+  }
 
   nlohmann::json out;
   out["model"] = dir.string();

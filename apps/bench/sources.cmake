@@ -20,5 +20,11 @@ target_sources(supernode PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/model_cache_pool.cpp
   ${CMAKE_CURRENT_LIST_DIR}/model_cache_loaders.cpp
   ${CMAKE_CURRENT_LIST_DIR}/model_cache_report.cpp
+  # `supernode bench model --attention-scores`: BF16 against FP32 attention scores
+  ${CMAKE_CURRENT_LIST_DIR}/attention_scores_bench.cpp
+  # `supernode bench model --attention-kernel`: prefill attention alone, every path, one process
+  ${CMAKE_CURRENT_LIST_DIR}/attention_kernel_bench.cpp
+  # `supernode bench model --weight-pages`: a weight stream in 4 KB pages against huge pages
+  ${CMAKE_CURRENT_LIST_DIR}/weight_pages_bench.cpp
 )
 target_link_libraries(supernode PRIVATE supernode_services)

@@ -1,0 +1,236 @@
+// The body of attention_tiles::<isa>::prefill_tile, included once per unit inside its namespace
+// (see attention_tiles.hpp). The unit defines SUPERNODE_ATTENTION_WIDTH (floats per register),
+// SUPERNODE_ATTENTION_GROUP (queries scored together: as many accumulators as its registers
+// hold) and, for the BF16 scores, SUPERNODE_ATTENTION_BF16. Neither width nor group changes a
+// result: every key lane and output element is its own chain of operations. Units are built with
+// -ffp-contract=off: every a * b + c below is a rounded multiply then a rounded add.
+
+namespace {
+
+constexpr int width = SUPERNODE_ATTENTION_WIDTH;
+constexpr int64_t lanes = key_block;
+constexpr int parts = lanes / width;
+constexpr int group = SUPERNODE_ATTENTION_GROUP;
+constexpr float minus_infinity = -__builtin_inff();
+static_assert(lanes % width == 0);
+
+// One register of the unit (GCC vector extensions), and the 16 key lanes of a block in `parts`
+// of them.
+using vn = float __attribute__((vector_size(width * sizeof(float))));
+using vni = int32_t __attribute__((vector_size(width * sizeof(float))));
+struct v16 {
+  vn p[parts];
+};
+
+inline vn load(const float* p) {
+  vn v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store(float* p, vn v) {
+  __builtin_memcpy(p, &v, sizeof v);
+}
+inline vn splat(float x) {
+  vn v;
+  for (int i = 0; i < width; ++i) v[i] = x;
+  return v;
+}
+// exp(x) for x <= 0, the same bits everywhere: x = n ln2 + r (Cody-Waite), exp(r) by Cephes'
+// expf polynomial, times 2^n built in the exponent field. 0 below -87 (where expf leaves the
+// normal range), so masked (-inf) scores weigh exactly nothing. exp(0) is exactly 1.
+inline vn exp_nonpositive(vn x) {
+  const vn magic = splat(12582912.0f); // 1.5 * 2^23: adding then subtracting rounds to integer
+  const vn xc = x < -87.0f ? splat(-87.0f) : x;
+  const vn n = (xc * 1.44269504088896341f + magic) - magic;
+  vn r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  vn p = splat(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  const vni e = (__builtin_convertvector(n, vni) + 127) << 23;
+  const vn y = p * __builtin_bit_cast(vn, e);
+  return x < -87.0f ? splat(0.0f) : y;
+}
+
+inline vn vmax(vn a, vn b) {
+  return a > b ? a : b;
+}
+
+// The largest lane of one register, by halving it with shuffles (max is exact: the order of the
+// comparisons does not matter, so this equals any other order). A template so that only the
+// shuffles of the unit's width are instantiated.
+template<class V>
+inline float hmax_register(V m) {
+  constexpr int w = sizeof(V) / sizeof(float);
+  const auto fold = [&m](V other) { m = m > other ? m : other; };
+  if constexpr (w == 16) {
+    fold(__builtin_shufflevector(m, m, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7));
+    fold(__builtin_shufflevector(m, m, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11));
+    fold(__builtin_shufflevector(m, m, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13));
+  } else if constexpr (w == 8) {
+    fold(__builtin_shufflevector(m, m, 4, 5, 6, 7, 0, 1, 2, 3));
+    fold(__builtin_shufflevector(m, m, 2, 3, 0, 1, 6, 7, 4, 5));
+  } else {
+    static_assert(w == 4);
+    fold(__builtin_shufflevector(m, m, 2, 3, 0, 1));
+  }
+  return m[0] > m[1] ? m[0] : m[1];
+}
+
+inline float hmax(const v16& v) {
+  vn m = v.p[0];
+  for (int i = 1; i < parts; ++i) m = vmax(m, v.p[i]);
+  return hmax_register(m);
+}
+
+// Key lane numbers of part i: i * width, ..., i * width + width - 1.
+inline vni lane_numbers(int part) {
+  vni v;
+  for (int i = 0; i < width; ++i) v[i] = part * width + i;
+  return v;
+}
+
+// s[g] = the 16 keys of block `b` against query g: one running sum per lane over d in order.
+#if defined(SUPERNODE_ATTENTION_BF16)
+static_assert(parts == 1, "the BF16 scores are one ZMM register per block");
+inline void scores(const prefill_operands& o, const int64_t* query, int64_t b, v16* s) {
+  const uint32_t* kt = o.kt_bf16 + b * o.qk_pairs * lanes;
+  const uint32_t* q[group];
+  for (int g = 0; g < group; ++g) q[g] = o.q_bf16 + query[g] * o.q_bf16_stride;
+  __m512 acc[group];
+  for (int g = 0; g < group; ++g) acc[g] = _mm512_setzero_ps();
+  for (int64_t d = 0; d < o.qk_pairs; ++d) {
+    const __m512bh k = __builtin_bit_cast(__m512bh, _mm512_loadu_si512(kt + d * lanes));
+#pragma GCC unroll 8
+    for (int g = 0; g < group; ++g)
+      acc[g] = _mm512_dpbf16_ps(
+          acc[g], k, __builtin_bit_cast(__m512bh, _mm512_set1_epi32(static_cast<int>(q[g][d]))));
+  }
+  for (int g = 0; g < group; ++g) s[g].p[0] = __builtin_bit_cast(vn, acc[g]);
+}
+#else
+inline void scores(const prefill_operands& o, const int64_t* query, int64_t b, v16* s) {
+  const float* kt = o.kt + b * o.qk * lanes;
+  const float* q[group];
+  for (int g = 0; g < group; ++g) q[g] = o.q + query[g] * o.q_stride;
+  vn acc[group][parts];
+  for (int g = 0; g < group; ++g)
+    for (int i = 0; i < parts; ++i) acc[g][i] = splat(0.0f);
+  for (int64_t d = 0; d < o.qk; ++d) {
+    vn k[parts];
+    for (int i = 0; i < parts; ++i) k[i] = load(kt + d * lanes + i * width);
+#pragma GCC unroll 8
+    for (int g = 0; g < group; ++g)
+#pragma GCC unroll 4
+      for (int i = 0; i < parts; ++i) acc[g][i] = acc[g][i] + k[i] * q[g][d];
+  }
+  for (int g = 0; g < group; ++g)
+    for (int i = 0; i < parts; ++i) s[g].p[i] = acc[g][i];
+}
+#endif
+
+// y *= a over n floats.
+inline void scale_row(float* y, float a, int64_t n) {
+  int64_t c = 0;
+  for (; c + width <= n; c += width) store(y + c, load(y + c) * a);
+  for (; c < n; ++c) y[c] = y[c] * a;
+}
+
+// o += p[j] * v_j for the keys j = 0 .. count-1 of packed value block `vb`, in key order: four
+// registers of o at a time, so four add chains overlap.
+inline void accumulate_values(const prefill_operands& op, const float* vb, const float* p,
+                              int count, float* o) {
+  const int64_t vd = op.vd;
+  int64_t c = 0;
+  for (; c + 4 * width <= vd; c += 4 * width) {
+    vn a0 = load(o + c), a1 = load(o + c + width), a2 = load(o + c + 2 * width),
+       a3 = load(o + c + 3 * width);
+    for (int j = 0; j < count; ++j) {
+      const float* v = vb + j * vd + c;
+      a0 = a0 + load(v) * p[j];
+      a1 = a1 + load(v + width) * p[j];
+      a2 = a2 + load(v + 2 * width) * p[j];
+      a3 = a3 + load(v + 3 * width) * p[j];
+    }
+    store(o + c, a0);
+    store(o + c + width, a1);
+    store(o + c + 2 * width, a2);
+    store(o + c + 3 * width, a3);
+  }
+  for (; c + width <= vd; c += width) {
+    vn acc = load(o + c);
+    for (int j = 0; j < count; ++j) acc = acc + load(vb + j * vd + c) * p[j];
+    store(o + c, acc);
+  }
+  for (; c < vd; ++c) {
+    float acc = o[c];
+    for (int j = 0; j < count; ++j) acc = acc + vb[j * vd + c] * p[j];
+    o[c] = acc;
+  }
+}
+
+// The running state of one query: the max score so far and the sums of exp per key lane; its
+// output is kept in place in `out`, unnormalized until the end.
+struct query_state {
+  float max = minus_infinity;
+  float sum[lanes];
+};
+
+// One block's scores for query `i`: masks the keys past its position, rescales its state to the
+// block's new max, adds the block's weights and values.
+inline void absorb_block(const prefill_operands& o, int64_t i, int64_t b, const v16& score,
+                         query_state& st) {
+  const int64_t t0 = b * lanes, pos = o.first_pos + i;
+  const int visible = static_cast<int>(pos - t0 + 1 < lanes ? pos - t0 + 1 : lanes);
+  v16 x;
+  for (int i = 0; i < parts; ++i)
+    x.p[i] = lane_numbers(i) < visible ? score.p[i] * o.scale : splat(minus_infinity);
+  const float block_max = hmax(x);
+  float* out = o.out + i * o.out_stride;
+  if (block_max > st.max) {
+    const float alpha = exp_nonpositive(splat(st.max - block_max))[0];
+    scale_row(st.sum, alpha, lanes);
+    scale_row(out, alpha, o.vd);
+    st.max = block_max;
+  }
+  float weights[lanes];
+  for (int i = 0; i < parts; ++i) {
+    const vn p = exp_nonpositive(x.p[i] - st.max);
+    store(weights + i * width, p);
+    store(st.sum + i * width, load(st.sum + i * width) + p);
+  }
+  accumulate_values(o, o.vt + b * lanes * o.vd, weights, visible, out);
+}
+
+} // namespace
+
+void prefill_tile(const prefill_operands& o) {
+  query_state state[max_tile_queries];
+  for (int64_t r = 0; r < o.rows; ++r) {
+    for (int j = 0; j < lanes; ++j) state[r].sum[j] = 0.0f;
+    float* out = o.out + (o.i0 + r) * o.out_stride;
+    for (int64_t c = 0; c < o.vd; ++c) out[c] = 0.0f;
+  }
+  const int64_t last_pos = o.first_pos + o.i0 + o.rows - 1;
+  for (int64_t b = 0; b * lanes <= last_pos; ++b) {
+    for (int64_t r0 = 0; r0 < o.rows; r0 += group) {
+      const int64_t n = o.rows - r0 < group ? o.rows - r0 : group;
+      if (o.first_pos + o.i0 + r0 + n - 1 < b * lanes) continue; // no query here sees block b
+      int64_t query[group];
+      for (int g = 0; g < group; ++g) query[g] = o.i0 + r0 + (g < n ? g : n - 1);
+      v16 s[group];
+      scores(o, query, b, s);
+      for (int64_t g = 0; g < n; ++g)
+        if (o.first_pos + query[g] >= b * lanes) absorb_block(o, query[g], b, s[g], state[r0 + g]);
+    }
+  }
+  for (int64_t r = 0; r < o.rows; ++r) {
+    float total = 0.0f;
+    for (int j = 0; j < lanes; ++j) total = total + state[r].sum[j];
+    scale_row(o.out + (o.i0 + r) * o.out_stride, 1.0f / total, o.vd);
+  }
+}
