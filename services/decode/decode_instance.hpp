@@ -47,6 +47,8 @@ public:
           transport::endpoint& out);
   void on(const transport::peer_id& from, const protocol::ems_ring_view& m,
           transport::endpoint& out);
+  void on(const transport::peer_id& from, const protocol::decode_batch_cap& m,
+          transport::endpoint& out);
   void on_member_event(const transport::membership_event& event, transport::endpoint& out) override;
   void on_tick(transport::endpoint& out) override;
 
@@ -114,7 +116,8 @@ private:
   prefill_engine prefill_;
   std::deque<local_prefill> prefilling_;
   std::atomic<int64_t> running_{0}, waiting_{0};
-  std::unique_ptr<ep_rank> group_; // expert parallelism; null for a lone rank
+  std::atomic<int64_t> batch_cap_{0}; // the planner's (decode_batch_cap); 0: max_batch
+  std::unique_ptr<ep_rank> group_;    // expert parallelism; null for a lone rank
   // The pool for decode-made KV; null when [ems] store_decode_kv is off. Made in start().
   std::unique_ptr<ems::context_cache_client> cache_;
   std::unique_ptr<microbatch_pipeline> microbatches_;

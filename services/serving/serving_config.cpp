@@ -4,6 +4,7 @@
 #include "model/kv_cache.hpp"
 #include "services/ems/model_blocks.hpp"
 #include "services/ems/object_store.hpp"
+#include "services/planner/planner_sampler.hpp"
 #include "transport/config_schema.hpp"
 
 #include <cstdio>
@@ -284,6 +285,20 @@ serving_config serving_config::from(const transport::config_document& file) {
   planner_table().read(file, c.planner);
   check_planner(file, c.planner);
   return c;
+}
+
+void serving_config::check_planner_topology(const transport::config_document& file,
+                                            const transport::cluster_config& cluster) const {
+  if (!planner.enabled) return;
+  for (auto [key, ranks] :
+       {std::pair{"decode_ranks", decode_ranks}, {"prefill_ranks", prefill_ranks}})
+    if (ranks != 1)
+      file.fail({"ep"}, key,
+                "must be 1 with the planner on ([planner] enabled = true): it scales one "
+                "process per instance, got " +
+                    std::to_string(ranks));
+  const auto kinds = planner::planner_process_kinds(cluster, planner);
+  if (kinds.problem) file.fail(kinds.problem->table, kinds.problem->key, kinds.problem->what);
 }
 
 std::vector<transport::config_table_doc> serving_config::tables() {
