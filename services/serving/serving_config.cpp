@@ -124,8 +124,8 @@ const config_table<planner::planner_config>& planner_table() {
           "planner", "The SLO planner: prefill and decode counts, P<->D switches and the decode "
                      "batch cap from measured latencies (docs/planner.md).")
           .boolean("enabled", &planner_config::enabled,
-                   "run the planner; off: the counts stay as `cluster up` or `cluster scale` "
-                   "set them")
+                   "run the planner (in gateway-0); off: the counts stay as `cluster up` or "
+                   "`cluster scale` set them")
           .integer("ttft_ms", &planner_config::ttft_ms, 1, 3600000,
                    "target p90 time to first token; over it: one more prefill instance")
           .integer("tpot_ms", &planner_config::tpot_ms, 1, 600000,
@@ -135,10 +135,10 @@ const config_table<planner::planner_config>& planner_table() {
                    "at most one decision per interval")
           .integer("min_prefill", &planner_config::min_prefill, 1, 1024, "fewest prefill instances")
           .integer("max_prefill", &planner_config::max_prefill, 1, 1024, "most prefill instances")
-          .rule(">= min_prefill")
+          .rule(">= min_prefill; enabled: <= count of the prefill [process]")
           .integer("min_decode", &planner_config::min_decode, 1, 1024, "fewest decode instances")
           .integer("max_decode", &planner_config::max_decode, 1, 1024, "most decode instances")
-          .rule(">= min_decode")
+          .rule(">= min_decode; enabled: <= count of the decode [process]")
           .integer("max_total", &planner_config::max_total, 0, 2048,
                    "most prefill and decode instances together; at it, a role over target takes "
                    "an instance from the other (a P<->D switch); 0: max_prefill + max_decode")
