@@ -86,6 +86,9 @@ planner_sample make_sample(std::chrono::steady_clock::time_point at, const nlohm
     if (!i.alive) continue;
     if (i.role == "prefill") s.prefill_outstanding_tokens += i.outstanding_prompt_tokens;
     if (i.role != "decode") continue;
+    // Placed but not in a batch yet (its KV on the way, or no seat free): queued as much as
+    // a request the scheduler holds, and where a full decode batch makes requests wait.
+    s.queued += i.waiting;
     s.decode_running += i.running;
     kv_used += i.kv_blocks_used;
     kv_total += i.kv_blocks_total;

@@ -80,6 +80,7 @@ TEST(planner_sampler, makes_a_sample_from_status_latencies_and_the_schedulers_st
   d0.running = 10, d0.kv_blocks_used = 300, d0.kv_blocks_total = 1000;
   auto d2 = instance("decode-2", "decode", true);
   d2.running = 2, d2.kv_blocks_used = 100, d2.kv_blocks_total = 1000;
+  d2.waiting = 3; // placed, waiting for a seat or their KV
   stats.instances = {p0, p1, d0, d2, instance("gateway-0", "gateway", true)};
 
   const auto s =
@@ -89,7 +90,7 @@ TEST(planner_sampler, makes_a_sample_from_status_latencies_and_the_schedulers_st
   EXPECT_EQ(s.decode.starting, 2);
   EXPECT_EQ(s.ttft_p90_ms, 1500.0);
   EXPECT_FALSE(s.tpot_p90_ms);
-  EXPECT_EQ(s.queued, 7);
+  EXPECT_EQ(s.queued, 7 + 3) << "the scheduler's queue and decode's waiting";
   EXPECT_EQ(s.prefill_outstanding_tokens, 900);
   EXPECT_EQ(s.decode_running, 12);
   EXPECT_DOUBLE_EQ(s.decode_kv_usage, 0.2);
