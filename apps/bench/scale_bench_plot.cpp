@@ -110,24 +110,22 @@ std::string render_scale_timeline_svg(const std::vector<scale_run_result>& runs,
       prefill.points.emplace_back(m.t, m.prefill);
       decode.points.emplace_back(m.t, m.decode);
     }
-    plot_line ttft{"TTFT p90 ms", "#264653", {}}, tpot{"TPOT p90 ms", "#e76f51", {}},
+    // Both p90s over their targets on one axis: 1 is the target, whatever its milliseconds.
+    plot_line ttft{"TTFT p90 / target", "#264653", {}}, tpot{"TPOT p90 / target", "#e76f51", {}},
         tokens{"output tok/s", "#6a4c93", {}};
     for (const auto& b : bin_run(run, bin_s)) {
       const double mid = (b.from_s + b.to_s) / 2;
-      if (b.ttft_p90_ms) ttft.points.emplace_back(mid, *b.ttft_p90_ms);
-      if (b.tpot_p90_ms) tpot.points.emplace_back(mid, *b.tpot_p90_ms);
+      if (b.ttft_p90_ms && slo.ttft_ms)
+        ttft.points.emplace_back(mid, *b.ttft_p90_ms / *slo.ttft_ms);
+      if (b.tpot_p90_ms && slo.tpot_ms)
+        tpot.points.emplace_back(mid, *b.tpot_p90_ms / *slo.tpot_ms);
       tokens.points.emplace_back(mid, b.output_tokens_per_s);
     }
-    std::vector<plot_line> latency{ttft, tpot};
-    auto target = [&](const char* name, const char* color, const std::optional<double>& ms) {
-      if (ms) latency.push_back({name, color, {{0, *ms}, {x_max, *ms}}, false, true});
-    };
-    target("TTFT target", "#264653", slo.ttft_ms);
-    target("TPOT target", "#e76f51", slo.tpot_ms);
+    const plot_line target{"target", "#777777", {{0, 1}, {x_max, 1}}, false, true};
     draw_panel(svg, {0, y0, w, row_h}, run.name + ": instances alive", x_max, {prefill, decode},
                run.events);
-    draw_panel(svg, {w, y0, w, row_h}, run.name + ": latency p90 per bin", x_max, latency,
-               run.events);
+    draw_panel(svg, {w, y0, w, row_h}, run.name + ": latency p90 per bin over its target", x_max,
+               {ttft, tpot, target}, run.events);
     draw_panel(svg, {2 * w, y0, w, row_h}, run.name + ": throughput", x_max, {tokens}, run.events);
   }
   svg << "</svg>\n";

@@ -1,7 +1,7 @@
 #pragma once
 // The timeline SVG of `bench scale`, written by hand (no plotting library): one row per run
 // (planner, fixed smallest, fixed largest), three panels each on the run's clock — instances
-// per role, TTFT and TPOT p90 against their targets, output throughput — with every scale
+// per role, TTFT and TPOT p90 as multiples of their targets, output throughput — with every scale
 // event as a vertical line (green: a slot started, red: one drained).
 
 #include "apps/bench/scale_bench_report.hpp"

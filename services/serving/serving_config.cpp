@@ -145,6 +145,9 @@ const config_table<planner::planner_config>& planner_table() {
           .rule("0 or >= min_prefill + min_decode")
           .integer("cooldown_ms", &planner_config::cooldown, 0, 3600000,
                    "no count change within this long after the last one finished")
+          .integer("scale_down_after_ms", &planner_config::scale_down_after, 0, 3600000,
+                   "a role is scaled down only after being idle at every evaluation this long; "
+                   "0: at the first")
           .floating("scale_down_below", &planner_config::scale_down_below, 0.05, 0.95,
                     "a role is scaled down (or gives an instance to the other) only with its "
                     "p90 under this fraction of its target, and idle")

@@ -35,6 +35,7 @@ TEST(planner_config, is_off_by_default) {
   EXPECT_EQ(p.tpot_ms, 100);
   EXPECT_EQ(p.interval, 5000ms);
   EXPECT_EQ(p.cooldown, 10000ms);
+  EXPECT_EQ(p.scale_down_after, 0ms);
   EXPECT_EQ(p.total_cap(), 8); // max_total = 0: max_prefill + max_decode
   EXPECT_FALSE(p.batch_cap);
 }
@@ -44,7 +45,8 @@ TEST(planner_config, reads_every_key) {
                                          "[planner]\nenabled = true\nttft_ms = 800\ntpot_ms = 50\n"
                                          "interval_ms = 2000\nmin_prefill = 2\nmax_prefill = 3\n"
                                          "min_decode = 1\nmax_decode = 6\nmax_total = 7\n"
-                                         "cooldown_ms = 0\nscale_down_below = 0.4\n"
+                                         "cooldown_ms = 0\nscale_down_after_ms = 8000\n"
+                                         "scale_down_below = 0.4\n"
                                          "kv_high = 0.9\nkv_low = 0.3\nbatch_cap = true\n",
                                      "x.toml")
                      .serving.planner;
@@ -59,6 +61,7 @@ TEST(planner_config, reads_every_key) {
   EXPECT_EQ(p.max_total, 7);
   EXPECT_EQ(p.total_cap(), 7);
   EXPECT_EQ(p.cooldown, 0ms);
+  EXPECT_EQ(p.scale_down_after, 8000ms);
   EXPECT_EQ(p.scale_down_below, 0.4);
   EXPECT_EQ(p.kv_high, 0.9);
   EXPECT_EQ(p.kv_low, 0.3);
