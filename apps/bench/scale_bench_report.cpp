@@ -86,6 +86,7 @@ json summarize_run(const scale_run_result& run, const lg::slo_targets& slo, doub
   j["report"] = lg::to_json(report);
   j["events"] = json::array();
   for (const auto& e : run.events) j["events"].push_back(event_json(e));
+  j["planner_log"] = run.planner_log;
   j["timeline"] = json::array();
   for (const auto& m : run.timeline)
     j["timeline"].push_back({{"t", m.t},

@@ -206,6 +206,10 @@ scale_run_result run_scale_once(const scale_run_config& config,
     r.timeline = poller.seen.timeline;
     r.events = read_events(config, unix_t0, poller.seen.busy);
   }
+  for (const auto& line :
+       cl::lines_starting(cl::read_text_file(config.run_dir / "logs" / "gateway-0.log"), ""))
+    if (const auto at = line.find("planner: "); at != std::string::npos)
+      r.planner_log.push_back(line.substr(0, 24) + " " + line.substr(at));
   cluster.succeeded();
   return r;
 }

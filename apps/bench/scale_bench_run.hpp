@@ -53,6 +53,8 @@ struct scale_run_result {
   std::vector<services::loadgen::request_outcome> outcomes;
   std::vector<scale_moment> timeline;
   std::vector<scale_event> events;
+  // The planner's log lines (gateway-0's "planner: ..."): each decision with its reason.
+  std::vector<std::string> planner_log;
   double duration_s = 0; // to the last answer
 };
 

@@ -27,7 +27,7 @@ planner_runner::planner_runner(planner::planner_config config, planner::planner_
                                planner::planner_kinds kinds, planner_hooks hooks, log::logger log,
                                std::string operation_prefix)
     : kinds_(std::move(kinds)), hooks_(std::move(hooks)),
-      operation_prefix_(std::move(operation_prefix)), log_(std::move(log)),
+      operation_prefix_(std::move(operation_prefix)), log_(std::move(log)), limits_(limits),
       planner_(config, limits) {}
 
 planner_runner::~planner_runner() {
@@ -81,8 +81,9 @@ void planner_runner::round(clock::time_point now) {
 
   const auto p90 = hooks_.latencies(now - planner_.config().interval);
   const auto stats = hooks_.stats();
-  const auto sample = planner::make_sample(now, status, kinds_, {p90.ttft_ms, p90.tpot_ms},
-                                           stats.get(), batch_cap_.load());
+  const auto sample =
+      planner::make_sample(now, status, kinds_, {p90.ttft_ms, p90.tpot_ms}, stats.get(),
+                           batch_cap_.load(), limits_.decode_max_batch);
   std::optional<planner::planner_decision> decision;
   {
     std::lock_guard lock(mutex_);

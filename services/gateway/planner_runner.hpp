@@ -86,6 +86,7 @@ private:
   planner_hooks hooks_;
   std::string operation_prefix_;
   log::logger log_;
+  planner::planner_limits limits_;
   mutable std::mutex mutex_; // planner_: rounds and /metrics
   planner::planner planner_;
   std::atomic<int64_t> batch_cap_{0};

@@ -23,7 +23,8 @@ void add_sample_gauges(gateway::metrics_registry& metrics, const planner_sample&
           "TTFT p90 over the planner's last window (absent: no request in it)", s.ttft_p90_ms);
   latency("supernode_planner_tpot_p90_seconds",
           "TPOT p90 over the planner's last window (absent: no request in it)", s.tpot_p90_ms);
-  metrics.set_gauge("supernode_planner_queued", "Requests waiting at the scheduler or for a decode seat, as read",
+  metrics.set_gauge("supernode_planner_queued",
+                    "Requests waiting at the scheduler or for a decode seat, as read",
                     static_cast<double>(s.queued));
   metrics.set_gauge("supernode_planner_decode_kv_usage",
                     "Used / all KV blocks over the decode instances, as read", s.decode_kv_usage);

@@ -71,7 +71,8 @@ role_counts counts_of_kind(const nlohmann::json& status, const std::string& kind
 
 planner_sample make_sample(std::chrono::steady_clock::time_point at, const nlohmann::json& status,
                            const planner_kinds& kinds, const measured_latencies& latencies,
-                           const protocol::cluster_stats* stats, int64_t decode_batch_cap) {
+                           const protocol::cluster_stats* stats, int64_t decode_batch_cap,
+                           int64_t decode_max_batch) {
   planner_sample s;
   s.at = at;
   s.prefill = counts_of_kind(status, kinds.prefill);
@@ -81,14 +82,17 @@ planner_sample make_sample(std::chrono::steady_clock::time_point at, const nlohm
   s.decode_batch_cap = decode_batch_cap;
   if (!stats) return s;
   s.queued = stats->queued;
+  const int64_t seats =
+      decode_batch_cap > 0 ? std::min(decode_batch_cap, decode_max_batch) : decode_max_batch;
   int64_t kv_used = 0, kv_total = 0;
   for (const auto& i : stats->instances) {
     if (!i.alive) continue;
     if (i.role == "prefill") s.prefill_outstanding_tokens += i.outstanding_prompt_tokens;
     if (i.role != "decode") continue;
-    // Placed but not in a batch yet (its KV on the way, or no seat free): queued as much as
-    // a request the scheduler holds, and where a full decode batch makes requests wait.
-    s.queued += i.waiting;
+    // An instance whose batch is full makes what is placed on it wait for a seat: queued as
+    // much as what the scheduler holds. (Below its seats, its waiting requests are only
+    // waiting for their KV: prefill's business, and no queue.)
+    if (i.running >= seats) s.queued += i.waiting;
     s.decode_running += i.running;
     kv_used += i.kv_blocks_used;
     kv_total += i.kv_blocks_total;

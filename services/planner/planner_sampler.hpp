@@ -57,11 +57,12 @@ struct measured_latencies {
 
 // The sample at `at`: counts from `status`, latencies as measured, and from `stats` (none
 // before the scheduler's first report) the live instances' load. `queued` is the scheduler's
-// queue plus the requests waiting at decode instances (placed, not in a batch yet): a decode
-// batch at its cap makes requests wait there, not at the scheduler.
+// queue plus the requests waiting at decode instances whose batch is full (the cap, or
+// `decode_max_batch`): those make requests wait there for a seat, not at the scheduler.
 planner_sample make_sample(std::chrono::steady_clock::time_point at, const nlohmann::json& status,
                            const planner_kinds& kinds, const measured_latencies& latencies,
-                           const protocol::cluster_stats* stats, int64_t decode_batch_cap);
+                           const protocol::cluster_stats* stats, int64_t decode_batch_cap,
+                           int64_t decode_max_batch);
 
 // Whether `d` changes a count of `from` (a batch cap alone does not need the supervisor).
 bool changes_counts(const planner_decision& d, const planner_sample& from);

@@ -78,25 +78,26 @@ TEST(planner_sampler, makes_a_sample_from_status_latencies_and_the_schedulers_st
   p1.outstanding_prompt_tokens = 5000;
   auto d0 = instance("decode-0", "decode", true);
   d0.running = 10, d0.kv_blocks_used = 300, d0.kv_blocks_total = 1000;
+  d0.waiting = 4; // decode-0's batch is full (10 of 10 seats): these wait for a seat
   auto d2 = instance("decode-2", "decode", true);
   d2.running = 2, d2.kv_blocks_used = 100, d2.kv_blocks_total = 1000;
-  d2.waiting = 3; // placed, waiting for a seat or their KV
+  d2.waiting = 3; // seats free: these wait for their KV only
   stats.instances = {p0, p1, d0, d2, instance("gateway-0", "gateway", true)};
 
-  const auto s =
-      make_sample(t0, scripted_status(), kinds, {1500.0, std::nullopt}, &stats, /*cap=*/16);
+  const auto s = make_sample(t0, scripted_status(), kinds, {1500.0, std::nullopt}, &stats,
+                             /*cap=*/10, /*max_batch=*/64);
   EXPECT_EQ(s.at, t0);
   EXPECT_EQ(s.prefill.serving, 1);
   EXPECT_EQ(s.decode.starting, 2);
   EXPECT_EQ(s.ttft_p90_ms, 1500.0);
   EXPECT_FALSE(s.tpot_p90_ms);
-  EXPECT_EQ(s.queued, 7 + 3) << "the scheduler's queue and decode's waiting";
+  EXPECT_EQ(s.queued, 7 + 4) << "the scheduler's queue and the seats waited for at decode-0";
   EXPECT_EQ(s.prefill_outstanding_tokens, 900);
   EXPECT_EQ(s.decode_running, 12);
   EXPECT_DOUBLE_EQ(s.decode_kv_usage, 0.2);
-  EXPECT_EQ(s.decode_batch_cap, 16);
+  EXPECT_EQ(s.decode_batch_cap, 10);
 
-  const auto before_stats = make_sample(t0, scripted_status(), kinds, {}, nullptr, 0);
+  const auto before_stats = make_sample(t0, scripted_status(), kinds, {}, nullptr, 0, 64);
   EXPECT_EQ(before_stats.queued, 0);
   EXPECT_EQ(before_stats.decode_kv_usage, 0.0);
   EXPECT_EQ(before_stats.decode.serving, 1) << "counts come from the status alone";
