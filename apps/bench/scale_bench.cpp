@@ -3,6 +3,7 @@
 #include "apps/bench/scale_bench_plot.hpp"
 #include "apps/bench/scale_bench_report.hpp"
 #include "apps/bench/scale_bench_run.hpp"
+#include "apps/bench/stop_signals.hpp"
 #include "apps/cli_args.hpp"
 #include "apps/serving_setup.hpp"
 #include "model/config.hpp"
@@ -164,6 +165,9 @@ int run_scale_bench(cli_args& args) {
     return 0;
   }
   const auto o = parse_options(args);
+  // Before any thread (they inherit the blocked signals): ^C or a kill takes the run's cluster
+  // down (cache_bench_cluster registers its `cluster down`) before the bench ends.
+  const stop_signal_watcher signals("bench scale");
   const std::string base = services::cluster::read_text_file(o.config);
   // The planner's view of the config (on, whatever the file says), checked before any run.
   auto on = services::cluster::cluster_file(base).set("planner", "enabled", "true").text();
