@@ -4,7 +4,7 @@
 // (supernode_planner_instances{role,state}, TTFT/TPOT p90, queue, KV usage, batch cap). Rendered
 // with the gateway's metrics_registry into Prometheus text, for the process that runs the planner
 // to append to its /metrics answer. (supernode_instances{role,state} covers every role, MP servers
-// included, so it comes from the supervisor's status, not from the planner's two roles.)
+// included: the gateway renders it from its membership and the scheduler's statistics.)
 
 #include <string>
 
