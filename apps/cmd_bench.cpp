@@ -5,6 +5,7 @@
 #include "apps/bench/model_cache_bench.hpp"
 #include "apps/bench/moe_bench.hpp"
 #include "apps/bench/resume_bench.hpp"
+#include "apps/bench/scale_bench.hpp"
 #include "apps/bench/serve_bench.hpp"
 #include "apps/bench/shm_plane_bench.hpp"
 #include "apps/bench/zmq_plane_bench.hpp"
@@ -24,6 +25,7 @@ int cmd_bench(cli_args& args) {
   if (what && *what == "cache") return run_cache_bench(args);
   if (what && *what == "model-cache") return run_model_cache_bench(args);
   if (what && *what == "resume") return run_resume_bench(args);
+  if (what && *what == "scale") return run_scale_bench(args);
   if (what && *what == "kernels") {
     // The kernel benchmark parses its own options: hand it the rest as argv.
     std::vector<std::string> rest = args.take_rest();
@@ -49,8 +51,8 @@ int cmd_bench(cli_args& args) {
   }
   throw usage_error("expected `bench cache`, `bench kernels`, `bench model`, `bench model-cache`, "
                     "`bench moe`, `bench resume`, "
-                    "`bench planes` or `bench serve` (`bench cache --help` and `bench serve "
-                    "--help` list their options)");
+                    "`bench planes`, `bench scale` or `bench serve` (`bench cache --help`, "
+                    "`bench scale --help` and `bench serve --help` list their options)");
 }
 
 } // namespace supernode::apps

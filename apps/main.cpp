@@ -51,6 +51,9 @@ commands:
                                             and zmq with CurveZMQ on against off over tcp
   bench serve   [--url URL] ...             load generator against a running server
                                             (`supernode bench serve --help`)
+  bench scale   --config FILE [--rate-schedule 0:1,60:6,180:1] ...
+                                            the planner against fixed counts on a rate
+                                            schedule (`supernode bench scale --help`)
 
 global options: --threads N (compute threads; default all cores)
                 --log-level trace|debug|info|warn|error|off (default info; SUPERNODE_LOG_LEVEL)

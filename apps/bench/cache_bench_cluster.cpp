@@ -28,15 +28,11 @@ int run_self(const std::vector<std::string>& args,
   return child.wait().shell_code();
 }
 
-void print_line(const std::string& line) {
-  std::fprintf(stderr, "[bench cache] %s\n", line.c_str());
-}
-
 } // namespace
 
 cache_bench_cluster::cache_bench_cluster(const fs::path& run_dir, const std::string& config_text,
-                                         const fs::path& model)
-    : run_dir_(run_dir), model_(model) {
+                                         const fs::path& model, std::string label)
+    : run_dir_(run_dir), model_(model), label_(std::move(label)) {
   fs::remove_all(run_dir_);
   fs::create_directories(run_dir_);
   config_ = run_dir_ / "cluster.toml";
@@ -51,20 +47,25 @@ cache_bench_cluster::~cache_bench_cluster() {
   try {
     down();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "[bench cache] cluster down --config %s failed: %s\n", config_.c_str(),
-                 e.what());
+    std::fprintf(stderr, "[%s] cluster down --config %s failed: %s\n", label_.c_str(),
+                 config_.c_str(), e.what());
   }
   std::error_code ec;
   if (ok_) {
     fs::remove_all(run_dir_, ec);
   } else {
     fs::remove_all(run_dir_ / "ems", ec); // the SSD tiers; the logs stay for reading
-    std::fprintf(stderr, "[bench cache] logs kept in %s\n", (run_dir_ / "logs").c_str());
+    std::fprintf(stderr, "[%s] logs kept in %s\n", label_.c_str(), (run_dir_ / "logs").c_str());
   }
 }
 
+void cache_bench_cluster::print_line(const std::string& line) const {
+  std::fprintf(stderr, "[%s] %s\n", label_.c_str(), line.c_str());
+}
+
 void cache_bench_cluster::down() const {
-  run_self({"cluster", "down", "--config", config_.string()}, print_line);
+  run_self({"cluster", "down", "--config", config_.string()},
+           [this](const std::string& line) { print_line(line); });
 }
 
 uint16_t cache_bench_cluster::up() {

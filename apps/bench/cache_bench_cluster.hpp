@@ -1,7 +1,8 @@
 #pragma once
-// One cluster of `bench cache`'s sweep: its config written to a fresh run folder, brought up with
-// `supernode cluster up` and always taken down with `cluster down` (on destruction, or by the
-// stop-signal watcher when the bench is interrupted).
+// One cluster of a benchmark (`bench cache`'s sweep, `bench scale`'s runs): its config written
+// to a fresh run folder, brought up with `supernode cluster up` and always taken down with
+// `cluster down` (on destruction, or by the stop-signal watcher when the bench is interrupted).
+// What the cluster commands print goes to stderr, prefixed with `label`.
 
 #include "apps/bench/stop_signals.hpp"
 
@@ -15,7 +16,7 @@ namespace supernode::apps {
 class cache_bench_cluster {
 public:
   cache_bench_cluster(const std::filesystem::path& run_dir, const std::string& config_text,
-                      const std::filesystem::path& model);
+                      const std::filesystem::path& model, std::string label = "bench cache");
   ~cache_bench_cluster();
   cache_bench_cluster(const cache_bench_cluster&) = delete;
   cache_bench_cluster& operator=(const cache_bench_cluster&) = delete;
@@ -28,8 +29,10 @@ public:
 
 private:
   void down() const;
+  void print_line(const std::string& line) const;
 
   std::filesystem::path run_dir_, model_, config_;
+  std::string label_;
   std::unique_ptr<on_stop_signal> down_on_signal_;
   bool started_ = false, ok_ = false;
 };

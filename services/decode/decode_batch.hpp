@@ -9,6 +9,7 @@
 #include "model/transformer.hpp"
 #include "services/protocol/serving_messages.hpp"
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -35,6 +36,13 @@ struct decode_sequence {
   // none yet, the prompt's full blocks being the prefill's).
   int64_t mirrored_blocks = 0;
 };
+
+// How many sequences a batch seats: the planner's cap (protocol::decode_batch_cap; 0 or less:
+// none) within [decode] max_batch. Lowered below the running count, nobody leaves early: the
+// running sequences finish and new ones wait until the batch is under the cap.
+inline int64_t batch_seats(int64_t cap, int64_t max_batch) {
+  return cap > 0 ? std::min(cap, max_batch) : max_batch;
+}
 
 class decode_batch {
 public:

@@ -331,6 +331,13 @@ void decode_instance::cancel(const request_key& key, protocol::error why) {
   worker_.notify();
 }
 
+void decode_instance::on(const transport::peer_id& from, const protocol::decode_batch_cap& m,
+                         transport::endpoint& out) {
+  if (!out.expect_role(from, "gateway", "decode_batch_cap")) return;
+  batch_cap_ = m.cap;
+  worker_.notify(); // a raised cap seats waiting sequences at the next round
+}
+
 void decode_instance::on_member_event(const transport::membership_event& event,
                                       transport::endpoint& out) {
   if (group_) group_->on_member_event(event); // a member back: the group grows again
@@ -590,7 +597,9 @@ void decode_instance::compute_round() {
     std::pair<std::unique_ptr<decode_sequence>, int32_t> next;
     {
       std::lock_guard lock(worker_.mutex());
-      if (ready_.empty() || static_cast<int64_t>(batch_.size()) >= config_.decode_max_batch) break;
+      if (ready_.empty() || static_cast<int64_t>(batch_.size()) >=
+                                batch_seats(batch_cap_.load(), config_.decode_max_batch))
+        break;
       next = std::move(ready_.front());
       ready_.pop_front();
     }

@@ -48,6 +48,8 @@ public:
           transport::endpoint& out);
   void on(const transport::peer_id& from, const protocol::ems_ring_view& m,
           transport::endpoint& out);
+  void on(const transport::peer_id& from, const protocol::decode_batch_cap& m,
+          transport::endpoint& out);
   // From the decode instance a moving sequence was placed on: send it the sequence's KV.
   void on(const transport::peer_id& from, const protocol::prefill_request& m,
           transport::endpoint& out);
@@ -147,8 +149,9 @@ private:
   std::atomic<int64_t> running_{0}, waiting_{0};
   std::atomic<int64_t> moving_count_{0}; // entries of moving_
   std::atomic<uint64_t> moved_in_{0}, moved_out_{0};
-  std::atomic<int> drain_{-1};     // a drain_mode once draining
-  std::unique_ptr<ep_rank> group_; // expert parallelism; null for a lone rank
+  std::atomic<int> drain_{-1};        // a drain_mode once draining
+  std::atomic<int64_t> batch_cap_{0}; // the planner's (decode_batch_cap); 0: max_batch
+  std::unique_ptr<ep_rank> group_;    // expert parallelism; null for a lone rank
   // The pool for decode-made KV; null when [ems] store_decode_kv is off. Made in start().
   std::unique_ptr<ems::context_cache_client> cache_;
   std::unique_ptr<microbatch_pipeline> microbatches_;

@@ -10,11 +10,12 @@ namespace supernode::services {
 struct decode_interface {
   static constexpr const char* role = "decode";
   static constexpr int protocol_version = protocol::serving_protocol_version;
-  using accepts = message_list<protocol::decode_assign,  // scheduler: reserve KV, start it
-                               protocol::kv_transfer,    // prefill: a run of the prompt's KV
-                               protocol::prefill_failed, // prefill: the prompt cannot be done
-                               protocol::cancel_request, // gateway or scheduler
-                               protocol::ems_ring_view,  // MP controller: the pool's ring
+  using accepts = message_list<protocol::decode_assign,    // scheduler: reserve KV, start it
+                               protocol::kv_transfer,      // prefill: a run of the prompt's KV
+                               protocol::prefill_failed,   // prefill: the prompt cannot be done
+                               protocol::cancel_request,   // gateway or scheduler
+                               protocol::decode_batch_cap, // gateway: the planner's cap
+                               protocol::ems_ring_view,    // MP controller: the pool's ring
                                // Another decode instance: the KV of a sequence moving off this
                                // draining one, and that it arrived.
                                protocol::prefill_request, protocol::moved_kv_received>;

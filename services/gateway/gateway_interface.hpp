@@ -13,7 +13,8 @@ struct gateway_interface {
                                protocol::request_placed, // scheduler: where a request runs
                                protocol::admit_rejected, // scheduler: refused, with the code
                                protocol::cluster_stats>; // scheduler: every tick, for /metrics
-  using sends = message_list<protocol::admit_request, protocol::cancel_request>;
+  using sends = message_list<protocol::admit_request, protocol::cancel_request,
+                             protocol::decode_batch_cap>; // gateway-0's planner: to decode
 };
 
 } // namespace supernode::services

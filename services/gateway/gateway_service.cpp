@@ -1,6 +1,7 @@
 #include "services/gateway/gateway_service.hpp"
 
 #include "model/chat_template.hpp"
+#include "services/cluster/control_socket.hpp"
 #include "services/gateway/cluster_metrics.hpp"
 #include "services/gateway/error_mapping.hpp"
 #include "services/gateway/health.hpp"
@@ -80,9 +81,44 @@ void gateway_service::start(transport::endpoint& out) {
         handle(ex, std::move(req));
       });
   http_->start();
+  start_planner(out);
+}
+
+void gateway_service::start_planner(transport::endpoint& out) {
+  if (!config_.planner.enabled || out.self() != "gateway-0") return;
+  const auto kinds = planner::planner_process_kinds(out.cluster(), config_.planner);
+  if (kinds.problem)
+    throw std::runtime_error("gateway: the planner cannot run: [" +
+                             transport::table_name(kinds.problem->table) + "] " +
+                             kinds.problem->key + " " + kinds.problem->what);
+  planner_hooks hooks;
+  hooks.ask_supervisor = [socket = out.cluster().run_dir / "supervisor.sock"](
+                             const std::string& request, std::chrono::milliseconds timeout) {
+    return cluster::ask_control(socket, request, timeout);
+  };
+  hooks.stats = [this] {
+    std::lock_guard lock(stats_mutex_);
+    return stats_;
+  };
+  hooks.latencies = [this](planner_runner::clock::time_point since) {
+    return tracker_.latencies().p90_since(since);
+  };
+  hooks.send_batch_cap = [this](int64_t cap) { send_batch_cap(cap); };
+  planner_ = std::make_unique<planner_runner>(
+      config_.planner,
+      planner::planner_limits{config_.decode_max_batch, config_.prefill_token_budget}, kinds.kinds,
+      std::move(hooks), log_, "planner-" + std::to_string(out.incarnation()) + "-");
+  planner_->start();
+}
+
+void gateway_service::send_batch_cap(int64_t cap) {
+  const auto message = transport::make_envelope(protocol::decode_batch_cap{cap});
+  for (const auto& decode : instances_with_role(out_->cluster(), "decode"))
+    if (out_->is_alive(decode)) out_->send("control", decode, message);
 }
 
 void gateway_service::stop() {
+  if (planner_) planner_->stop();
   if (admin_) admin_->stop();
   if (http_) http_->stop();
   tracker_.stop({protocol::serving_errc::shutting_down, "gateway shutting down"});
@@ -379,7 +415,7 @@ std::string gateway_service::render_metrics() {
     snap.gateway_rejected = out_->rejected_messages();
   }
   gateway::render_cluster_metrics(metrics_, snap);
-  return metrics_.render();
+  return metrics_.render() + (planner_ ? planner_->render_metrics() : std::string());
 }
 
 } // namespace supernode::services

@@ -20,6 +20,7 @@
 #include "services/gateway/key_limiter.hpp"
 #include "services/gateway/metrics.hpp"
 #include "services/gateway/openai_api.hpp"
+#include "services/gateway/planner_runner.hpp"
 #include "services/gateway/request_tracker.hpp"
 #include "services/gateway/stop_matcher.hpp"
 #include "services/protocol/serving_messages.hpp"
@@ -83,6 +84,10 @@ private:
   void cancel_upstream(const gateway::tracked_request& r, const std::string& why);
   std::string token_text(int32_t token) const;
   std::string scheduler() const;
+  // gateway-0 with [planner] enabled: the planner on its thread (throws when the topology
+  // cannot be planned).
+  void start_planner(transport::endpoint& out);
+  void send_batch_cap(int64_t cap);
 
   serving_config config_;
   model::model_config model_config_;
@@ -99,6 +104,9 @@ private:
   mutable std::mutex stats_mutex_;
   std::shared_ptr<const protocol::cluster_stats> stats_;
   gateway::request_tracker tracker_;
+  // The one planner of the cluster, in gateway-0; null elsewhere or with the planner off.
+  // Stopped first: its rounds read the tracker and the statistics.
+  std::unique_ptr<gateway::planner_runner> planner_;
   // Stopped before http_ (stop()): a scale call still waiting answers nobody.
   std::unique_ptr<gateway::admin_scale> admin_;
   std::unique_ptr<gateway::http_server> http_; // last: its threads stop before the rest goes

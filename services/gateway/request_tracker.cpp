@@ -264,6 +264,7 @@ void request_tracker::apply_update(tracked_request& r, const protocol::token_upd
       const double ttft = std::chrono::duration<double>(now - r.arrived).count();
       metrics_.observe("supernode_ttft_seconds", "Time to first token", latency_buckets_seconds,
                        ttft);
+      latencies_.add_ttft(now, ttft * 1e3);
     } else {
       const double itl = std::chrono::duration<double>(now - r.last_token).count();
       metrics_.observe("supernode_itl_seconds", "Time between tokens of a request",
@@ -327,11 +328,13 @@ void request_tracker::finish(tracked_request& r, const std::string& finish_reaso
   const auto now = clock::now();
   metrics_.observe("supernode_e2e_seconds", "Request latency, arrival to last token",
                    latency_buckets_seconds, std::chrono::duration<double>(now - r.arrived).count());
-  if (r.tokens.size() > 1)
+  if (r.tokens.size() > 1) {
+    const double tpot = std::chrono::duration<double>(r.last_token - r.first_token).count() /
+                        static_cast<double>(r.tokens.size() - 1);
     metrics_.observe("supernode_tpot_seconds", "Time per output token after the first",
-                     latency_buckets_seconds,
-                     std::chrono::duration<double>(r.last_token - r.first_token).count() /
-                         static_cast<double>(r.tokens.size() - 1));
+                     latency_buckets_seconds, tpot);
+    latencies_.add_tpot(now, tpot * 1e3);
+  }
   metrics_.add_counter("supernode_generated_tokens_total", "Tokens generated",
                        static_cast<double>(r.tokens.size()));
   metrics_.add_counter("supernode_prompt_tokens_total", "Prompt tokens admitted",

@@ -8,6 +8,7 @@
 #include "log/log.hpp"
 #include "services/gateway/http_server.hpp"
 #include "services/gateway/key_limiter.hpp"
+#include "services/gateway/latency_window.hpp"
 #include "services/gateway/metrics.hpp"
 #include "services/gateway/openai_api.hpp"
 #include "services/gateway/stop_matcher.hpp"
@@ -125,6 +126,9 @@ public:
   void stop(const protocol::error& why);
 
   void count_request(const std::string& endpoint, const std::string& status);
+  // TTFT (at each first token) and TPOT (at each successful end) of the last minutes, for the
+  // planner's p90 over its window.
+  const latency_window& latencies() const { return latencies_; }
 
   // Who the tracker is, in the failures it logs and the errors clients see. Before the first
   // request.
@@ -151,6 +155,7 @@ private:
   const recovery_bounds bounds_;
   log::logger log_;
   std::atomic<int64_t> in_flight_{0};
+  latency_window latencies_;
   std::atomic<uint64_t> next_id_;
   // The tracker thread's: by cluster id, and the client's id to the current cluster id.
   std::map<uint64_t, std::shared_ptr<tracked_request>> live_;

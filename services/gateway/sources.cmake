@@ -10,6 +10,8 @@ target_sources(supernode_services PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/metrics.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cluster_metrics.cpp
   ${CMAKE_CURRENT_LIST_DIR}/request_tracker.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/latency_window.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/planner_runner.cpp
   ${CMAKE_CURRENT_LIST_DIR}/api_keys.cpp
   ${CMAKE_CURRENT_LIST_DIR}/admin_scale.cpp
   ${CMAKE_CURRENT_LIST_DIR}/key_limiter.cpp

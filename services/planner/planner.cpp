@@ -184,6 +184,18 @@ std::optional<planner_decision> planner::evaluate(const planner_sample& s) {
   now.decode_saturated = s.decode.serving > 0 && s.decode_running >= now.cap * s.decode.serving;
   role_view prefill = prefill_view(s, c, limits_, now);
   role_view decode = decode_view(s, c, now);
+  // Cold only once idle for scale_down_after at every evaluation.
+  for (role_view* r : {&prefill, &decode}) {
+    if (!r->cold) {
+      idle_since_.erase(r->name);
+      continue;
+    }
+    const auto since = idle_since_.try_emplace(r->name, s.at).first->second;
+    if (s.at - since < c.scale_down_after) {
+      r->cold = false;
+      r->why.clear();
+    }
+  }
   const std::string signals = signals_text(s, c, now.cap, queued_at_last_evaluation_);
 
   auto decision = [&](int prefill_target, int decode_target, std::string action,

@@ -110,6 +110,8 @@ private:
   clock::time_point next_evaluation_{};
   clock::time_point cooldown_until_{};
   std::optional<int64_t> queued_at_last_evaluation_;
+  // Since when each role has been idle at every evaluation (scale_down_after).
+  std::map<std::string, clock::time_point> idle_since_;
   std::map<std::string, uint64_t> decisions_;
 };
 

@@ -7,7 +7,8 @@
 //   [planner]  enabled = false   ttft_ms = 1000   tpot_ms = 100   interval_ms = 5000
 //              min_prefill = 1   max_prefill = 4   min_decode = 1   max_decode = 4
 //              max_total = 0     # 0: max_prefill + max_decode; less: P<->D switches when capped
-//              cooldown_ms = 10000   scale_down_below = 0.5   kv_high = 0.85   kv_low = 0.5
+//              cooldown_ms = 10000   scale_down_after_ms = 0   scale_down_below = 0.5
+//              kv_high = 0.85   kv_low = 0.5
 //              batch_cap = false     # also cap the decode batch from measured TPOT
 
 #include <chrono>
@@ -28,6 +29,10 @@ struct planner_config {
   int32_t max_total = 0; // prefill + decode; 0: max_prefill + max_decode
   // No count change within this long after the last one finished (its latencies settle first).
   std::chrono::milliseconds cooldown{10000};
+  // A role is scaled down only once it has been idle (well under target, nothing queued) at
+  // every evaluation for this long: one quiet moment under a high load is not a low load.
+  // 0: at the first idle evaluation.
+  std::chrono::milliseconds scale_down_after{0};
   // Hysteresis: a role is scaled up when its p90 is over target, down only when under this
   // fraction of it (and idle), so a load near the target does not flap.
   double scale_down_below = 0.5;

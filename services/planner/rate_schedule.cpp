@@ -1,5 +1,8 @@
 #include "services/planner/rate_schedule.hpp"
 
+#include "services/loadgen/workload.hpp"
+
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <stdexcept>
@@ -58,6 +61,28 @@ double rate_schedule::rate_at(double seconds) const {
     rate = step.rate;
   }
   return rate;
+}
+
+rate_schedule rate_schedule::scaled(double factor) const {
+  if (!(factor > 0)) throw std::invalid_argument("a schedule's time factor must be > 0");
+  rate_schedule out = *this;
+  for (auto& step : out.steps_) step.from_s *= factor;
+  return out;
+}
+
+std::vector<double> rate_schedule::arrivals(double duration_s, uint64_t seed) const {
+  loadgen::random_stream rng(seed);
+  std::vector<double> out;
+  for (size_t i = 0; i < steps_.size() && steps_[i].from_s < duration_s; ++i) {
+    const double end =
+        i + 1 < steps_.size() ? std::min(steps_[i + 1].from_s, duration_s) : duration_s;
+    if (steps_[i].rate <= 0) continue;
+    // Memoryless: a step's arrivals start afresh at its beginning.
+    for (double t = steps_[i].from_s + rng.exponential(steps_[i].rate); t < end;
+         t += rng.exponential(steps_[i].rate))
+      out.push_back(t);
+  }
+  return out;
 }
 
 } // namespace supernode::services::planner

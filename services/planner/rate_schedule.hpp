@@ -4,6 +4,7 @@
 // Times are seconds from the start, strictly increasing, the first 0; rates are requests per
 // second, 0 or more (0: a pause). Both may have a fraction.
 
+#include <cstdint>
 #include <string_view>
 #include <vector>
 
@@ -22,6 +23,12 @@ public:
   // The rate of the last step that started at or before `seconds` (the first before 0).
   double rate_at(double seconds) const;
   const std::vector<rate_step>& steps() const { return steps_; }
+  // The same rates with every time multiplied by `factor` (> 0): a shorter run of one shape.
+  rate_schedule scaled(double factor) const;
+  // Poisson arrivals, in seconds from the start, until `duration_s`: within each step
+  // exponential gaps at its rate (none during a pause), from `seed` (the same seed, the same
+  // times: every compared run sends the same traffic).
+  std::vector<double> arrivals(double duration_s, uint64_t seed) const;
 
 private:
   std::vector<rate_step> steps_;

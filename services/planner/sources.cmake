@@ -5,4 +5,5 @@ target_sources(supernode_services PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/planner.cpp
   ${CMAKE_CURRENT_LIST_DIR}/planner_metrics.cpp
   ${CMAKE_CURRENT_LIST_DIR}/rate_schedule.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/planner_sampler.cpp
 )

@@ -23,6 +23,7 @@ void register_serving_messages() {
     register_message<decode_assign>();
     register_message<kv_transfer>();
     register_message<prefill_failed>();
+    register_message<decode_batch_cap>();
     register_message<prefill_request>();
     register_message<moved_kv_received>();
   });

@@ -13,7 +13,7 @@
 //   decode    -> gateway   : token_batch
 //   decode    -> decode    : prefill_request, moved_kv_received (a draining one's sequences
 //                            move: it answers with kv_transfer and prefill_failed)
-//   gateway   -> decode    : cancel_request
+//   gateway   -> decode    : cancel_request, decode_batch_cap
 
 #include "services/protocol/error_codes.hpp"
 #include "transport/shared_bytes.hpp"
@@ -307,6 +307,18 @@ struct prefill_failed {
   request_key key;
   error why;
   MSGPACK_DEFINE_MAP(key, why);
+};
+
+// The most sequences a decode instance runs in one batch, as the planner sets it from measured
+// TPOT (docs/planner.md); 0: [decode] max_batch, which also bounds any cap. Sequences running
+// above a lowered cap finish; new ones wait for a seat. From a gateway (the one running the
+// planner), resent every planner round so a new or restarted instance has it too.
+struct decode_batch_cap {
+  static constexpr uint16_t type_id = 123;
+  static constexpr const char* type_name = "decode_batch_cap";
+  static constexpr uint32_t max_bytes = 64;
+  int64_t cap = 0;
+  MSGPACK_DEFINE_MAP(cap);
 };
 
 // ---- to a prefill instance -------------------------------------------------------------------

@@ -11,7 +11,10 @@ cluster_file cluster_file::from(const transport::config_document& file) {
     if (std::find(known.begin(), known.end(), top) == known.end()) known.push_back(top);
   }
   file.check_tables(known);
-  return {file.source(), transport::cluster_config::from(file), serving_config::from(file)};
+  cluster_file out{file.source(), transport::cluster_config::from(file),
+                   serving_config::from(file)};
+  out.serving.check_planner_topology(file, out.cluster);
+  return out;
 }
 
 cluster_file cluster_file::parse(std::string_view text, const std::string& source) {

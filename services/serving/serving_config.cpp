@@ -4,6 +4,7 @@
 #include "model/kv_cache.hpp"
 #include "services/ems/model_blocks.hpp"
 #include "services/ems/object_store.hpp"
+#include "services/planner/planner_sampler.hpp"
 #include "transport/config_schema.hpp"
 
 #include <cstdio>
@@ -127,8 +128,8 @@ const config_table<planner::planner_config>& planner_table() {
           "planner", "The SLO planner: prefill and decode counts, P<->D switches and the decode "
                      "batch cap from measured latencies (docs/planner.md).")
           .boolean("enabled", &planner_config::enabled,
-                   "run the planner; off: the counts stay as `cluster up` or `cluster scale` "
-                   "set them")
+                   "run the planner (in gateway-0); off: the counts stay as `cluster up` or "
+                   "`cluster scale` set them")
           .integer("ttft_ms", &planner_config::ttft_ms, 1, 3600000,
                    "target p90 time to first token; over it: one more prefill instance")
           .integer("tpot_ms", &planner_config::tpot_ms, 1, 600000,
@@ -138,16 +139,19 @@ const config_table<planner::planner_config>& planner_table() {
                    "at most one decision per interval")
           .integer("min_prefill", &planner_config::min_prefill, 1, 1024, "fewest prefill instances")
           .integer("max_prefill", &planner_config::max_prefill, 1, 1024, "most prefill instances")
-          .rule(">= min_prefill")
+          .rule(">= min_prefill; enabled: <= count of the prefill [process]")
           .integer("min_decode", &planner_config::min_decode, 1, 1024, "fewest decode instances")
           .integer("max_decode", &planner_config::max_decode, 1, 1024, "most decode instances")
-          .rule(">= min_decode")
+          .rule(">= min_decode; enabled: <= count of the decode [process]")
           .integer("max_total", &planner_config::max_total, 0, 2048,
                    "most prefill and decode instances together; at it, a role over target takes "
                    "an instance from the other (a P<->D switch); 0: max_prefill + max_decode")
           .rule("0 or >= min_prefill + min_decode")
           .integer("cooldown_ms", &planner_config::cooldown, 0, 3600000,
                    "no count change within this long after the last one finished")
+          .integer("scale_down_after_ms", &planner_config::scale_down_after, 0, 3600000,
+                   "a role is scaled down only after being idle at every evaluation this long; "
+                   "0: at the first")
           .floating("scale_down_below", &planner_config::scale_down_below, 0.05, 0.95,
                     "a role is scaled down (or gives an instance to the other) only with its "
                     "p90 under this fraction of its target, and idle")
@@ -288,6 +292,20 @@ serving_config serving_config::from(const transport::config_document& file) {
   planner_table().read(file, c.planner);
   check_planner(file, c.planner);
   return c;
+}
+
+void serving_config::check_planner_topology(const transport::config_document& file,
+                                            const transport::cluster_config& cluster) const {
+  if (!planner.enabled) return;
+  for (auto [key, ranks] :
+       {std::pair{"decode_ranks", decode_ranks}, {"prefill_ranks", prefill_ranks}})
+    if (ranks != 1)
+      file.fail({"ep"}, key,
+                "must be 1 with the planner on ([planner] enabled = true): it scales one "
+                "process per instance, got " +
+                    std::to_string(ranks));
+  const auto kinds = planner::planner_process_kinds(cluster, planner);
+  if (kinds.problem) file.fail(kinds.problem->table, kinds.problem->key, kinds.problem->what);
 }
 
 std::vector<transport::config_table_doc> serving_config::tables() {

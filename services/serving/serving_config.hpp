@@ -36,6 +36,7 @@ struct model_config; // model/config.hpp
 
 namespace supernode::transport {
 class config_document;   // config_document.hpp
+struct cluster_config;   // cluster_config.hpp
 struct config_table_doc; // config_schema.hpp
 } // namespace supernode::transport
 
@@ -110,6 +111,12 @@ struct serving_config {
   // std::runtime_error naming the file, line, table and key of an unknown key, a wrong type or a
   // value out of range. The topology tables are cluster_config's.
   static serving_config from(const transport::config_document& file);
+  // With [planner] enabled, the topology it plans over: each of prefill and decode hosted by one
+  // process kind, one instance per process, within the kind's slots, and no expert-parallel
+  // groups ([ep] ranks 1: a count of processes is then a count of instances). Throws
+  // std::runtime_error naming the file, line, table and key to change. cluster_file calls it.
+  void check_planner_topology(const transport::config_document& file,
+                              const transport::cluster_config& cluster) const;
   // The serving tables and their keys, as docs/configuration.md lists them.
   static std::vector<transport::config_table_doc> tables();
 };

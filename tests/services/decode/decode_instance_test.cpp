@@ -95,7 +95,7 @@ struct decode_bench {
 
   // The scheduler's assignment and the instance's answer (ok: accepted).
   protocol::error assign(const request_key& key, const request_spec& spec) {
-    protocol::decode_assign a{key, spec, "prefill-0", blocks_for(spec)};
+    protocol::decode_assign a{key, spec, "prefill-0", blocks_for(spec), {}};
     EXPECT_EQ(scheduler.ep.send("control", "decode-0", transport::make_envelope(a)),
               transport::send_status::ok);
     protocol::error refusal{serving_errc::internal, "no decode_assign_result"};
@@ -289,4 +289,45 @@ TEST(decode_instance, kv_damaged_on_the_way_ends_the_request_retryably) {
   EXPECT_TRUE(got.failure.retry_elsewhere()) << got.failure;
   EXPECT_TRUE(got.tokens.empty());
   EXPECT_EQ(b.free_blocks(), pool_blocks);
+}
+
+namespace {
+
+// Two long requests whose KV ships one after the other, after `cap` came from `from`: true
+// when the second joined the batch only after the first had finished.
+bool second_waited_for_the_first(decode_bench& b, probe_endpoint& from, int64_t cap) {
+  // Over inproc a send is in the instance's mailbox when it returns: the cap comes first.
+  EXPECT_EQ(from.ep.send("control", "decode-0",
+                         transport::make_envelope(protocol::decode_batch_cap{cap})),
+            transport::send_status::ok);
+  const request_key first{"gateway-0", 1}, second{"gateway-0", 2};
+  auto spec = greedy(20, 300, 5); // long enough to still run when the second KV lands
+  spec.stop_at_eos = false;
+  EXPECT_TRUE(b.assign(first, spec).ok());
+  EXPECT_TRUE(b.assign(second, spec).ok());
+  b.ship(supernode::testing::prefill_prompt(first, spec, block_size, 5).runs);
+  EXPECT_TRUE(
+      b.gateway_mail.wait_for([&] { return stream_in(b.gateway_mail, first).updates > 0; }));
+  b.ship(supernode::testing::prefill_prompt(second, spec, block_size, 5).runs);
+  b.finished_stream(first);
+  b.finished_stream(second);
+  std::lock_guard lock(b.gateway_mail.m);
+  std::optional<size_t> first_ended, second_began;
+  for (size_t i = 0; i < b.gateway_mail.messages.size(); ++i)
+    if (const auto* batch = b.gateway_mail.messages[i].second.get<protocol::token_batch>())
+      for (const auto& u : batch->updates) {
+        if (u.key == first && u.finish != finish_reason::none) first_ended = i;
+        if (u.key == second && !second_began) second_began = i;
+      }
+  return first_ended && second_began && *second_began > *first_ended;
+}
+
+} // namespace
+
+TEST(decode_instance, a_batch_cap_from_a_gateway_seats_that_many_and_the_rest_wait) {
+  decode_bench capped;
+  EXPECT_TRUE(second_waited_for_the_first(capped, capped.gateway, 1));
+  // From anyone else the cap is refused: both run side by side under [decode] max_batch.
+  decode_bench refused;
+  EXPECT_FALSE(second_waited_for_the_first(refused, refused.scheduler, 1));
 }

@@ -21,3 +21,9 @@ supernode_add_test(request_tracker_test
 # /health's three answers from membership and the scheduler's statistics.
 supernode_add_test(health_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/health_test.cpp LIBS supernode_services LABEL unit)
+# The planner's rounds against a scripted supervisor, latencies and statistics.
+supernode_add_test(planner_runner_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/planner_runner_test.cpp
+          ${CMAKE_CURRENT_LIST_DIR}/latency_window_test.cpp
+  LIBS supernode_services LABEL unit)
+target_link_libraries(planner_runner_test PRIVATE nlohmann_json::nlohmann_json)

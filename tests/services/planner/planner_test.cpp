@@ -216,6 +216,33 @@ TEST(planner, scales_prefill_down_one_step_only_when_well_under_target_and_idle)
   EXPECT_FALSE(first_decision(at_min));
 }
 
+TEST(planner, with_scale_down_after_a_role_must_stay_idle_that_long_before_it_shrinks) {
+  auto c = test_config();
+  c.scale_down_after = 12s; // the third evaluation after the first idle one
+  planner p(c, {});
+  auto idle = neutral(0s, 3, 1);
+  idle.ttft_p90_ms = 400;
+  auto busy = idle;
+  busy.ttft_p90_ms = 600; // under target, not well under: not idle
+  auto at = [](planner_sample s, std::chrono::seconds t) {
+    s.at = t0 + t;
+    return s;
+  };
+  p.observe(at(idle, 0s));
+  EXPECT_FALSE(p.decide(t0 + 5s)) << "idle since 5 s";
+  p.observe(at(busy, 9s));
+  EXPECT_FALSE(p.decide(t0 + 10s)) << "not idle: the clock starts again";
+  p.observe(at(idle, 14s));
+  EXPECT_FALSE(p.decide(t0 + 15s)) << "idle since 14 s";
+  p.observe(at(idle, 19s));
+  EXPECT_FALSE(p.decide(t0 + 20s)) << "5 s of 12";
+  p.observe(at(idle, 24s));
+  EXPECT_FALSE(p.decide(t0 + 25s)) << "10 s of 12";
+  p.observe(at(idle, 29s));
+  EXPECT_EQ(summary(p.decide(t0 + 30s)), "scale_down_prefill: prefill 2, decode 1")
+      << "idle at every evaluation for 15 s";
+}
+
 TEST(planner, scales_decode_down_only_when_the_others_can_take_its_sequences) {
   auto s = neutral(0s, 1, 3);
   s.tpot_p90_ms = 40;

@@ -2,6 +2,7 @@
 
 #include "services/planner/rate_schedule.hpp"
 
+#include <algorithm>
 #include <gtest/gtest.h>
 
 using supernode::services::planner::rate_schedule;
@@ -65,4 +66,27 @@ TEST(rate_schedule, errors_name_the_element_and_what_is_wrong) {
             "--rate-schedule element 1 \"0:inf\": the rate must be a number of requests/s >= 0");
   EXPECT_EQ(error_of("0:1:2"),
             "--rate-schedule element 1 \"0:1:2\": the rate must be a number of requests/s >= 0");
+}
+
+TEST(rate_schedule, draws_poisson_arrivals_step_by_step) {
+  const auto r = rate_schedule::parse("0:2,100:20,200:0,300:2");
+  const auto times = r.arrivals(400, 7);
+  size_t per_step[4] = {};
+  for (double t : times) ++per_step[static_cast<size_t>(t / 100)];
+  // Expected 200, 2000, 0 and 200; a Poisson count is within a few sqrt(n) of its mean.
+  EXPECT_NEAR(per_step[0], 200, 45);
+  EXPECT_NEAR(per_step[1], 2000, 140);
+  EXPECT_EQ(per_step[2], 0u) << "a pause sends nothing";
+  EXPECT_NEAR(per_step[3], 200, 45);
+  EXPECT_TRUE(std::is_sorted(times.begin(), times.end()));
+  EXPECT_EQ(r.arrivals(400, 7), times) << "the same seed, the same traffic";
+  EXPECT_NE(r.arrivals(400, 8), times);
+  EXPECT_LT(r.arrivals(150, 7).back(), 150) << "nothing at or past the end";
+}
+
+TEST(rate_schedule, scales_its_times_for_a_shorter_run) {
+  const auto r = rate_schedule::parse("0:1,60:6,180:1").scaled(0.25);
+  EXPECT_EQ(r.steps()[1].from_s, 15);
+  EXPECT_EQ(r.steps()[2].from_s, 45);
+  EXPECT_EQ(r.rate_at(20), 6);
 }

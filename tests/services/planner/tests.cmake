@@ -8,5 +8,7 @@ supernode_add_test(planner_test
     ${CMAKE_CURRENT_LIST_DIR}/tpot_model_test.cpp
     ${CMAKE_CURRENT_LIST_DIR}/rate_schedule_test.cpp
     ${CMAKE_CURRENT_LIST_DIR}/planner_config_test.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/planner_sampler_test.cpp
   LIBS supernode_services
   LABEL unit)
+target_link_libraries(planner_test PRIVATE nlohmann_json::nlohmann_json)

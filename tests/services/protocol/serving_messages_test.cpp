@@ -62,8 +62,13 @@ cache_stats cache() {
   return c;
 }
 
+// A sequence moving off a draining decode instance.
+moved_kv moved() {
+  return {"decode-3", key(30)};
+}
+
 admit_request admit() {
-  return {key(1), spec()};
+  return {key(1), spec(), moved()};
 }
 
 decode_assign_result assign_result() {
@@ -87,6 +92,8 @@ load_report report() {
   r.cache = cache();
   r.unexpected_messages = {{"ping", 3}, {"admit_request", 1}};
   r.rejected_messages = {{"not_from_placed_decode", 2}};
+  r.sequences_moved_in = 3;
+  r.sequences_moved_out = 4;
   return r;
 }
 
@@ -133,6 +140,8 @@ instance_stats instance(const std::string& name) {
   s.cache = cache();
   s.unexpected_messages = {{"kv_transfer", 2}};
   s.rejected_messages = {{"leave_for_another", 1}};
+  s.sequences_moved_in = 5;
+  s.sequences_moved_out = 6;
   return s;
 }
 
@@ -148,7 +157,7 @@ cluster_stats stats() {
 }
 
 decode_assign assign() {
-  return {key(16), spec(), "prefill-0", 12};
+  return {key(16), spec(), "decode-3", 12, moved()};
 }
 
 // 48 KiB of KV: over the splice threshold, so the spliced frame references it.
@@ -157,6 +166,7 @@ kv_transfer kv(size_t bytes = 48 << 10) {
   k.key = key(17);
   k.first_token = 1234;
   k.prompt_tokens = 40;
+  k.generated_tokens = 9;
   k.block_floats = 3072;
   k.first_block = 1;
   k.block_count = 2;
@@ -171,7 +181,15 @@ prefill_failed failed() {
 }
 
 prefill_request prefill() {
-  return {key(19), spec()};
+  return {key(19), spec(), moved()};
+}
+
+moved_kv_received moved_received() {
+  return {key(30)};
+}
+
+decode_batch_cap batch_cap() {
+  return {12};
 }
 
 // Every message type of the serving protocol, as a sample filling every field.
@@ -189,6 +207,8 @@ void for_every_sample(Fn&& fn) {
   fn(kv());
   fn(failed());
   fn(prefill());
+  fn(moved_received());
+  fn(batch_cap());
 }
 
 class serving_messages : public ::testing::Test {
@@ -236,7 +256,9 @@ TEST_F(serving_messages, admission_and_placement_round_trip) {
 TEST_F(serving_messages, decode_and_prefill_requests_round_trip) {
   auto d = expect_round_trip(assign(), 0);
   ASSERT_TRUE(d);
-  EXPECT_EQ(d->prefill, "prefill-0");
+  EXPECT_EQ(d->prefill, "decode-3");
+  EXPECT_EQ(d->moved.instance, "decode-3");
+  EXPECT_EQ(d->moved.key.id, 30u);
   EXPECT_EQ(d->kv_blocks, 12);
   EXPECT_EQ(d->spec.top_k, 40);
 
@@ -248,6 +270,7 @@ TEST_F(serving_messages, decode_and_prefill_requests_round_trip) {
   auto p = expect_round_trip(prefill(), 0);
   ASSERT_TRUE(p);
   EXPECT_EQ(p->spec.max_tokens, 77);
+  EXPECT_EQ(p->moved.key.id, 30u);
 
   auto f = expect_round_trip(failed(), 0);
   ASSERT_TRUE(f);
@@ -320,9 +343,9 @@ TEST_F(serving_messages, a_message_over_its_limit_is_refused) {
   expect_oversized_rejected(prefill_failed{big_key(4096), {}});
   request_spec long_prompt;
   long_prompt.prompt.assign((4u << 20) / 4, 1 << 20); // 5 bytes each packed
-  expect_oversized_rejected(admit_request{key(1), long_prompt});
-  expect_oversized_rejected(prefill_request{key(1), long_prompt});
-  expect_oversized_rejected(decode_assign{key(1), long_prompt, "", 0});
+  expect_oversized_rejected(admit_request{key(1), long_prompt, {}});
+  expect_oversized_rejected(prefill_request{key(1), long_prompt, {}});
+  expect_oversized_rejected(decode_assign{key(1), long_prompt, "", 0, {}});
   load_report r;
   r.role = std::string(1u << 20, 'r');
   expect_oversized_rejected(r);
