@@ -27,9 +27,9 @@ scale_run_result made_up_run() {
   run.duration_s = 10;
   // 1P1D for 4 s, a decode instance starting at 4 s, 1P2D until the end.
   run.timeline = {{0, 1, 1, 1, 1}, {4, 1, 2, 1, 1}, {5, 1, 2, 1, 2}};
-  run.outcomes = {served(0.5, 0.6, 1.5, 10),   // TTFT 100 ms, TPOT 100 ms
-                  served(6.0, 6.05, 6.5, 10),  // TTFT 50 ms, TPOT 50 ms
-                  served(7.0, 7.9, 8.8, 10)};  // TTFT 900 ms: misses
+  run.outcomes = {served(0.5, 0.6, 1.5, 10),  // TTFT 100 ms, TPOT 100 ms
+                  served(6.0, 6.05, 6.5, 10), // TTFT 50 ms, TPOT 50 ms
+                  served(7.0, 7.9, 8.8, 10)}; // TTFT 900 ms: misses
   services::loadgen::request_outcome failed;
   failed.error = "HTTP 500";
   run.outcomes.push_back(failed);
