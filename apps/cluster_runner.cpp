@@ -310,7 +310,7 @@ int cluster_down(const serving_setup& setup, std::chrono::seconds grace) {
   std::vector<std::pair<process_slot, pid_t>> alive;
   for (auto& s : slots_of(setup))
     if (pid_t pid = running_pid(s)) {
-      ::kill(pid, SIGTERM);
+      ::kill(pid, SIGINT); // the whole cluster goes: no drain, as the supervisor's `down`
       alive.emplace_back(s, pid);
     }
   const auto deadline = clock_type::now() + grace;

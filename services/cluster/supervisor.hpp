@@ -13,15 +13,16 @@
 //                            {"signal":"SIGKILL","signal_number":9} or null}]}
 //   {"request":"scale","counts":{"decode":1},"operation_id":"op-7","drain_timeout_ms":60000}
 //                         → once the slots it starts are ready and those it scales down are gone
-//                            (SIGTERM: their roles leave, the requests they held resume
-//                            elsewhere; SIGKILL past the drain timeout): {"ok":true,"took_s":T,
+//                            (drained: SIGTERM, or SIGUSR1/SIGUSR2 for "drain":"finish"/"migrate";
+//                            SIGKILL past the drain timeout): {"ok":true,"took_s":T,
 //                            "started":[...],"stopped":[...],"drain_killed":B}; a repeat of the
 //                            operation id gets the same answer; another operation while one runs
 //                            or the id with other counts: {"ok":false,"conflict":true,...}.
 //                            Slots are the config's, and beyond them new slots of processes
 //                            that join (scale_plan.hpp). A scaled-down slot is not restarted;
 //                            status shows it "stopped", phase "down".
-//   {"request":"down","grace_ms":G} → SIGTERM to every child, SIGKILL to those alive after G,
+//   {"request":"down","grace_ms":G} → SIGINT to every child (stop now: nobody would be left to
+//                            take work a drain hands over), SIGKILL to those alive after G,
 //                            no more restarts; answered once all are gone with
 //                            {"ok":true,"stopped":N,"killed":K}; then run() returns.
 //

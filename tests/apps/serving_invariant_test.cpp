@@ -64,11 +64,7 @@ TEST_P(serving_invariant, greedy_tokens_equal_the_reference_one_at_a_time_and_32
 TEST(serving_invariant_tcp, greedy_tokens_equal_the_reference_with_both_zmq_planes_over_tcp) {
   // pdc-1p1d's four instances take 3 ports each per plane: 12 for the VPC plane, 12 for RDMA.
   const int base = supernode::transport::free_tcp_port_range(24, 17);
-  serving_cluster cluster("pdc-1p1d.toml", tiny_model_dir(),
-                          {{"planes.vpc", "transport", "\"tcp\""},
-                           {"planes.vpc", "base_port", std::to_string(base)},
-                           {"planes.rdma", "transport", "\"tcp\""},
-                           {"planes.rdma", "base_port", std::to_string(base + 12)}});
+  serving_cluster cluster("pdc-1p1d.toml", tiny_model_dir(), zmq_planes_over_tcp(base, 12));
   ASSERT_TRUE(cluster.up()) << "pdc-1p1d over tcp did not start";
   expect_reference_tokens_one_at_a_time_and_32_at_once(cluster);
 }

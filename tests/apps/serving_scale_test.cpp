@@ -93,11 +93,7 @@ TEST(serving_scale, decode_beyond_the_config_joins_over_ephemeral_tcp_ports_serv
   // pdc-2p2d's six config instances take 3 ports each per plane; the joined one takes whatever
   // the kernel gives it.
   const int base = supernode::transport::free_tcp_port_range(36, 29);
-  serving_cluster cluster("pdc-2p2d.toml", tiny_model_dir(),
-                          {{"planes.vpc", "transport", "\"tcp\""},
-                           {"planes.vpc", "base_port", std::to_string(base)},
-                           {"planes.rdma", "transport", "\"tcp\""},
-                           {"planes.rdma", "base_port", std::to_string(base + 18)}});
+  serving_cluster cluster("pdc-2p2d.toml", tiny_model_dir(), zmq_planes_over_tcp(base, 18));
   ASSERT_TRUE(cluster.up());
   // decode=3 under load: decode-2 is no slot of the config, so it starts with --join, claims
   // the name and announces the ports it bound.

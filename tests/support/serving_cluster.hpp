@@ -7,11 +7,13 @@
 #include "child_process.hpp"
 #include "services/cluster/cluster_file.hpp"
 
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace supernode::testing {
 
@@ -30,6 +32,15 @@ inline constexpr const char* test_missed_heartbeats = "50";
 #else
 inline constexpr const char* test_missed_heartbeats = "20";
 #endif
+
+// Config edits that put both ZeroMQ planes (vpc, rdma) on tcp from `base`: each plane takes 3
+// ports per config instance, `ports_per_plane` in all.
+inline std::vector<std::array<std::string, 3>> zmq_planes_over_tcp(int base, int ports_per_plane) {
+  return {{"planes.vpc", "transport", "\"tcp\""},
+          {"planes.vpc", "base_port", std::to_string(base)},
+          {"planes.rdma", "transport", "\"tcp\""},
+          {"planes.rdma", "base_port", std::to_string(base + ports_per_plane)}};
+}
 
 class serving_cluster {
 public:
