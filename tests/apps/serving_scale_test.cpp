@@ -188,6 +188,38 @@ TEST(serving_scale, decode_two_to_four_to_one_moves_running_sequences_with_their
   expect_serves_the_reference(cluster);
 }
 
+// Prompt tokens assigned to a prefill instance and not yet done, or in its batch.
+double prefill_work_on(const std::string& metrics, const std::string& instance) {
+  const supernode::services::loadgen::metric_labels of{{"instance", instance}, {"role", "prefill"}};
+  return metric(metrics, "supernode_prefill_outstanding_tokens", of).value_or(0) +
+         metric(metrics, "supernode_instance_running", of).value_or(0);
+}
+
+TEST(serving_scale, prefill_one_to_three_to_one_with_a_process_beyond_the_config_under_load) {
+  serving_cluster cluster("pdc-2p2d.toml", tiny_model_dir());
+  ASSERT_TRUE(cluster.up());
+  ASSERT_EQ(scale(cluster, {"prefill=1"})["ok"], true);
+  // 1 -> 3 while prompts arrive: prefill-1 starts again, prefill-2 joins.
+  json up;
+  expect_no_request_lost(
+      cluster, workload(12, 300, 20),
+      [](const std::string& m) { return prefill_work_on(m, "prefill-0") > 0; },
+      [&] { up = scale(cluster, {"prefill=3"}); }, /*expect_resumed=*/false);
+  ASSERT_EQ(up["ok"], true) << up.dump();
+  EXPECT_EQ(up["started"], json::array({"prefill-1", "prefill-2"}));
+  EXPECT_EQ(phases(cluster)["prefill-2"], "serving");
+  // The joined one takes prompts; 3 -> 1 while it and prefill-1 hold some loses none of them.
+  json down;
+  expect_no_request_lost(
+      cluster, workload(16, 300, 20),
+      [](const std::string& m) { return prefill_work_on(m, "prefill-2") > 0; },
+      [&] { down = scale(cluster, {"prefill=1"}); }, /*expect_resumed=*/false);
+  ASSERT_EQ(down["ok"], true) << down.dump();
+  EXPECT_EQ(down["stopped"], json::array({"prefill-1", "prefill-2"}));
+  EXPECT_EQ(phases(cluster)["prefill-2"], "down");
+  expect_serves_the_reference(cluster);
+}
+
 TEST(serving_scale, the_admin_api_needs_its_token_and_answers_repeats_and_conflicts) {
   // The token file is private, like an API keys file; the gateway refuses to start otherwise.
   const auto tokens = std::filesystem::temp_directory_path() /
