@@ -2,9 +2,9 @@
 
 #include "log/log.hpp"
 #include "services/cluster/control_socket.hpp"
+#include "services/cluster/join_policy.hpp"
 #include "services/cluster/role_launch.hpp"
 #include "services/cluster/supervisor.hpp"
-#include "services/role_registry.hpp"
 #include "transport/private_files.hpp"
 
 #include <algorithm>
@@ -150,7 +150,8 @@ int cluster_supervise(const serving_setup& setup, const fs::path& config_file,
   };
   const auto config = fs::absolute(config_file).string(), model_dir = fs::absolute(model).string();
   for (auto& p : setup.cluster.processes)
-    options.joins[p.name] = services::join_refusal(setup.cluster, setup.serving, p.name);
+    options.joins[p.name] = cl::join_refusal(setup.cluster, setup.serving.decode_ranks,
+                                             setup.serving.prefill_ranks, p.name);
   options.make_joined_slot = [&setup, config, model_dir](const std::string& slot) {
     const auto kind = cl::process_kind_of(slot);
     const auto s = slot_of(setup.cluster.run_dir, kind, std::stoi(slot.substr(kind.size() + 1)));

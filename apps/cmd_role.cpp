@@ -1,7 +1,7 @@
 #include "actors/node.hpp"
 #include "apps/commands.hpp"
 #include "apps/serving_setup.hpp"
-#include "services/role_registry.hpp"
+#include "services/cluster/join_policy.hpp"
 #include "transport/instance_claim.hpp"
 
 #include <memory>
@@ -46,7 +46,9 @@ int cmd_role(cli_args& args) {
   auto setup = load_serving_setup(*config, model, /*model_required=*/false);
   if (!join) return actors::run_node(setup.cluster, setup.serving, *process, index);
 
-  if (auto why = services::join_refusal(setup.cluster, setup.serving, *process); !why.empty())
+  if (auto why = services::cluster::join_refusal(setup.cluster, setup.serving.decode_ranks,
+                                                 setup.serving.prefill_ranks, *process);
+      !why.empty())
     throw std::runtime_error(why);
   auto seeds = parse_seeds(*join, setup.cluster);
   std::string role;

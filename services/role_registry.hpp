@@ -46,12 +46,6 @@ struct role_context {
 
 // Throws std::runtime_error naming the role when this build has no such role.
 role_instance make_role(const role_context& context);
-// Why a process of kind `process` cannot join a live cluster (`role --join`), or "" when it
-// can: one role instance per process, and a role whose instances stand alone (a prefill or
-// decode instance outside an expert-parallel group). Groups and the EMS ring take members only
-// as the config lists them, for now.
-std::string join_refusal(const transport::cluster_config& cluster, const serving_config& serving,
-                         const std::string& process);
 // The lifecycle part every role shares.
 role_logic& logic_of(const role_instance& role);
 

@@ -8,6 +8,7 @@ target_sources(supernode_services PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/event_log.cpp
   ${CMAKE_CURRENT_LIST_DIR}/control_socket.cpp
   ${CMAKE_CURRENT_LIST_DIR}/scale_plan.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/join_policy.cpp
   ${CMAKE_CURRENT_LIST_DIR}/supervisor.cpp
 )
 target_link_libraries(supernode_services PRIVATE nlohmann_json::nlohmann_json)

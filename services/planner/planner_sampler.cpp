@@ -1,5 +1,6 @@
 #include "services/planner/planner_sampler.hpp"
 
+#include "services/cluster/join_policy.hpp"
 #include "services/cluster/scale_plan.hpp"
 
 #include <algorithm>
@@ -27,12 +28,21 @@ std::optional<kinds_problem> kind_of_role(const transport::cluster_config& clust
                            "per_process",
                            "must be 1" + enabled + " (one " + role +
                                " instance per process), got " + std::to_string(p.per_process)};
-    if (max_count > p.count)
+    // Past the config's slots the supervisor starts processes that join; a kind whose
+    // processes cannot join is held to its slots.
+    if (const auto why = cluster::join_refusal(cluster, 1, 1, p.name);
+        max_count > p.count && !why.empty())
       return kinds_problem{{"planner"},
                            "max_" + role,
                            "must be at most [process." + p.name + "] count (" +
-                               std::to_string(p.count) + "): the supervisor scales within the " +
-                               "config's slots, got " + std::to_string(max_count)};
+                               std::to_string(p.count) + ") since " + why + "; got " +
+                               std::to_string(max_count)};
+    if (max_count > cluster::max_processes_per_kind)
+      return kinds_problem{{"planner"},
+                           "max_" + role,
+                           "must be at most " + std::to_string(cluster::max_processes_per_kind) +
+                               " (processes per kind a scale may ask for), got " +
+                               std::to_string(max_count)};
     kind = p.name;
     break;
   }

@@ -105,8 +105,10 @@ TEST(planner_config, refuses_a_topology_it_cannot_plan_naming_the_key) {
        "x.toml:4: [process.both] roles hosts both \"prefill\" and \"decode\""},
       {gateway + p + d + "per_process = 2\n",
        "x.toml:9: [process.decode] per_process must be 1 with the planner on"},
-      {gateway + p + "[process.decode]\nroles = [\"decode\"]\ncount = 1\n",
-       "x.toml:12: [planner] max_decode must be at most [process.decode] count (1)"},
+      {gateway + p +
+           "[process.decode]\nroles = [\"decode\"]\ncount = 1\n"
+           "[process.shard]\nroles = [\"expert_shard\"]\n",
+       "x.toml:14: [planner] max_decode must be at most [process.decode] count (1)"},
   };
   for (auto& [topology, message] : cases) {
     const auto error = error_of(on, topology.c_str());

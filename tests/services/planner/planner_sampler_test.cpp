@@ -49,11 +49,27 @@ TEST(planner_sampler, finds_the_process_kinds_of_prefill_and_decode) {
   ASSERT_FALSE(found.problem) << found.problem->what;
   EXPECT_EQ(found.kinds.prefill, "p");
   EXPECT_EQ(found.kinds.decode, "d");
-  c.max_prefill = 3; // one more than [process.p] has slots
+  c.max_prefill = 3; // one more than [process.p] has slots: the third joins
+  EXPECT_FALSE(planner_process_kinds(cluster, c).problem);
+  c.max_prefill = 65; // more processes than a scale may ask for
   const auto over = planner_process_kinds(cluster, c);
   ASSERT_TRUE(over.problem);
   EXPECT_EQ(over.problem->key, "max_prefill");
   EXPECT_EQ(over.problem->table, std::vector<std::string>{"planner"});
+  // Decode instances with expert shards form groups: no joins, so the slots are the bound.
+  const auto grouped =
+      transport::cluster_config::parse("[process.front]\nroles = [\"gateway\", \"scheduler\"]\n"
+                                       "[process.p]\nroles = [\"prefill\"]\ncount = 2\n"
+                                       "[process.d]\nroles = [\"decode\"]\ncount = 4\n"
+                                       "[process.s]\nroles = [\"expert_shard\"]\ncount = 4\n",
+                                       "x.toml");
+  c.max_prefill = 2;
+  c.max_decode = 5;
+  const auto held = planner_process_kinds(grouped, c);
+  ASSERT_TRUE(held.problem);
+  EXPECT_EQ(held.problem->key, "max_decode");
+  EXPECT_NE(held.problem->what.find("expert-parallel groups"), std::string::npos)
+      << held.problem->what;
 }
 
 TEST(planner_sampler, counts_each_role_by_phase_from_the_supervisor_status) {
