@@ -59,12 +59,24 @@ void prefill_instance::on(const transport::peer_id& from, const protocol::prefil
     out.send("control", from, transport::make_envelope(protocol::prefill_failed{r.key, refusal}));
     return;
   }
+  tokens_accepted_ += static_cast<int64_t>(q->job.spec.prompt.size());
   {
     std::lock_guard lock(worker_.mutex());
     queue_.push_back(std::move(q));
   }
   ++waiting_;
   worker_.notify();
+}
+
+void prefill_instance::drain(drain_mode) {
+  // A prompt's KV is short work and moves by itself (to its decode instance): either mode lets
+  // the prompts here finish. Prompts placed before the scheduler heard of the drain are taken.
+  draining_ = true;
+}
+
+bool prefill_instance::drained() const {
+  // Every accepted prompt ends by counting its tokens completed (shipped, failed or dropped).
+  return draining_ && tokens_completed_.load() == tokens_accepted_.load();
 }
 
 void prefill_instance::on(const transport::peer_id& from, const protocol::cancel_request& c,
@@ -87,6 +99,7 @@ void prefill_instance::on_tick(transport::endpoint& out) {
   r.prompt_tokens_completed = tokens_completed_.load();
   r.running = running_.load();
   r.waiting = waiting_.load();
+  if (draining_) r.unavailable = {protocol::serving_errc::shutting_down, "draining"};
   if (group_) group_->add_to(r);
   if (cache_) r.cache = cache_->stats();
   send_load_report(out, std::move(r));

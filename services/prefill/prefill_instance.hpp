@@ -40,6 +40,10 @@ public:
   void on(const transport::peer_id& from, const protocol::ems_ring_view& m,
           transport::endpoint& out);
   void on_tick(transport::endpoint& out) override;
+  // Takes no new placements (reports itself unavailable) and ends once every prompt it took has
+  // shipped its KV.
+  void drain(drain_mode mode) override;
+  bool drained() const override;
   void on_member_event(const transport::membership_event& event, transport::endpoint& out) override;
 
 private:
@@ -69,6 +73,8 @@ private:
   prefill_engine engine_;
   transport::endpoint* out_ = nullptr;
   std::atomic<int64_t> tokens_completed_{0}, running_{0}, waiting_{0};
+  std::atomic<int64_t> tokens_accepted_{0}; // prompt tokens of every prompt taken
+  std::atomic<bool> draining_{false};
 
   // Shared with the compute thread under worker_.mutex().
   std::deque<std::unique_ptr<queued>> queue_;

@@ -47,7 +47,7 @@ struct prefill_bench {
 
   void request(const request_key& key, const request_spec& spec) {
     ASSERT_EQ(decode.ep.send("control", "prefill-0",
-                             transport::make_envelope(protocol::prefill_request{key, spec})),
+                             transport::make_envelope(protocol::prefill_request{key, spec, {}})),
               transport::send_status::ok);
   }
   // Until the runs of `key` cover `blocks` blocks; the runs in block order.
