@@ -220,6 +220,56 @@ TEST(serving_scale, prefill_one_to_three_to_one_with_a_process_beyond_the_config
   expect_serves_the_reference(cluster);
 }
 
+TEST(serving_scale, an_expert_parallel_decode_group_goes_from_4_ranks_to_2_and_back_under_load) {
+  serving_cluster cluster("lep-ep4.toml", tiny_model_dir());
+  ASSERT_TRUE(cluster.up());
+  // 4 -> 2: decode-2 and decode-3 drain (their sequences move with their KV to the ranks that
+  // stay) and leave; the group re-forms over decode-0 and decode-1 at a step boundary.
+  json down;
+  expect_no_request_lost(
+      cluster, workload(8, 40, 120),
+      [](const std::string& m) {
+        return running_on(m, "decode-2") + running_on(m, "decode-3") >= 2;
+      },
+      [&] { down = scale(cluster, {"decode=2"}); });
+  ASSERT_EQ(down["ok"], true) << down.dump();
+  EXPECT_EQ(down["stopped"], json::array({"decode-2", "decode-3"}));
+  // 2 -> 4 under load: the new ranks join the group and take sequences again.
+  json up;
+  expect_no_request_lost(
+      cluster, workload(8, 40, 120),
+      [](const std::string& m) { return running_on(m, "decode-0") >= 1; },
+      [&] { up = scale(cluster, {"decode=4"}); }, /*expect_resumed=*/false);
+  ASSERT_EQ(up["ok"], true) << up.dump();
+  for (auto* rank : {"decode-2", "decode-3"}) wait_until_scheduled(cluster, rank);
+  expect_no_request_lost(
+      cluster, workload(8, 40, 60),
+      [](const std::string& m) { return running_on(m, "decode-3") >= 1; }, [] {},
+      /*expect_resumed=*/false);
+  expect_serves_the_reference(cluster);
+}
+
+TEST(serving_scale, expert_shards_of_the_attention_moe_split_go_from_4_to_2_and_back_under_load) {
+  serving_cluster cluster("split-attn-moe.toml", tiny_model_dir());
+  ASSERT_TRUE(cluster.up());
+  // The attention ranks keep every sequence; the experts of the shards that go are placed on
+  // the two that stay when the group re-forms, then spread over four again.
+  json down, up;
+  expect_no_request_lost(
+      cluster, workload(8, 40, 120),
+      [](const std::string& m) { return running_on(m, "decode-0") >= 1; },
+      [&] { down = scale(cluster, {"experts=2"}); }, /*expect_resumed=*/false);
+  ASSERT_EQ(down["ok"], true) << down.dump();
+  EXPECT_EQ(down["stopped"], json::array({"experts-2", "experts-3"}));
+  expect_no_request_lost(
+      cluster, workload(8, 40, 120),
+      [](const std::string& m) { return running_on(m, "decode-0") >= 1; },
+      [&] { up = scale(cluster, {"experts=4"}); }, /*expect_resumed=*/false);
+  ASSERT_EQ(up["ok"], true) << up.dump();
+  EXPECT_EQ(up["started"], json::array({"experts-2", "experts-3"}));
+  expect_serves_the_reference(cluster);
+}
+
 TEST(serving_scale, the_admin_api_needs_its_token_and_answers_repeats_and_conflicts) {
   // The token file is private, like an API keys file; the gateway refuses to start otherwise.
   const auto tokens = std::filesystem::temp_directory_path() /
