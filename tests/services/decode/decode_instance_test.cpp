@@ -7,6 +7,7 @@
 #include "../../support/inproc_cluster.hpp"
 #include "../../support/probe_endpoint.hpp"
 #include "../../support/role_host.hpp"
+#include "../../support/sanitizer_slowdown.hpp"
 #include "../../support/serving_reference.hpp"
 #include "../../transport/inbox.hpp"
 #include "services/decode/decode_instance.hpp"
@@ -128,11 +129,13 @@ struct decode_bench {
   // Until the request's last update arrived (finish set).
   token_stream finished_stream(const request_key& key) {
     token_stream s;
-    EXPECT_TRUE(gateway_mail.wait_for([&] {
-      s = stream_in(gateway_mail, key);
-      return s.finish != finish_reason::none;
-    })) << key.str()
-        << " never finished";
+    EXPECT_TRUE(gateway_mail.wait_for(
+        [&] {
+          s = stream_in(gateway_mail, key);
+          return s.finish != finish_reason::none;
+        },
+        supernode::testing::scaled(std::chrono::milliseconds(10000))))
+        << key.str() << " never finished";
     return s;
   }
   // Until a load report says `blocks` were ever released and `key` finished.
