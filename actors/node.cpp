@@ -117,9 +117,11 @@ int run_node(const transport::cluster_config& cluster, const services::serving_c
   caf::actor_system sys{cfg};
   std::vector<caf::actor> actors;
   std::vector<std::future<std::string>> started;
+  std::vector<std::shared_ptr<transport::endpoint>> endpoints;
   for (size_t i = 0; i < instances.size(); ++i) {
     auto ep = std::make_shared<transport::endpoint>(cluster, instances[i].name,
                                                     transport::make_plane, incarnation);
+    endpoints.push_back(ep);
     ep->set_fenced_handler(on_fenced);
     if (instances[i].joined) ep->set_join_seeds(join_seeds);
     auto done = std::make_shared<std::promise<std::string>>();
@@ -143,8 +145,12 @@ int run_node(const transport::cluster_config& cluster, const services::serving_c
     std::fflush(stdout);
     int sig = 0;
     sigwait(&stop_signals, &sig);
-    if (sig != SIGINT && !fenced)
+    if (sig != SIGINT && !fenced) {
       drain(roles, instances, incarnation, drain_mode_of(sig, serving), stop_signals);
+      // Drained: the goodbye goes out now, ahead of the sockets closing, so peers hear "left"
+      // (planned) before any connection drops (a failure). The actors say it again as they end.
+      for (auto& ep : endpoints) ep->announce_leave("scaled down");
+    }
   }
   for (auto& a : actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   return fenced ? fenced_exit_code : code;

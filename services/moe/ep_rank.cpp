@@ -179,7 +179,7 @@ void ep_rank::ring() {
   if (fabric_) fabric_->add(fabric_->rank(), ep_flag_doorbell, 1);
 }
 
-void ep_rank::fail(const std::string& why) {
+void ep_rank::fail(const std::string& why, bool planned) {
   reform_wanted_ = true; // also when it already broke: a formation being made is stale too
   {
     std::lock_guard lock(mutex_);
@@ -188,9 +188,13 @@ void ep_rank::fail(const std::string& why) {
     broke_at_ = std::chrono::steady_clock::now();
   }
   broken_ = true;
-  configured_.fabric.log.error("expert parallelism: {} broken: {}; re-forming over the members "
-                               "alive",
-                               configured_.fabric.group, why);
+  if (planned)
+    configured_.fabric.log.info("expert parallelism: {}: {}; re-forming over the members left",
+                                configured_.fabric.group, why);
+  else
+    configured_.fabric.log.error("expert parallelism: {} broken: {}; re-forming over the members "
+                                 "alive",
+                                 configured_.fabric.group, why);
   // Tell the peers at once (they see "rank N left the group"), so the whole formation stops
   // together instead of each peer waiting out its op timeout.
   std::lock_guard lock(fabric_mutex_);
@@ -226,7 +230,11 @@ void ep_rank::on_member_event(const transport::membership_event& event) {
     reform_wanted_ = true;
     return ring();
   }
-  if (in_formation) fail(event.peer + " is down (" + event.reason + ")");
+  if (!in_formation) return;
+  if (event.what == transport::membership_event::kind::left)
+    fail(event.peer + " left (" + event.reason + ")", /*planned=*/true);
+  else
+    fail(event.peer + " is down (" + event.reason + ")");
 }
 
 void ep_rank::add_to(protocol::load_report& report) const {

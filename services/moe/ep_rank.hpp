@@ -64,7 +64,9 @@ public:
   void ring(); // any thread
 
   // The current formation cannot go on; a re-formation is wanted. Any thread.
-  void fail(const std::string& why);
+  // `planned`: a member left the group on purpose (scaled down): the same re-forming, logged as
+  // what it is rather than as a failure.
+  void fail(const std::string& why, bool planned = false);
   bool broken() const { return broken_; }
   std::string failure() const;
   // "expert-parallel group broken: <failure>", what requests and reports end with.
