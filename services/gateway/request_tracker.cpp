@@ -116,6 +116,14 @@ void request_tracker::recover(tracked_request& r, const protocol::error& why) {
   r.retry_at = now + backoff;
 }
 
+std::chrono::milliseconds request_tracker::first_token_bound(const tracked_request& r) const {
+  // An attempt that follows a failure gets half the recovery window at most: a message lost to
+  // a peer that restarted must leave time for one more attempt before the window closes.
+  if (r.recovering_since && bounds_.recovery.count() > 0)
+    return std::min(bounds_.first_token, bounds_.recovery / 2);
+  return bounds_.first_token;
+}
+
 void request_tracker::tick() {
   thread_.post([this] {
     const auto now = clock::now();
@@ -129,11 +137,11 @@ void request_tracker::tick() {
         if (now - r->last_progress > bounds_.stall)
           stalled.emplace_back(r, "nothing from " + r->decode + " for " +
                                       std::to_string(bounds_.stall.count()) + " ms");
-      } else if (now - r->last_progress > bounds_.first_token) {
+      } else if (const auto bound = first_token_bound(*r); now - r->last_progress > bound) {
         // This attempt's admission, placement, prefill or first token never came.
         stalled.emplace_back(r, std::string(r->placed() ? "placed" : "not placed") +
                                     " and no token of this attempt for " +
-                                    std::to_string(bounds_.first_token.count()) + " ms");
+                                    std::to_string(bound.count()) + " ms");
       }
     }
     for (auto& r : due) {

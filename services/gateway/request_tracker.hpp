@@ -75,7 +75,8 @@ struct recovery_bounds {
   // instance stuck without dying) is placed again too.
   std::chrono::milliseconds stall{std::chrono::seconds(15)};
   // So is an attempt without a token this long after its admission or placement (a frame of
-  // its admission, placement, prefill or KV lost): longer, since a prompt may queue.
+  // its admission, placement, prefill or KV lost): longer, since a prompt may queue. An attempt
+  // that follows a failure waits half of `recovery` at most, so one more attempt fits.
   std::chrono::milliseconds first_token{std::chrono::seconds(60)};
 };
 
@@ -152,6 +153,8 @@ private:
   metrics_registry& metrics_;
   const int64_t max_in_flight_;
   upstream up_;
+  // How long an attempt may go without its first token before it is placed again.
+  std::chrono::milliseconds first_token_bound(const tracked_request& r) const;
   const recovery_bounds bounds_;
   log::logger log_;
   std::atomic<int64_t> in_flight_{0};

@@ -329,3 +329,28 @@ TEST(request_tracker, a_request_without_its_first_token_past_the_bound_is_placed
   EXPECT_EQ(at_end.get(), 0u);
   EXPECT_NE(ex->body.find("\"text\":\"42\""), std::string::npos) << ex->body;
 }
+
+TEST(request_tracker,
+     an_attempt_after_a_failure_waits_half_the_recovery_window_for_its_first_token) {
+  // first_token alone would wait past the whole recovery window (60 s > 200 ms): the attempt
+  // that follows a failure is given up on at half the window, leaving time for another.
+  tracker_under_test t(std::chrono::milliseconds(200), std::chrono::seconds(15),
+                       std::chrono::seconds(60));
+  auto ex = t.start(1, false);
+  auto at_end = ex->in_flight_at_end();
+  const auto first = t.admission(0);
+  t.tracker.placed({first.key, "prefill-0", "decode-0"});
+  t.tracker.peer_down("decode-0", "killed", false); // attempt 2: admitted at once
+  const auto second = t.admission(1);
+  t.tracker.placed({second.key, "prefill-0", "decode-1"}); // ...and its KV is lost on the way
+  ASSERT_TRUE(supernode::testing::eventually([&] {
+    t.tracker.tick();
+    std::lock_guard lock(t.mutex);
+    return t.admissions.size() >= 3;
+  }));
+  const auto third = t.admission(2);
+  t.tracker.placed({third.key, "prefill-0", "decode-1"});
+  t.send(third.key.id, {4, 2}, protocol::finish_reason::length, {}, "decode-1", 0);
+  EXPECT_EQ(at_end.get(), 0u);
+  EXPECT_NE(ex->body.find("\"text\":\"42\""), std::string::npos) << ex->body;
+}
