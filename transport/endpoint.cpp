@@ -343,9 +343,10 @@ void endpoint::on_directory(const peer_id& from, const member_directory& d) {
     {
       std::lock_guard lock(mutex_);
       const member* known = membership_.find(entry.peer);
-      // What we heard from a member itself outranks what another says of it.
+      // What we heard from a member itself outranks what another says of it (incarnation 0:
+      // a config member or a seed not heard from yet).
       if (known && known->state == member_state::alive && known->incarnation != 0 &&
-          known->incarnation >= entry.incarnation && !known->role.empty())
+          known->incarnation >= entry.incarnation)
         continue;
     }
     connect_announced(entry);

@@ -67,15 +67,17 @@ int64_t decode_instance::free_kv_blocks() const {
   return pool_.free_blocks();
 }
 
-void decode_instance::release(decode_sequence& s) {
+void decode_instance::return_blocks(decode_sequence& s) {
   const auto n = static_cast<int64_t>(s.table.blocks().size());
-  {
-    // Counted under the pool's lock, so a load report reads released and used blocks at one
-    // instant (a new scheduler's baseline is their sum).
-    std::lock_guard lock(pool_mutex_);
-    s.table.release(pool_);
-    blocks_released_ += n;
-  }
+  // Counted under the pool's lock, so a load report reads released and used blocks at one
+  // instant (a new scheduler's baseline is their sum).
+  std::lock_guard lock(pool_mutex_);
+  s.table.release(pool_);
+  blocks_released_ += n;
+}
+
+void decode_instance::release(decode_sequence& s) {
+  return_blocks(s);
   std::lock_guard lock(worker_.mutex());
   finished_.push_back(s.key);
 }
@@ -297,13 +299,7 @@ void decode_instance::forget_moving(std::map<request_key, moving_sequence>::iter
   auto seq = std::move(it->second.seq);
   moving_.erase(it);
   --moving_count_;
-  // Not release(): that takes worker_.mutex(), held here.
-  const auto n = static_cast<int64_t>(seq->table.blocks().size());
-  {
-    std::lock_guard lock(pool_mutex_);
-    seq->table.release(pool_);
-    blocks_released_ += n;
-  }
+  return_blocks(*seq); // not release(): it takes worker_.mutex(), held here
   finished_.push_back(seq->key);
 }
 

@@ -95,6 +95,8 @@ private:
   // Ends a request wherever it is: awaiting KV (here), or queued or running (compute thread).
   void cancel(const protocol::request_key& key, protocol::error why);
   void release(decode_sequence& s);
+  // release() without the finished-list entry: the pool part (any thread, no worker_ lock).
+  void return_blocks(decode_sequence& s);
   // A sequence leaving the batch: with [ems] store_decode_kv, the blocks its decode arithmetic
   // filled go to the pool first (those not mirrored yet); then its KV is released.
   void leave_batch(decode_sequence& s);
