@@ -115,15 +115,6 @@ supervised_slots(const serving_setup& setup, const std::string& config, const st
   return out;
 }
 
-// The members a process beyond the config joins through: the config's schedulers and
-// gateways, whichever answers first.
-std::string join_seeds_of(const transport::cluster_config& cluster) {
-  std::string seeds;
-  for (auto& i : cluster.instances())
-    if (i.role == "scheduler" || i.role == "gateway") seeds += (seeds.empty() ? "" : ",") + i.name;
-  return seeds;
-}
-
 } // namespace
 
 int cluster_supervise(const serving_setup& setup, const fs::path& config_file,
@@ -149,13 +140,19 @@ int cluster_supervise(const serving_setup& setup, const fs::path& config_file,
     ::dup2(STDERR_FILENO, STDOUT_FILENO);
   };
   const auto config = fs::absolute(config_file).string(), model_dir = fs::absolute(model).string();
-  for (auto& p : setup.cluster.processes)
+  for (auto& p : setup.cluster.processes) {
     options.joins[p.name] = cl::join_refusal(setup.cluster, setup.serving.decode_ranks,
                                              setup.serving.prefill_ranks, p.name);
+    const auto& role = p.roles.front();
+    if (cl::switch_refusal(setup.cluster, setup.serving.decode_ranks, setup.serving.prefill_ranks,
+                           p.name, role == "prefill" ? "decode" : "prefill")
+            .empty())
+      options.switchable[p.name] = role;
+  }
   options.make_joined_slot = [&setup, config, model_dir](const std::string& slot) {
     const auto kind = cl::process_kind_of(slot);
     const auto s = slot_of(setup.cluster.run_dir, kind, std::stoi(slot.substr(kind.size() + 1)));
-    return supervised_slot(setup, s, config, model_dir, join_seeds_of(setup.cluster));
+    return supervised_slot(setup, s, config, model_dir, cl::default_join_seeds(setup.cluster));
   };
   cl::supervisor supervisor(options, supervised_slots(setup, config, model_dir));
   return supervisor.run();
@@ -234,11 +231,16 @@ int cluster_status(const serving_setup& setup, bool json) {
       if (const auto& e = p["last_exit"]; e.is_object())
         last = e.contains("signal") ? "  last exit " + e["signal"].get<std::string>()
                                     : "  last exit code " + std::to_string(e["code"].get<int>());
-      std::printf("%-24s %-10s pid %d  restarts %d%s  log %s\n",
+      std::string serves;
+      for (auto& name : p["instances"]) {
+        if (!serves.empty()) serves += ',';
+        serves += name.get<std::string>();
+      }
+      std::printf("%-24s %-10s pid %d  restarts %d%s  serves %s  log %s\n",
                   p["process"].get<std::string>().c_str(),
                   state == "running" ? p["phase"].get<std::string>().c_str() : state.c_str(),
                   p["pid"].get<int>(), p["restarts"].get<int>(), last.c_str(),
-                  p["log"].get<std::string>().c_str());
+                  serves.empty() ? "-" : serves.c_str(), p["log"].get<std::string>().c_str());
       if (state != "running" || !p["ready"].get<bool>()) code = 1;
     }
     return code;
@@ -263,6 +265,7 @@ int cluster_scale(const serving_setup& setup, const scale_options& options) {
        std::chrono::duration_cast<std::chrono::milliseconds>(options.drain_timeout).count()}};
   if (!options.drain.empty()) request["drain"] = options.drain;
   if (!options.operation_id.empty()) request["operation_id"] = options.operation_id;
+  if (options.switch_roles) request["switch"] = true;
   // Started slots load the model; a drain may take its whole timeout.
   const auto answer =
       ask_supervisor(setup, request, options.drain_timeout + std::chrono::seconds(240));
@@ -279,6 +282,8 @@ int cluster_scale(const serving_setup& setup, const scale_options& options) {
       std::printf("; started %s", name.get<std::string>().c_str());
     for (auto& name : (*answer)["stopped"])
       std::printf("; stopped %s", name.get<std::string>().c_str());
+    for (auto& name : (*answer)["switched"])
+      std::printf("; switched %s", name.get<std::string>().c_str());
     std::printf("\n");
   } else {
     log::process().error("cluster scale: {}", answer->value("error", std::string("refused")));

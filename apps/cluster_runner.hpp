@@ -32,7 +32,8 @@ struct scale_options {
   std::map<std::string, int> counts;
   std::string operation_id;
   std::chrono::seconds drain_timeout{60};
-  std::string drain; // "finish", "migrate" or "" (each process's [decode] drain)
+  std::string drain;         // "finish", "migrate" or "" (each process's [decode] drain)
+  bool switch_roles = false; // prefill and decode processes switch roles in place where they can
   bool json = false;
 };
 int cluster_scale(const serving_setup& setup, const scale_options& options);

@@ -51,7 +51,7 @@ int cmd_cluster(cli_args& args) {
     throw usage_error("expected `cluster up|status|down|keys --config FILE [--model DIR]` "
                       "(status: [--json]) or "
                       "`cluster scale --config FILE PROCESS=COUNT... [--operation-id ID] "
-                      "[--drain finish|migrate] [--drain-timeout-s N] [--json]`");
+                      "[--drain finish|migrate] [--drain-timeout-s N] [--switch] [--json]`");
   const bool status_json = *action == "status" && args.take_flag("--json");
   scale_options scale;
   if (*action == "scale") {
@@ -61,6 +61,7 @@ int cmd_cluster(cli_args& args) {
     if (!scale.drain.empty() && scale.drain != "finish" && scale.drain != "migrate")
       throw usage_error("cluster scale: --drain is finish or migrate, not '" + scale.drain + "'");
     scale.json = args.take_flag("--json");
+    scale.switch_roles = args.take_flag("--switch");
     while (auto count = args.take_positional()) scale.counts.emplace(parse_process_count(*count));
     if (scale.counts.empty()) throw usage_error("cluster scale: give PROCESS=COUNT, e.g. decode=1");
   }

@@ -93,6 +93,12 @@ void event_log::draining(const std::string& process, pid_t pid) {
   append(fd_, entry("draining", process, pid));
 }
 
+void event_log::switching(const std::string& process, pid_t pid, const std::string& to) {
+  auto e = entry("switching", process, pid);
+  e["to"] = to;
+  append(fd_, e);
+}
+
 void event_log::hung(const std::string& process, pid_t pid, long long silent_ms) {
   auto e = entry("hung", process, pid);
   e["silent_ms"] = silent_ms;

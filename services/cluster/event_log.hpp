@@ -9,6 +9,8 @@
 //   restarting                      `attempt` (1 for the first of a streak), `backoff_ms`
 //   gave_up                         `reason`
 //   draining                        - (scaled down: asked to leave; its stopped event follows)
+//   switching                       `to`, the process kind it serves from now (a role switch
+//                                   in place; its ready event follows)
 //   hung                            `silent_ms`: its liveness file went untouched this long
 //                                   (it is killed next, and its exit follows)
 
@@ -38,6 +40,8 @@ public:
   void gave_up(const std::string& process, pid_t pid, const std::string& reason);
   void hung(const std::string& process, pid_t pid, long long silent_ms);
   void draining(const std::string& process, pid_t pid);
+  // Asked to serve process kind `to` in place (a role switch).
+  void switching(const std::string& process, pid_t pid, const std::string& to);
 
 private:
   int fd_ = -1;

@@ -24,4 +24,35 @@ std::string join_refusal(const transport::cluster_config& cluster, int32_t decod
   return "";
 }
 
+std::string kind_serving(const transport::cluster_config& cluster, const std::string& role) {
+  for (auto& p : cluster.processes)
+    if (p.roles.size() == 1 && p.roles.front() == role && p.per_process == 1) return p.name;
+  return "";
+}
+
+std::string switch_refusal(const transport::cluster_config& cluster, int32_t decode_ranks,
+                           int32_t prefill_ranks, const std::string& process,
+                           const std::string& role) {
+  const std::string what = "process '" + process + "' cannot serve '" + role + "': ";
+  if (role != "prefill" && role != "decode")
+    return what + "only prefill and decode instances switch roles";
+  if (auto why = join_refusal(cluster, decode_ranks, prefill_ranks, process); !why.empty())
+    return why;
+  for (auto& p : cluster.processes)
+    if (p.name == process && p.roles.front() != "prefill" && p.roles.front() != "decode")
+      return what + "it serves '" + p.roles.front() + "', which does not switch";
+  const auto target = kind_serving(cluster, role);
+  if (target.empty()) return what + "no process kind of the config serves it alone";
+  if (auto why = join_refusal(cluster, decode_ranks, prefill_ranks, target); !why.empty())
+    return what + why;
+  return "";
+}
+
+std::string default_join_seeds(const transport::cluster_config& cluster) {
+  std::string seeds;
+  for (auto& i : cluster.instances())
+    if (i.role == "scheduler" || i.role == "gateway") seeds += (seeds.empty() ? "" : ",") + i.name;
+  return seeds;
+}
+
 } // namespace supernode::services::cluster

@@ -4,6 +4,10 @@
 // expert-parallel group. Groups and the EMS ring take members only as the config lists them,
 // for now. The supervisor asks it before planning slots past the config's, `role --join` before
 // it starts, and the planner before it plans past the slots.
+//
+// A process may also switch, in place, between serving a prefill and a decode instance (same
+// process, same model copy: `role KIND --as ROLE` at start, or a role-switch signal while it
+// runs). The instance it switches to is a joined one, so both kinds must be able to join.
 
 #include "transport/cluster_config.hpp"
 
@@ -16,5 +20,17 @@ namespace supernode::services::cluster {
 // `prefill_ranks` are [ep]'s: ranks per instance.
 std::string join_refusal(const transport::cluster_config& cluster, int32_t decode_ranks,
                          int32_t prefill_ranks, const std::string& process);
+
+// The process kind whose processes serve `role` alone ("decode"), or "" when none does.
+std::string kind_serving(const transport::cluster_config& cluster, const std::string& role);
+
+// Why a process of kind `process` cannot serve `role` in place of its own, or "" when it can.
+std::string switch_refusal(const transport::cluster_config& cluster, int32_t decode_ranks,
+                           int32_t prefill_ranks, const std::string& process,
+                           const std::string& role);
+
+// The members a process beyond the config joins through, comma-separated: the config's
+// schedulers and gateways, whichever answers first.
+std::string default_join_seeds(const transport::cluster_config& cluster);
 
 } // namespace supernode::services::cluster

@@ -4,6 +4,7 @@
 #include "services/cluster/event_log.hpp"
 #include "services/cluster/scale_plan.hpp"
 #include "services/serving/drain_mode.hpp"
+#include "services/serving/role_switch.hpp"
 #include "transport/private_files.hpp"
 #include "transport/shm_segment.hpp"
 
@@ -16,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <poll.h>
 #include <set>
+#include <sstream>
 #include <sys/inotify.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -62,6 +64,10 @@ struct slot {
   clock_type::time_point restart_at;
   bool hung_killed = false; // the probe killed this run
   bool wanted = true;       // false: scaled down (drained, then left stopped)
+  // The process kind it serves after a role switch ("" for its own); restarted serving it.
+  std::string serves;
+  // "ready" lines its log held when it was asked to switch: the next one says it serves again.
+  size_t ready_lines_before = 0;
 
   bool probed() const { return def.liveness_timeout.count() > 0 && !def.liveness_file.empty(); }
   bool alive() const { return child && child->running(); }
@@ -107,7 +113,7 @@ struct supervisor::impl {
   // The scale operation running, if any: what it changes, since when, until when its drained
   // slots may take before they are killed.
   scale_operations scales;
-  std::vector<std::string> scale_start, scale_stop;
+  std::vector<std::string> scale_start, scale_stop, scale_switched;
   clock_type::time_point scale_began, drain_deadline;
   bool drain_killed = false;
   clock_type::time_point start_deadline;
@@ -173,9 +179,14 @@ struct supervisor::impl {
     if (s.spawned_once) fs::rename(s.def.spec.log_file, s.def.spec.log_file.string() + ".1", ec);
     s.spawned_once = true;
     s.ready = false;
+    s.ready_lines_before = 0;
     s.policy.started(clock_type::now());
     s.hung_killed = false;
     auto spec = s.def.spec;
+    if (!s.serves.empty()) {
+      spec.argv.push_back("--as");
+      spec.argv.push_back(options.switchable.at(s.serves));
+    }
     if (s.probed()) spec.env.emplace_back("SUPERNODE_LIVENESS_FILE", s.def.liveness_file.string());
     try {
       s.child = child_process::launch(spec);
@@ -202,7 +213,8 @@ struct supervisor::impl {
 
   void check_ready(slot& s) {
     if (s.ready || !s.alive()) return;
-    if (!has_line_starting(read_text_file(s.def.spec.log_file), "ready")) return;
+    if (lines_starting(read_text_file(s.def.spec.log_file), "ready").size() <= s.ready_lines_before)
+      return;
     s.ready = s.ever_ready = true;
     // The probe's clock starts at ready: loading a model is not a hang.
     if (s.probed()) touch_private(s.def.liveness_file);
@@ -234,6 +246,7 @@ struct supervisor::impl {
     }
     if (!s.wanted) {
       s.state = slot_state::stopped;
+      s.serves.clear(); // started again, it serves its own kind
       events->stopped(s.def.name, s.pid, status, "scaled down");
       return;
     }
@@ -297,6 +310,8 @@ struct supervisor::impl {
     json processes = json::array();
     for (auto& s : slots)
       processes.push_back({{"process", s.def.name},
+                           {"serves", s.serves.empty() ? process_kind_of(s.def.name) : s.serves},
+                           {"instances", instances_of(s)},
                            {"state", to_string(s.state)},
                            {"phase", phase_of(s)},
                            {"ready", s.ready},
@@ -305,6 +320,17 @@ struct supervisor::impl {
                            {"log", s.def.spec.log_file.string()},
                            {"last_exit", s.last_exit ? status_json(*s.last_exit) : json()}});
     return {{"ok", true}, {"supervisor_pid", ::getpid()}, {"processes", processes}};
+  }
+
+  // The instances a live slot serves, from its last "ready" line.
+  static json instances_of(const slot& s) {
+    json names = json::array();
+    if (!s.alive()) return names;
+    const auto lines = lines_starting(read_text_file(s.def.spec.log_file), "ready ");
+    if (lines.empty()) return names;
+    std::istringstream words(lines.back().substr(6));
+    for (std::string name; words >> name;) names.push_back(name);
+    return names;
   }
 
   void handle_request(client& c, const std::string& line) {
@@ -347,6 +373,7 @@ struct supervisor::impl {
       for (auto& [kind, count] : request.at("counts").items())
         wanted.counts[kind] = count.get<int>();
       drain = request.value("drain", std::string());
+      wanted.switch_roles = request.value("switch", false);
     } catch (const json::exception& e) {
       send_line(c.fd, {{"ok", false}, {"error", std::string("bad scale request: ") + e.what()}});
       return;
@@ -387,8 +414,8 @@ struct supervisor::impl {
       break;
     }
     std::vector<slot_view> views;
-    for (auto& s : slots) views.push_back({s.def.name, s.wanted});
-    const auto plan = plan_scale(views, wanted, options.joins);
+    for (auto& s : slots) views.push_back({s.def.name, s.wanted, s.serves});
+    const auto plan = plan_scale(views, wanted, options.joins, options.switchable);
     if (!plan.error.empty()) {
       send_line(c.fd, {{"ok", false}, {"error", plan.error}});
       return;
@@ -406,6 +433,18 @@ struct supervisor::impl {
 
     scale_start = plan.start;
     scale_stop = plan.stop;
+    scale_switched.clear();
+    for (auto& sw : plan.switches) {
+      auto& s = *find_slot(sw.slot);
+      s.serves = process_kind_of(s.def.name) == sw.to ? "" : sw.to;
+      scale_switched.push_back(sw.slot);
+      scale_start.push_back(sw.slot); // answered once it serves again
+      if (!s.alive()) continue;       // restarting: it starts serving the new kind
+      s.ready = false;
+      s.ready_lines_before = lines_starting(read_text_file(s.def.spec.log_file), "ready").size();
+      events->switching(s.def.name, s.pid, sw.to);
+      s.child->signal(services::role_switch_signal(options.switchable.at(sw.to)));
+    }
     for (auto& name : plan.stop) {
       auto& s = *find_slot(name);
       s.wanted = false;
@@ -448,11 +487,16 @@ struct supervisor::impl {
     for (auto& name : scale_stop)
       if (find_slot(name)->alive()) return;
     const double took = std::chrono::duration<double>(clock_type::now() - scale_began).count();
+    std::vector<std::string> started; // scale_start waits for the switched slots too
+    for (auto& name : scale_start)
+      if (std::find(scale_switched.begin(), scale_switched.end(), name) == scale_switched.end())
+        started.push_back(name);
     answer_scale({{"ok", true},
                   {"operation_id", scales.current()->operation_id},
                   {"took_s", took},
-                  {"started", scale_start},
+                  {"started", started},
                   {"stopped", scale_stop},
+                  {"switched", scale_switched},
                   {"drain_killed", drain_killed}});
   }
 

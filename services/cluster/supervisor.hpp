@@ -9,13 +9,18 @@
 //   {"request":"status"}  → {"ok":true,"supervisor_pid":P,"processes":[{"process":"decode-1",
 //                            "state":"running"|"restarting"|"gave_up"|"stopped","ready":B,
 //                            "phase":"starting"|"serving"|"draining"|"down",
+//                            "serves":"decode","instances":["decode-2"],
 //                            "pid":N,"restarts":R,"log":"...","last_exit":{"code":C} or
 //                            {"signal":"SIGKILL","signal_number":9} or null}]}
-//   {"request":"scale","counts":{"decode":1},"operation_id":"op-7","drain_timeout_ms":60000}
+//   {"request":"scale","counts":{"decode":1},"operation_id":"op-7","drain_timeout_ms":60000,
+//    "switch":false}
 //                         → once the slots it starts are ready and those it scales down are gone
 //                            (drained: SIGTERM, or SIGUSR1/SIGUSR2 for "drain":"finish"/"migrate";
 //                            SIGKILL past the drain timeout): {"ok":true,"took_s":T,
-//                            "started":[...],"stopped":[...],"drain_killed":B}; a repeat of the
+//                            "started":[...],"stopped":[...],"switched":[...],"drain_killed":B};
+//                            with "switch":true, running prefill and decode processes switch
+//                            roles in place where that reaches the counts (scale_plan.hpp),
+//                            answered once they serve again; a repeat of the
 //                            operation id gets the same answer; another operation while one runs
 //                            or the id with other counts: {"ok":false,"conflict":true,...}.
 //                            Slots are the config's, and beyond them new slots of processes
@@ -82,6 +87,9 @@ struct supervisor_options {
   // slots (scale_plan.hpp), and the slot that starts one ("decode-2": `role decode --join ...`).
   join_refusals joins;
   std::function<supervised_process(const std::string& slot)> make_joined_slot;
+  // Kinds whose processes switch roles in place (`"switch":true`), and the role each serves: a
+  // switched slot's process gets the role-switch signal, and restarts with `--as ROLE`.
+  switchable_kinds switchable;
 };
 
 class supervisor {

@@ -84,6 +84,11 @@ void admin_scale::handle(std::shared_ptr<http_exchange> ex, const http_request& 
                            "invalid_request_error");
     request["drain"] = body["drain"];
   }
+  if (body.contains("switch")) {
+    if (!body["switch"].is_boolean())
+      return respond_error(*ex, 400, "switch must be true or false", "invalid_request_error");
+    request["switch"] = body["switch"];
+  }
   {
     std::lock_guard lock(state_->mutex);
     if (state_->waiting >= max_waiting)

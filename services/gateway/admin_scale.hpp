@@ -3,7 +3,8 @@
 // (services/cluster/supervisor.hpp), for orchestrators and the planner's operators.
 //
 //   POST /admin/scale  Authorization: Bearer <admin token>
-//   {"counts":{"decode":3,"prefill":1},"operation_id":"op-7","drain_timeout_ms":60000}
+//   {"counts":{"decode":3,"prefill":1},"operation_id":"op-7","drain_timeout_ms":60000,
+//    "drain":"migrate","switch":false}   ("switch": prefill and decode processes switch roles)
 //   → 200 the supervisor's answer once the counts are reached ({"ok":true,"took_s":...})
 //     401 no or a wrong admin token   403 no [gateway] admin_token_file: the admin API is off
 //     400 a malformed body, or a request the supervisor refuses (an unknown kind, too many)

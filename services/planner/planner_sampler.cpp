@@ -60,6 +60,10 @@ kinds_or_problem planner_process_kinds(const transport::cluster_config& cluster,
   out.problem = kind_of_role(cluster, "prefill", "decode", config.max_prefill, out.kinds.prefill);
   if (!out.problem)
     out.problem = kind_of_role(cluster, "decode", "prefill", config.max_decode, out.kinds.decode);
+  if (!out.problem)
+    out.kinds.switch_in_place =
+        cluster::switch_refusal(cluster, 1, 1, out.kinds.prefill, "decode").empty() &&
+        cluster::switch_refusal(cluster, 1, 1, out.kinds.decode, "prefill").empty();
   return out;
 }
 
@@ -67,7 +71,10 @@ role_counts counts_of_kind(const nlohmann::json& status, const std::string& kind
   role_counts c;
   if (!status.is_object() || !status.contains("processes")) return c;
   for (const auto& p : status["processes"]) {
-    if (cluster::process_kind_of(p.value("process", std::string())) != kind) continue;
+    // A slot counts for the kind it serves: a switched prefill process is a decode one.
+    const auto serves =
+        p.value("serves", cluster::process_kind_of(p.value("process", std::string())));
+    if (serves != kind) continue;
     const std::string phase = p.value("phase", std::string());
     if (phase == "serving")
       ++c.serving;
@@ -119,12 +126,16 @@ bool changes_counts(const planner_decision& d, const planner_sample& from) {
 nlohmann::json scale_request_for(const planner_decision& d, const planner_kinds& kinds,
                                  const std::string& operation_id,
                                  std::chrono::milliseconds drain_timeout) {
-  return {{"request", "scale"},
-          {"counts",
-           {{kinds.prefill, d.target_counts.at("prefill")},
-            {kinds.decode, d.target_counts.at("decode")}}},
-          {"operation_id", operation_id},
-          {"drain_timeout_ms", drain_timeout.count()}};
+  nlohmann::json request{{"request", "scale"},
+                         {"counts",
+                          {{kinds.prefill, d.target_counts.at("prefill")},
+                           {kinds.decode, d.target_counts.at("decode")}}},
+                         {"operation_id", operation_id},
+                         {"drain_timeout_ms", drain_timeout.count()}};
+  // A switch the planner decided is made in place where the processes can (same process, same
+  // model copy); elsewhere as a count change.
+  if (!d.switches.empty() && kinds.switch_in_place) request["switch"] = true;
+  return request;
 }
 
 } // namespace supernode::services::planner

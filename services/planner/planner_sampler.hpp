@@ -26,6 +26,7 @@ namespace supernode::services::planner {
 // instances: one process per instance, so a count of processes is a count of instances.
 struct planner_kinds {
   std::string prefill, decode;
+  bool switch_in_place = false; // their processes switch roles in place (cluster/join_policy)
 };
 
 // Why a topology cannot be planned, naming the table and key to change.

@@ -220,6 +220,56 @@ TEST(serving_scale, prefill_one_to_three_to_one_with_a_process_beyond_the_config
   expect_serves_the_reference(cluster);
 }
 
+// One slot's entry of `cluster status --json`.
+json status_of(const serving_cluster& cluster, const std::string& slot) {
+  const auto status = cluster_cli(cluster, "status", {});
+  for (auto& p : status["processes"])
+    if (p["process"] == slot) return p;
+  return {};
+}
+
+TEST(serving_scale, a_prefill_process_switches_to_decode_and_back_in_place_under_load) {
+  serving_cluster cluster("pdc-2p2d.toml", tiny_model_dir());
+  ASSERT_TRUE(cluster.up());
+  const auto pid = status_of(cluster, "prefill-1")["pid"];
+  // prefill 2 -> 1 and decode 2 -> 3 by switching: prefill-1 finishes the prompts it holds and
+  // serves as decode-2, in the same process on the same model copy.
+  json to_decode;
+  expect_no_request_lost(
+      cluster, workload(12, 300, 20),
+      [](const std::string& m) { return prefill_work_on(m, "prefill-1") > 0; },
+      [&] {
+        to_decode = scale(cluster, {"prefill=1", "decode=3", "--switch"});
+      },
+      /*expect_resumed=*/false);
+  ASSERT_EQ(to_decode["ok"], true) << to_decode.dump();
+  EXPECT_EQ(to_decode["switched"], json::array({"prefill-1"}));
+  EXPECT_EQ(to_decode["stopped"], json::array());
+  auto slot = status_of(cluster, "prefill-1");
+  EXPECT_EQ(slot["pid"], pid) << "the switch restarted the process";
+  EXPECT_EQ(slot["serves"], "decode");
+  EXPECT_EQ(slot["instances"], json::array({"decode-2"}));
+  wait_until_scheduled(cluster, "decode-2");
+
+  // And back while sequences run on it: they move with their KV (the default drain, migrate).
+  json to_prefill;
+  expect_no_request_lost(
+      cluster, workload(10, 40, 160),
+      [](const std::string& m) { return running_on(m, "decode-2") >= 1; },
+      [&] {
+        to_prefill = scale(cluster, {"prefill=2", "decode=2", "--switch"});
+      });
+  ASSERT_EQ(to_prefill["ok"], true) << to_prefill.dump();
+  EXPECT_EQ(to_prefill["switched"], json::array({"prefill-1"}));
+  slot = status_of(cluster, "prefill-1");
+  EXPECT_EQ(slot["pid"], pid);
+  EXPECT_EQ(slot["serves"], "prefill");
+  EXPECT_EQ(slot["instances"], json::array({"prefill-2"}));
+  const auto metrics = http_call(cluster.port(), "GET", "/metrics").body;
+  EXPECT_GT(sequences_moved_in(metrics), 0.0) << "nothing moved off decode-2:\n" << metrics;
+  expect_serves_the_reference(cluster);
+}
+
 TEST(serving_scale, an_expert_parallel_decode_group_goes_from_4_ranks_to_2_and_back_under_load) {
   serving_cluster cluster("lep-ep4.toml", tiny_model_dir());
   ASSERT_TRUE(cluster.up());

@@ -10,8 +10,8 @@ using namespace supernode::services::cluster;
 
 namespace {
 std::vector<slot_view> three_decode_two_prefill() {
-  return {{"gateway-0", true}, {"decode-0", true},  {"decode-1", true},
-          {"decode-2", false}, {"prefill-0", true}, {"prefill-1", true}};
+  return {{"gateway-0", true, ""}, {"decode-0", true, ""},  {"decode-1", true, ""},
+          {"decode-2", false, ""}, {"prefill-0", true, ""}, {"prefill-1", true, ""}};
 }
 using names = std::vector<std::string>;
 } // namespace
@@ -90,4 +90,36 @@ TEST(scale_plan, a_kind_that_can_join_gets_new_slots_past_its_own) {
   EXPECT_FALSE(plan_scale(slots, {{{"prefill", 3}}, ""}, joins).error.empty());
   EXPECT_FALSE(
       plan_scale(slots, {{{"decode", max_processes_per_kind + 1}}, ""}, joins).error.empty());
+}
+
+TEST(scale_plan, switching_roles_turns_running_processes_of_one_kind_into_the_other) {
+  const auto slots = three_decode_two_prefill(); // decode-0, decode-1 and prefill-0, prefill-1 run
+  const join_refusals joins{{"decode", ""}, {"prefill", ""}};
+  const switchable_kinds switchable{{"decode", "decode"}, {"prefill", "prefill"}};
+  scale_request to_decode{{{"decode", 3}, {"prefill", 1}}, "", true};
+  auto plan = plan_scale(slots, to_decode, joins, switchable);
+  ASSERT_TRUE(plan.error.empty()) << plan.error;
+  EXPECT_EQ(plan.switches, (std::vector<role_switch>{{"prefill-1", "decode"}}));
+  EXPECT_TRUE(plan.start.empty()) << "the switch covers the new decode process";
+  EXPECT_TRUE(plan.stop.empty());
+
+  // With prefill-1 serving decode: switching back picks it, not one of decode's own.
+  auto switched = slots;
+  switched[5].serves = "decode";
+  plan = plan_scale(switched, {{{"decode", 2}, {"prefill", 2}}, "", true}, joins, switchable);
+  EXPECT_EQ(plan.switches, (std::vector<role_switch>{{"prefill-1", "prefill"}}));
+  // Without switching it counts for decode, and a scale-down stops it before decode's own.
+  plan = plan_scale(switched, {{{"decode", 2}}, ""}, joins, switchable);
+  EXPECT_TRUE(plan.switches.empty());
+  EXPECT_EQ(plan.stop, (names{"prefill-1"}));
+  // More than a switch covers: the rest start as usual, numbered past every slot of the kind.
+  plan = plan_scale(slots, {{{"decode", 5}, {"prefill", 1}}, "", true}, joins, switchable);
+  EXPECT_EQ(plan.switches.size(), 1u);
+  EXPECT_EQ(plan.start, (names{"decode-2", "decode-3"}));
+  EXPECT_EQ(plan.add, (names{"decode-3"}));
+
+  // A kind that does not switch is refused, naming it.
+  plan = plan_scale(slots, {{{"decode", 3}, {"gateway", 0}}, "", true}, joins, switchable);
+  EXPECT_NE(plan.error.find("'gateway'"), std::string::npos) << plan.error;
+  EXPECT_TRUE(plan.switches.empty());
 }

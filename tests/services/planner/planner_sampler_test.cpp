@@ -13,7 +13,7 @@ namespace {
 using namespace testing;
 using json = nlohmann::json;
 
-const planner_kinds kinds{"prefill", "decode"};
+const planner_kinds kinds{"prefill", "decode", false};
 
 // What the supervisor answers to {"request":"status"} on a pdc-2p2d being scaled: decode-2
 // starting, prefill-1 draining, decode-1 restarting after a crash, prefill-2 scaled down.
@@ -119,6 +119,15 @@ TEST(planner_sampler, makes_a_sample_from_status_latencies_and_the_schedulers_st
   EXPECT_EQ(before_stats.decode.serving, 1) << "counts come from the status alone";
 }
 
+TEST(planner_sampler, a_switched_process_counts_for_the_role_it_serves) {
+  const auto status = json::parse(R"({"processes":[
+      {"process":"prefill-0","serves":"prefill","phase":"serving","state":"running"},
+      {"process":"prefill-1","serves":"decode","phase":"serving","state":"running"},
+      {"process":"decode-0","phase":"serving","state":"running"}]})");
+  EXPECT_EQ(counts_of_kind(status, "prefill").serving, 1);
+  EXPECT_EQ(counts_of_kind(status, "decode").serving, 2) << "decode-0 and the switched prefill-1";
+}
+
 TEST(planner_sampler, a_decision_becomes_the_supervisors_scale_request) {
   // TPOT p90 over target on one decode instance: one more.
   auto s = neutral(0ms, 1, 1);
@@ -126,7 +135,7 @@ TEST(planner_sampler, a_decision_becomes_the_supervisors_scale_request) {
   const auto up = first_decision(s);
   ASSERT_EQ(summary(up), "scale_up_decode: prefill 1, decode 2");
   EXPECT_TRUE(changes_counts(*up, s));
-  EXPECT_EQ(scale_request_for(*up, {"p", "d"}, "planner-9-1", 60000ms),
+  EXPECT_EQ(scale_request_for(*up, {"p", "d", false}, "planner-9-1", 60000ms),
             json::parse(R"({"request":"scale","counts":{"p":1,"d":2},
                             "operation_id":"planner-9-1","drain_timeout_ms":60000})"));
 
@@ -141,6 +150,11 @@ TEST(planner_sampler, a_decision_becomes_the_supervisors_scale_request) {
   ASSERT_EQ(summary(sw), "switch_p_to_d: prefill 1, decode 2");
   EXPECT_EQ(scale_request_for(*sw, kinds, "planner-1-2", 5000ms)["counts"],
             json::parse(R"({"prefill":1,"decode":2})"));
+  // Made in place where the processes switch roles, as a count change where they cannot.
+  EXPECT_FALSE(scale_request_for(*sw, kinds, "planner-1-2", 5000ms).contains("switch"));
+  EXPECT_EQ(scale_request_for(*sw, {"prefill", "decode", true}, "planner-1-2", 5000ms)["switch"],
+            true);
+  EXPECT_FALSE(scale_request_for(*up, {"p", "d", true}, "planner-9-1", 60000ms).contains("switch"));
 
   // A batch cap alone changes no count: the supervisor is not asked.
   planner_decision cap_only;
