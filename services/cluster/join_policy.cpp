@@ -1,6 +1,28 @@
 #include "services/cluster/join_policy.hpp"
 
+#include <algorithm>
+
 namespace supernode::services::cluster {
+
+namespace {
+
+// Expert shards join as extra expert hosts of the one decode group of an attention/MoE split
+// whose ranks meet over shared memory (services/moe/ep_membership.hpp says why).
+std::string shard_join_refusal(const transport::cluster_config& cluster, int32_t decode_ranks,
+                               const std::string& what) {
+  int32_t decode_instances = 0;
+  for (auto& i : cluster.instances()) decode_instances += i.role == "decode";
+  if (decode_instances != decode_ranks)
+    return what + "its shards serve " +
+           std::to_string(decode_instances / std::max(1, decode_ranks)) +
+           " decode groups, and a joined shard would belong to none of them";
+  if (cluster.plane_for_flow("dispatch").kind == "zmq")
+    return what + "its group's ranks meet over ZeroMQ at configured addresses, which a joined " +
+           "shard has none of";
+  return "";
+}
+
+} // namespace
 
 std::string join_refusal(const transport::cluster_config& cluster, int32_t decode_ranks,
                          int32_t prefill_ranks, const std::string& process) {
@@ -12,6 +34,7 @@ std::string join_refusal(const transport::cluster_config& cluster, int32_t decod
   if (kind->roles.size() != 1 || kind->per_process != 1)
     return what + "it hosts more than one role instance (joins take one per process)";
   const auto& role = kind->roles.front();
+  if (role == "expert_shard") return shard_join_refusal(cluster, decode_ranks, what);
   if (role != "prefill" && role != "decode")
     return what + "its role '" + role + "' takes members only as the config lists them (joins " +
            "take prefill and decode instances)";

@@ -1,8 +1,9 @@
 #pragma once
 // Which processes may join a live cluster (`supernode role KIND --join ...`): one role instance
 // per process, and a role whose instances stand alone, a prefill or decode instance outside an
-// expert-parallel group. Groups and the EMS ring take members only as the config lists them,
-// for now. The supervisor asks it before planning slots past the config's, `role --join` before
+// expert-parallel group, or an expert shard of the one decode group of an attention/MoE split
+// over shared memory (it joins the group as one more expert host). Other groups take members
+// only as the config lists them. The supervisor asks it before planning slots past the config's, `role --join` before
 // it starts, and the planner before it plans past the slots.
 //
 // A process may also switch, in place, between serving a prefill and a decode instance (same

@@ -22,7 +22,16 @@ std::vector<const transport::instance_config*> of_role(const transport::cluster_
   return out;
 }
 
+// The number in an instance name ("expert_shard-12" -> 12).
+int name_index(const std::string& name) {
+  return std::stoi(name.substr(name.rfind('-') + 1));
+}
+
 } // namespace
+
+bool is_expert_shard_name(const std::string& name) {
+  return name.starts_with("expert_shard-");
+}
 
 std::string ep_membership::describe() const {
   std::string s = fabric.group + " rank " + std::to_string(options.rank) + " of " +
@@ -76,6 +85,8 @@ std::optional<ep_membership> ep_membership_of(const transport::cluster_config& c
     m.members.push_back(shards[group * per_group + s]->name);
   }
   if (m.members.size() == 1) return std::nullopt;
+  m.takes_joined_shards =
+      groups == 1 && !shards.empty() && cluster.plane_for_flow("dispatch").kind != "zmq";
   if (decode && of_role(cluster, "prefill").empty())
     throw std::runtime_error("a decode instance of " + std::to_string(m.members.size()) +
                              " ranks needs prefill instances: prefilling on one rank would stall "
@@ -126,7 +137,12 @@ ep_formation formed_over(const ep_membership& configured,
   m.members.clear();
   m.options.expert_hosts.clear();
   m.fabric.addresses.clear();
-  std::string key;
+  struct seat {
+    std::string name;
+    uint64_t incarnation;
+    std::string address;
+  };
+  std::vector<seat> attention, hosts;
   for (size_t i = 0; i < configured.members.size(); ++i) {
     const auto& name = configured.members[i];
     const auto inc = incarnation_of(name);
@@ -134,13 +150,27 @@ ep_formation formed_over(const ep_membership& configured,
     const bool host =
         std::find(configured.options.expert_hosts.begin(), configured.options.expert_hosts.end(),
                   static_cast<int32_t>(i)) != configured.options.expert_hosts.end();
-    if (host) m.options.expert_hosts.push_back(static_cast<int32_t>(m.members.size()));
-    if (name == self) m.options.rank = static_cast<int32_t>(m.members.size());
-    m.members.push_back(name);
-    if (!configured.fabric.addresses.empty())
-      m.fabric.addresses.push_back(configured.fabric.addresses[i]);
-    key += name + ":" + std::to_string(*inc) + ";";
+    (host ? hosts : attention)
+        .push_back({name, *inc,
+                    configured.fabric.addresses.empty() ? "" : configured.fabric.addresses[i]});
   }
+  if (configured.takes_joined_shards)
+    for (auto& [name, inc] : alive)
+      if (is_expert_shard_name(name) &&
+          std::find(configured.members.begin(), configured.members.end(), name) ==
+              configured.members.end())
+        hosts.push_back({name, inc, ""});
+  std::sort(hosts.begin(), hosts.end(),
+            [](auto& a, auto& b) { return name_index(a.name) < name_index(b.name); });
+  std::string key;
+  for (auto* group : {&attention, &hosts})
+    for (auto& s : *group) {
+      if (group == &hosts) m.options.expert_hosts.push_back(static_cast<int32_t>(m.members.size()));
+      if (s.name == self) m.options.rank = static_cast<int32_t>(m.members.size());
+      m.members.push_back(s.name);
+      if (!configured.fabric.addresses.empty()) m.fabric.addresses.push_back(s.address);
+      key += s.name + ":" + std::to_string(s.incarnation) + ";";
+    }
   if (!configured.options.expert_hosts.empty() && m.options.expert_hosts.empty())
     throw std::runtime_error("group " + configured.fabric.group + " has no expert shard alive");
   char hex[17];

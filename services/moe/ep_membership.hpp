@@ -23,6 +23,11 @@ struct ep_membership {
   std::string fabric_kind;          // shm | zmq
   transport::rank_fabric_options fabric;
   ep_options options;
+  // Expert shards that join the live cluster beyond the config (`role experts --join`) are
+  // taken in as expert hosts: in the one decode group of an attention/MoE split over shared
+  // memory (a joined shard has no configured fabric address, and with several groups nobody
+  // could say whose it is).
+  bool takes_joined_shards = false;
 
   std::string describe() const; // "decode-ep0 rank 1 of 4 (decode-0..., experts on ...)"
 };
@@ -35,12 +40,17 @@ struct ep_formation {
   ep_membership membership; // ranks renumbered over the alive members, in config order
 };
 
-// `alive`: (instance, incarnation) of the configured members alive now, this instance among
-// them. Throws std::runtime_error when `alive` lacks this instance, or an attention/MoE split
-// has no expert shard left.
+// `alive`: (instance, incarnation) of the members alive now, this instance among them: the
+// configured ones, and joined expert shards when the group takes them. Attention ranks keep
+// their configured order; the expert hosts follow, by the number in their names, so every rank
+// numbers a formation alike whichever shards its config listed. Throws std::runtime_error when
+// `alive` lacks this instance, or an attention/MoE split has no expert shard left.
 ep_formation formed_over(const ep_membership& configured,
                          const std::vector<std::pair<std::string, uint64_t>>& alive,
                          const model::model_config& model, model::precision prec);
+
+// Whether `name` is an expert shard's instance name ("expert_shard-4").
+bool is_expert_shard_name(const std::string& name);
 
 // Nothing when the instance runs its experts itself (a group of one). Throws
 // std::runtime_error naming the mismatch when the config cannot form groups. The group logs as

@@ -26,6 +26,7 @@ ep_rank::~ep_rank() {
   std::lock_guard lock(fabric_mutex_);
   ep_.reset();
   if (fabric_) fabric_->leave();
+  if (next_fabric_) next_fabric_->leave();
 }
 
 void ep_rank::watch(const transport::endpoint& out) {
@@ -34,7 +35,11 @@ void ep_rank::watch(const transport::endpoint& out) {
 
 std::optional<std::vector<std::pair<std::string, uint64_t>>> ep_rank::alive_view() const {
   std::vector<std::pair<std::string, uint64_t>> view;
-  for (const auto& name : configured_.members) {
+  std::vector<std::string> names = configured_.members;
+  if (out_ && configured_.takes_joined_shards)
+    for (auto& [name, m] : out_->members())
+      if (is_expert_shard_name(name) && !contains(names, name)) names.push_back(name);
+  for (const auto& name : names) {
     if (!out_) {
       view.emplace_back(name, 1);
     } else if (name == out_->self()) {
@@ -47,8 +52,43 @@ std::optional<std::vector<std::pair<std::string, uint64_t>>> ep_rank::alive_view
   return view;
 }
 
+bool ep_rank::is_member(const std::string& peer) const {
+  return contains(configured_.members, peer) ||
+         (configured_.takes_joined_shards && is_expert_shard_name(peer));
+}
+
+bool ep_rank::next_formation_ready() {
+  const auto view = alive_view();
+  if (!view) return false;
+  ep_formation f;
+  try {
+    f = formed_over(configured_, *view, weights_->config, weights_->prec);
+  } catch (const std::exception&) {
+    return false; // no expert host alive: the broken path waits for one
+  }
+  if (f.epoch == epoch_) return true; // the same members: nothing to make beside it
+  try {
+    if (next_epoch_ != f.epoch) {
+      if (next_fabric_) next_fabric_->leave();
+      next_fabric_.reset();
+      next_epoch_.clear();
+      next_fabric_ = transport::make_shm_rank_fabric(f.membership.fabric);
+      next_epoch_ = f.epoch;
+    }
+    // One look at the peers' regions: the formation in service goes on until all are there.
+    std::string why;
+    return next_fabric_->connect(
+        std::chrono::milliseconds(0), [] { return true; }, why);
+  } catch (const std::exception&) {
+    return false; // a region of this name is still there: the next boundary looks again
+  }
+}
+
 bool ep_rank::form(const std::function<bool()>& give_up, std::chrono::milliseconds patience) {
   using clock = std::chrono::steady_clock;
+  // Growing while serving over shared memory: make before break.
+  if (connected_ && !broken_ && configured_.fabric_kind == "shm" && !next_formation_ready())
+    return false;
   const auto deadline = clock::now() + patience;
   std::string why = "the members' incarnations are not known yet";
   while (!give_up()) {
@@ -86,6 +126,7 @@ bool ep_rank::form(const std::function<bool()>& give_up, std::chrono::millisecon
     auto stop = [&] { return give_up() || reform_wanted_ || clock::now() >= deadline; };
     if (!connect_formation(f, stop, why)) continue;
     ++formations_;
+    epoch_ = f.epoch;
     clock::time_point broke_at;
     {
       std::lock_guard lock(mutex_);
@@ -97,10 +138,15 @@ bool ep_rank::form(const std::function<bool()>& give_up, std::chrono::millisecon
     const bool first = formations_ == 1;
     const auto pause_ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - broke_at).count();
+    size_t joined = 0;
+    for (auto& name : f.membership.members) joined += !contains(configured_.members, name);
+    const auto ranks = joined == 0 ? std::to_string(f.membership.options.ranks) + " of " +
+                                         std::to_string(configured_.options.ranks) + " ranks"
+                                   : std::to_string(f.membership.options.ranks) + " ranks (" +
+                                         std::to_string(joined) + " of them joined shards)";
     configured_.fabric.log.info(
-        "expert parallelism: {} {} over {} of {} ranks (epoch {}){}", configured_.fabric.group,
-        first ? "formed" : "re-formed", f.membership.options.ranks, configured_.options.ranks,
-        f.epoch,
+        "expert parallelism: {} {} over {} (epoch {}){}", configured_.fabric.group,
+        first ? "formed" : "re-formed", ranks, f.epoch,
         first ? "" : ", serving again " + std::to_string(pause_ms) + " ms after it stopped");
     return true;
   }
@@ -119,12 +165,18 @@ bool ep_rank::connect_formation(const ep_formation& f, const std::function<bool(
     if (fabric_) fabric_->leave();
     fabric_.reset();
   }
+  // The next formation made beside the old one, if it is this one.
   std::unique_ptr<transport::rank_fabric> fabric;
+  if (next_fabric_ && next_epoch_ == f.epoch) fabric = std::move(next_fabric_);
+  if (next_fabric_) next_fabric_->leave();
+  next_fabric_.reset();
+  next_epoch_.clear();
   std::unique_ptr<expert_parallel> ep;
   try {
     const auto& o = f.membership.fabric;
-    fabric = f.membership.fabric_kind == "zmq" ? transport::make_zmq_rank_fabric(o)
-                                               : transport::make_shm_rank_fabric(o);
+    if (!fabric)
+      fabric = f.membership.fabric_kind == "zmq" ? transport::make_zmq_rank_fabric(o)
+                                                 : transport::make_shm_rank_fabric(o);
     if (!fabric->connect(configured_.options.op_timeout * 4, stop, why)) return false;
     ep = std::make_unique<expert_parallel>(weights_, *fabric, f.membership.options);
   } catch (const std::exception& e) {
@@ -215,7 +267,7 @@ std::string ep_rank::broken_reason() const {
 }
 
 void ep_rank::on_member_event(const transport::membership_event& event) {
-  if (!contains(configured_.members, event.peer)) return;
+  if (!is_member(event.peer)) return;
   bool in_formation;
   {
     std::lock_guard lock(mutex_);

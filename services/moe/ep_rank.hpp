@@ -9,7 +9,11 @@
 // next step boundary the compute thread forms the group again over the members alive now — a
 // new epoch, ranks renumbered, the experts placed over the alive hosts (every rank holds the
 // whole model, so a placement is only routing) — and retries the step. A member that comes
-// back (a new incarnation) makes the group grow back the same way. Every survivor computes the
+// back (a new incarnation) makes the group grow back the same way — over shared memory without
+// stopping first: the next formation's regions are made beside the one in service, which goes
+// on serving until every rank of the next has made its own (make before break); a rank that
+// switches leaves the old formation, so a peer still in it sees it leave, rolls its step back and
+// joins the next at once. Every survivor computes the
 // formation from its own membership view; a rank whose view differs waits for a region or
 // socket of a formation nobody else makes, notices its view change and tries the new one, so
 // the group converges once membership has.
@@ -51,6 +55,9 @@ public:
             std::chrono::milliseconds patience = std::chrono::seconds(10));
   // A member died or came back since the last formation: form() again at a step boundary.
   bool wants_reform() const { return reform_wanted_; }
+  // A next formation is being made beside the one in service: look again soon, not at the next
+  // doorbell (compute thread).
+  bool forming_next() const { return next_fabric_ != nullptr; }
 
   void forward(int64_t layer, const model::moe_weights& w, const float* x, int64_t rows,
                float* out) override;
@@ -81,9 +88,15 @@ public:
   std::vector<double> stage_seconds(uint64_t& forwards) const;
 
 private:
-  // The configured members alive now with their incarnations; nothing while some alive
-  // member's incarnation is still unknown (it has not been heard from yet).
+  // The configured members alive now with their incarnations, and the joined expert shards when
+  // the group takes them; nothing while some alive member's incarnation is still unknown (it
+  // has not been heard from yet).
   std::optional<std::vector<std::pair<std::string, uint64_t>>> alive_view() const;
+  // A configured member, or a joined expert shard the group takes.
+  bool is_member(const std::string& peer) const;
+  // Compute thread, while the formation in service serves over shared memory: makes the next
+  // formation's region (once per epoch) and says whether every rank of it has made its own.
+  bool next_formation_ready();
   bool connect_formation(const ep_formation& f, const std::function<bool()>& stop,
                          std::string& why);
 
@@ -96,7 +109,11 @@ private:
   std::unique_ptr<transport::rank_fabric> fabric_;
   std::unique_ptr<expert_parallel> ep_;
   std::atomic<bool> connected_{false}, broken_{false}, reform_wanted_{true};
-  uint64_t formations_ = 0;  // made since start, the first included (compute thread)
+  uint64_t formations_ = 0; // made since start, the first included (compute thread)
+  std::string epoch_;       // of the formation in service (compute thread)
+  // The next formation, made beside the one in service (compute thread).
+  std::unique_ptr<transport::rank_fabric> next_fabric_;
+  std::string next_epoch_;
   mutable std::mutex mutex_; // failure_, broke_at_, formation_members_
   std::string failure_;
   std::chrono::steady_clock::time_point broke_at_{};

@@ -60,7 +60,7 @@ public:
           continue;
         }
         if (group.serve_peers()) continue;
-        group.sleep(seen, std::chrono::milliseconds(100));
+        group.sleep(seen, std::chrono::milliseconds(group.forming_next() ? 2 : 100));
       }
       if (at_exit) at_exit();
     });

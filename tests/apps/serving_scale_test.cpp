@@ -299,11 +299,12 @@ TEST(serving_scale, an_expert_parallel_decode_group_goes_from_4_ranks_to_2_and_b
   expect_serves_the_reference(cluster);
 }
 
-TEST(serving_scale, expert_shards_of_the_attention_moe_split_go_from_4_to_2_and_back_under_load) {
+TEST(serving_scale, expert_shards_of_the_attention_moe_split_go_from_4_to_2_to_6_under_load) {
   serving_cluster cluster("split-attn-moe.toml", tiny_model_dir());
   ASSERT_TRUE(cluster.up());
   // The attention ranks keep every sequence; the experts of the shards that go are placed on
-  // the two that stay when the group re-forms, then spread over four again.
+  // the two that stay when the group re-forms, then spread over six: two shards join beyond the
+  // config (expert_shard-4 and -5) and the group takes them in as expert hosts.
   json down, up;
   expect_no_request_lost(
       cluster, workload(8, 40, 120),
@@ -314,9 +315,13 @@ TEST(serving_scale, expert_shards_of_the_attention_moe_split_go_from_4_to_2_and_
   expect_no_request_lost(
       cluster, workload(8, 40, 120),
       [](const std::string& m) { return running_on(m, "decode-0") >= 1; },
-      [&] { up = scale(cluster, {"experts=4"}); }, /*expect_resumed=*/false);
+      [&] { up = scale(cluster, {"experts=6"}); }, /*expect_resumed=*/false);
   ASSERT_EQ(up["ok"], true) << up.dump();
-  EXPECT_EQ(up["started"], json::array({"experts-2", "experts-3"}));
+  EXPECT_EQ(up["started"], json::array({"experts-2", "experts-3", "experts-4", "experts-5"}));
+  EXPECT_TRUE(eventually([&] {
+    return read_logs(cluster.run_dir()).find("over 8 ranks (2 of them joined shards)") !=
+           std::string::npos;
+  })) << "the group never took the joined shards in";
   expect_serves_the_reference(cluster);
 }
 
