@@ -43,7 +43,13 @@ command to the new instance's first served sequence, or its drain time.
   --input-len N          prompt tokens per request (default 64)
   --output-len N         max_tokens per request (default 64)
   --seed S               prompts and arrival times follow from S (default 0)
-  --runs LIST            which runs, of planner,smallest,largest (default all three)
+  --runs LIST            which runs, of planner,smallest,largest,scripted (default the first
+                         three)
+  --script S             the scripted run's operations, with the config's counts and the
+                         planner off: AT:KIND=N[,KIND=N][@finish|@migrate|@switch];... (seconds
+                         into the load, scaled like the schedule). It reports each operation's
+                         answer, its starts' time to first served sequence, its drains' time per
+                         mode, and every expert-parallel group re-formation's pause
   --model DIR            model folder (default the config's [model] path)
   --out DIR              where the JSON and SVG go (default bench-scale)
 )";
@@ -65,6 +71,7 @@ struct scale_bench_options {
   int64_t input_len = 64, output_len = 64;
   uint64_t seed = 0;
   std::vector<std::string> runs;
+  std::vector<scripted_scale> script;
   std::optional<std::string> model;
   fs::path out;
 };
@@ -89,9 +96,20 @@ scale_bench_options parse_options(cli_args& args) {
   o.output_len = args.take_int("--output-len", 64, 1, 65536);
   o.seed = static_cast<uint64_t>(args.take_int("--seed", 0, 0, INT64_MAX));
   for (const auto& run : split_commas(args.take_or("--runs", "planner,smallest,largest"))) {
-    if (run != "planner" && run != "smallest" && run != "largest")
-      throw usage_error("--runs: expected planner, smallest or largest, got '" + run + "'");
+    if (run != "planner" && run != "smallest" && run != "largest" && run != "scripted")
+      throw usage_error("--runs: expected planner, smallest, largest or scripted, got '" + run +
+                        "'");
     o.runs.push_back(run);
+  }
+  const auto script = args.take("--script");
+  const bool scripted = std::count(o.runs.begin(), o.runs.end(), "scripted") > 0;
+  if (scripted != script.has_value())
+    throw usage_error(scripted ? "--runs scripted needs --script"
+                               : "--script needs --runs scripted");
+  try {
+    if (script) o.script = parse_scale_script(*script, factor);
+  } catch (const std::invalid_argument& e) {
+    throw usage_error(e.what());
   }
   o.model = args.take("--model");
   o.out = args.take_or("--out", "bench-scale");
@@ -113,7 +131,7 @@ scale_run_config run_config(const scale_bench_options& o, const std::string& bas
                             const planner::planner_config& p, const fs::path& model) {
   const std::string name = "bench-scale-" + std::to_string(::getpid()) + "-" + run;
   scale_run_config c;
-  c.name = run == "planner" ? "planner" : "fixed-" + run;
+  c.name = run == "planner" || run == "scripted" ? run : "fixed-" + run;
   c.run_dir = fs::temp_directory_path() / ("supernode-" + name);
   c.model = model;
   c.kinds = kinds;
@@ -129,8 +147,10 @@ scale_run_config run_config(const scale_bench_options& o, const std::string& bas
   f.set("gateway", "max_connections_per_client", "4096");
   f.set("planner", "enabled", run == "planner" ? "true" : "false");
   if (run == "planner") c.start_counts = smallest;
+  if (run == "scripted") c.script = o.script; // from the config's counts
   for (const auto& [kind, count] : run == "largest" ? largest : smallest)
-    if (run != "planner") f.set("process." + kind, "count", std::to_string(count));
+    if (run == "smallest" || run == "largest")
+      f.set("process." + kind, "count", std::to_string(count));
   c.config_text = f.text();
   c.duration_s = o.duration_s;
   return c;
@@ -149,12 +169,29 @@ void print_summary(const json& run) {
               run["instance_seconds"].get<double>(), run["requests"].get<size_t>(),
               static_cast<long long>(run["failed"].get<int64_t>()));
   for (const auto& e : run["events"]) {
-    const bool start = e["kind"] == "start";
-    std::printf("  %-5s %-12s at %6.1f s: %s %s\n", start ? "start" : "drain",
+    const auto kind = e["kind"].get<std::string>();
+    const bool start = kind == "start", drain = kind == "drain";
+    std::printf("  %-6s %-12s at %6.1f s: %s %s\n", kind.c_str(),
                 e["slot"].get<std::string>().c_str(), e["command_s"].get<double>(),
-                start ? "to first served" : "drained in",
-                seconds_text(start ? e["to_first_served_s"] : e["drain_s"]).c_str());
+                start   ? "to first served"
+                : drain ? "drained in"
+                        : ("to " + e.value("to", std::string()) + ", serving in").c_str(),
+                seconds_text(start   ? e["to_first_served_s"]
+                             : drain ? e["drain_s"]
+                                     : e["to_ready_s"])
+                    .c_str());
   }
+  for (const auto& step : run["script"])
+    std::printf("  step  %-30s at %6.1f s: %s in %s\n", step["step"].get<std::string>().c_str(),
+                step["sent_s"].get<double>(), step["ok"].get<bool>() ? "done" : "REFUSED",
+                seconds_text(step["took_s"]).c_str());
+  for (const auto& r : run["ep_reforms"])
+    std::printf("  group %-12s at %6.1f s: re-formed over %s, paused %lld ms (ranks %lld ms "
+                "apart, longest rank pause %lld ms)\n",
+                r["group"].get<std::string>().c_str(), r["at_s"].get<double>(),
+                r["over"].get<std::string>().c_str(), r["pause_ms"].get<long long>(),
+                r["switch_spread_ms"].get<long long>(),
+                r["longest_rank_pause_ms"].get<long long>());
 }
 
 } // namespace
@@ -170,10 +207,23 @@ int run_scale_bench(cli_args& args) {
   const stop_signal_watcher signals("bench scale");
   const std::string base = services::cluster::read_text_file(o.config);
   // The planner's view of the config (on, whatever the file says), checked before any run.
-  auto on = services::cluster::cluster_file(base).set("planner", "enabled", "true").text();
+  // A scripted run alone keeps the planner off: its checks do not apply.
+  const bool scripted_only = o.runs == std::vector<std::string>{"scripted"};
+  auto on = scripted_only
+                ? base
+                : services::cluster::cluster_file(base).set("planner", "enabled", "true").text();
   const auto setup = parse_serving_setup(on, o.config.string(), o.model);
   const auto& p = setup.serving.planner;
-  const auto kinds = planner::planner_process_kinds(setup.cluster, p);
+  auto kinds = planner::planner_process_kinds(setup.cluster, p);
+  // A scripted run alone needs no plannable topology: only which kinds serve which role.
+  if (kinds.problem && scripted_only) {
+    kinds.problem.reset();
+    for (const auto& proc : setup.cluster.processes)
+      for (const auto& role : proc.roles) {
+        if (role == "prefill" && kinds.kinds.prefill.empty()) kinds.kinds.prefill = proc.name;
+        if (role == "decode" && kinds.kinds.decode.empty()) kinds.kinds.decode = proc.name;
+      }
+  }
   if (kinds.problem)
     throw usage_error(o.config.string() + ": [" + transport::table_name(kinds.problem->table) +
                       "] " + kinds.problem->key + " " + kinds.problem->what);

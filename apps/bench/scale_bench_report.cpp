@@ -23,8 +23,11 @@ json optional_number(const std::optional<double>& v) {
 json event_json(const scale_event& e) {
   json j{{"slot", e.slot},
          {"role", e.role},
-         {"kind", e.start ? "start" : "drain"},
+         {"kind", !e.switched_to.empty() ? "switch"
+                  : e.start              ? "start"
+                                         : "drain"},
          {"command_s", e.command_s}};
+  if (!e.switched_to.empty()) j["to"] = e.switched_to;
   auto since_command = [&](const std::optional<double>& t) {
     return t ? json(*t - e.command_s) : json(nullptr);
   };
@@ -87,6 +90,27 @@ json summarize_run(const scale_run_result& run, const lg::slo_targets& slo, doub
   j["events"] = json::array();
   for (const auto& e : run.events) j["events"].push_back(event_json(e));
   j["planner_log"] = run.planner_log;
+  j["script"] = json::array();
+  for (const auto& o : run.script) {
+    const auto answer = json::parse(o.answer, nullptr, false);
+    j["script"].push_back(
+        {{"step", o.step.text},
+         {"sent_s", o.sent_s},
+         {"ok", answer.is_object() && answer.value("ok", false)},
+         {"took_s",
+          answer.is_object() && answer.contains("took_s") ? answer["took_s"] : json(nullptr)},
+         {"answer", answer.is_discarded() ? json(o.answer) : answer}});
+  }
+  j["ep_reforms"] = json::array();
+  for (const auto& r : run.ep_reforms)
+    j["ep_reforms"].push_back({{"group", r.group},
+                               {"epoch", r.epoch},
+                               {"over", r.ranks},
+                               {"at_s", r.first_s},
+                               {"ranks_logged", r.lines},
+                               {"switch_spread_ms", std::llround((r.last_s - r.first_s) * 1000)},
+                               {"longest_rank_pause_ms", r.longest_rank_pause_ms},
+                               {"pause_ms", r.pause_ms()}});
   j["timeline"] = json::array();
   for (const auto& m : run.timeline)
     j["timeline"].push_back({{"t", m.t},

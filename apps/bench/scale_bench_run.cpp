@@ -20,6 +20,7 @@
 
 namespace supernode::apps {
 
+namespace fs = std::filesystem;
 namespace lg = services::loadgen;
 namespace cl = services::cluster;
 using json = nlohmann::json;
@@ -127,9 +128,16 @@ std::vector<scale_event> read_events(const scale_run_config& config, double unix
     const std::string slot = e.value("process", std::string()), what = e.value("event", "");
     const std::string role = role_of_slot(slot, config.kinds);
     if (t < 0 || role.empty()) continue;
-    if (what == "spawned" || what == "draining") {
+    if (what == "spawned" || what == "draining" || what == "switching") {
       open[slot] = out.size();
-      out.push_back({slot, role, what == "spawned", t, {}, {}, {}});
+      out.push_back({slot,
+                     role,
+                     what != "draining",
+                     t,
+                     {},
+                     {},
+                     {},
+                     what == "switching" ? e.value("to", std::string()) : ""});
       continue;
     }
     const auto it = open.find(slot);
@@ -144,7 +152,7 @@ std::vector<scale_event> read_events(const scale_run_config& config, double unix
     }
   }
   for (auto& ev : out) {
-    if (!ev.start || !ev.ready_s) continue;
+    if (!ev.start || !ev.ready_s || !ev.switched_to.empty()) continue;
     const auto b = busy.find(instance_of_slot(ev.slot, ev.role));
     if (b == busy.end()) continue;
     for (double t : b->second)
@@ -168,6 +176,53 @@ void reach_start_counts(const scale_run_config& config) {
   if (!reply.is_object() || !reply.value("ok", false))
     throw std::runtime_error(config.name + ": the supervisor did not reach the start counts " +
                              request["counts"].dump() + ": " + (answer ? *answer : "no answer"));
+}
+
+// Sends the script's operations at their times, each once the one before was answered.
+class script_runner {
+public:
+  script_runner(const scale_run_config& config, std::chrono::steady_clock::time_point t0)
+      : config_(config), t0_(t0) {
+    if (!config.script.empty()) thread_ = std::thread([this] { run(); });
+  }
+  ~script_runner() { join(); }
+  void join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  std::vector<scripted_outcome> outcomes; // after join()
+
+private:
+  void run() {
+    for (const auto& step : config_.script) {
+      std::this_thread::sleep_until(t0_ + std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                              std::chrono::duration<double>(step.at_s)));
+      json request{{"request", "scale"},
+                   {"counts", step.counts},
+                   {"operation_id", "bench-script-" + std::to_string(outcomes.size())},
+                   {"drain_timeout_ms", 60000}};
+      if (!step.drain.empty()) request["drain"] = step.drain;
+      if (step.switch_roles) request["switch"] = true;
+      const double sent =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+      std::fprintf(stderr, "[bench scale] %s: %.1f s: %s\n", config_.name.c_str(), sent,
+                   step.text.c_str());
+      const auto answer = cl::ask_control(config_.run_dir / "supervisor.sock", request.dump(),
+                                          std::chrono::minutes(5));
+      outcomes.push_back({step, sent, answer.value_or("")});
+    }
+  }
+
+  const scale_run_config& config_;
+  std::chrono::steady_clock::time_point t0_;
+  std::thread thread_;
+};
+
+std::vector<std::string> instance_logs(const fs::path& run_dir) {
+  std::vector<std::string> texts;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(run_dir / "logs", ec))
+    if (entry.path().extension() == ".log") texts.push_back(cl::read_text_file(entry.path()));
+  return texts;
 }
 
 } // namespace
@@ -199,7 +254,10 @@ scale_run_result run_scale_once(const scale_run_config& config,
   r.name = config.name;
   {
     run_poller poller(config, port, t0);
+    script_runner script(config, t0);
     auto result = lg::run_load(plan, o);
+    script.join();
+    r.script = std::move(script.outcomes);
     r.outcomes = std::move(result.outcomes);
     r.duration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::lock_guard lock(poller.seen.mutex);
@@ -210,6 +268,7 @@ scale_run_result run_scale_once(const scale_run_config& config,
        cl::lines_starting(cl::read_text_file(config.run_dir / "logs" / "gateway-0.log"), ""))
     if (const auto at = line.find("planner: "); at != std::string::npos)
       r.planner_log.push_back(line.substr(0, 24) + " " + line.substr(at));
+  r.ep_reforms = ep_reforms_in(instance_logs(config.run_dir), unix_t0);
   cluster.succeeded();
   return r;
 }

@@ -5,6 +5,7 @@
 // instance first had work (from /metrics, polled) — all on the run's clock: seconds since the
 // first request was due.
 
+#include "apps/bench/scale_script.hpp"
 #include "services/loadgen/request_outcome.hpp"
 #include "services/loadgen/workload.hpp"
 #include "services/planner/planner_sampler.hpp"
@@ -33,6 +34,8 @@ struct scale_event {
   std::optional<double> ready_s; // start: printed "ready"
   std::optional<double> first_served_s; // start: first poll with work on it (queued or running)
   std::optional<double> gone_s;         // drain: its process ended
+  std::string switched_to; // a role switch in place to this kind (start-like: ready_s is when
+                           // the process served again)
 };
 
 struct scale_run_config {
@@ -46,6 +49,9 @@ struct scale_run_config {
   std::map<std::string, int> start_counts;
   double duration_s = 0; // the load lasts this long; the run waits for the last answer
   double poll_interval_s = 0.25;
+  // Scale operations sent to the supervisor while the load runs, one after another (each
+  // waits for the answer of the one before): the scripted run.
+  std::vector<scripted_scale> script;
 };
 
 struct scale_run_result {
@@ -56,6 +62,8 @@ struct scale_run_result {
   // The planner's log lines (gateway-0's "planner: ..."): each decision with its reason.
   std::vector<std::string> planner_log;
   double duration_s = 0; // to the last answer
+  std::vector<scripted_outcome> script;
+  std::vector<ep_reform> ep_reforms; // every group re-formation during the run
 };
 
 scale_run_result run_scale_once(const scale_run_config& config,

@@ -18,6 +18,7 @@ target_sources(supernode PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/scale_bench.cpp
   ${CMAKE_CURRENT_LIST_DIR}/scale_bench_run.cpp
   ${CMAKE_CURRENT_LIST_DIR}/scale_bench_report.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/scale_script.cpp
   ${CMAKE_CURRENT_LIST_DIR}/scale_bench_plot.cpp
   # `supernode bench model-cache`
   ${CMAKE_CURRENT_LIST_DIR}/model_cache_bench.cpp
