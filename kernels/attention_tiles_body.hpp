@@ -35,25 +35,9 @@ inline vn splat(float x) {
   for (int i = 0; i < width; ++i) v[i] = x;
   return v;
 }
-// exp(x) for x <= 0, the same bits everywhere: x = n ln2 + r (Cody-Waite), exp(r) by Cephes'
-// expf polynomial, times 2^n built in the exponent field. 0 below -87 (where expf leaves the
-// normal range), so masked (-inf) scores weigh exactly nothing. exp(0) is exactly 1.
+// exp(x) for x <= 0, the same bits everywhere (vector_exp.hpp).
 inline vn exp_nonpositive(vn x) {
-  const vn magic = splat(12582912.0f); // 1.5 * 2^23: adding then subtracting rounds to integer
-  const vn xc = x < -87.0f ? splat(-87.0f) : x;
-  const vn n = (xc * 1.44269504088896341f + magic) - magic;
-  vn r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  vn p = splat(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * (r * r) + r + 1.0f;
-  const vni e = (__builtin_convertvector(n, vni) + 127) << 23;
-  const vn y = p * __builtin_bit_cast(vn, e);
-  return x < -87.0f ? splat(0.0f) : y;
+  return vector_math::exp_nonpositive(x);
 }
 
 inline vn vmax(vn a, vn b) {
