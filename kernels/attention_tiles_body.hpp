@@ -78,44 +78,58 @@ inline vni lane_numbers(int part) {
   return v;
 }
 
-// s[g] = the 16 keys of block `b` against query g: one running sum per lane over d in order.
+// s[g] = the 16 keys of block `b` against query g < G: one running sum per lane over d in order.
+// A partial group of n queries (a short chunk, a prompt's last queries) is scored as G = 1, 2 or
+// 4 instead of a whole padded group: one query after a long prefix costs a chain of qk adds per
+// block rather than `group` chains.
 #if defined(SUPERNODE_ATTENTION_BF16)
 static_assert(parts == 1, "the BF16 scores are one ZMM register per block");
+template<int G>
 inline void scores(const prefill_operands& o, const int64_t* query, int64_t b, v16* s) {
   const uint32_t* kt = o.kt_bf16 + b * o.qk_pairs * lanes;
-  const uint32_t* q[group];
-  for (int g = 0; g < group; ++g) q[g] = o.q_bf16 + query[g] * o.q_bf16_stride;
-  __m512 acc[group];
-  for (int g = 0; g < group; ++g) acc[g] = _mm512_setzero_ps();
+  const uint32_t* q[G];
+  for (int g = 0; g < G; ++g) q[g] = o.q_bf16 + query[g] * o.q_bf16_stride;
+  __m512 acc[G];
+  for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
   for (int64_t d = 0; d < o.qk_pairs; ++d) {
     const __m512bh k = __builtin_bit_cast(__m512bh, _mm512_loadu_si512(kt + d * lanes));
 #pragma GCC unroll 8
-    for (int g = 0; g < group; ++g)
+    for (int g = 0; g < G; ++g)
       acc[g] = _mm512_dpbf16_ps(
           acc[g], k, __builtin_bit_cast(__m512bh, _mm512_set1_epi32(static_cast<int>(q[g][d]))));
   }
-  for (int g = 0; g < group; ++g) s[g].p[0] = __builtin_bit_cast(vn, acc[g]);
+  for (int g = 0; g < G; ++g) s[g].p[0] = __builtin_bit_cast(vn, acc[g]);
 }
 #else
+template<int G>
 inline void scores(const prefill_operands& o, const int64_t* query, int64_t b, v16* s) {
   const float* kt = o.kt + b * o.qk * lanes;
-  const float* q[group];
-  for (int g = 0; g < group; ++g) q[g] = o.q + query[g] * o.q_stride;
-  vn acc[group][parts];
-  for (int g = 0; g < group; ++g)
+  const float* q[G];
+  for (int g = 0; g < G; ++g) q[g] = o.q + query[g] * o.q_stride;
+  vn acc[G][parts];
+  for (int g = 0; g < G; ++g)
     for (int i = 0; i < parts; ++i) acc[g][i] = splat(0.0f);
   for (int64_t d = 0; d < o.qk; ++d) {
     vn k[parts];
     for (int i = 0; i < parts; ++i) k[i] = load(kt + d * lanes + i * width);
 #pragma GCC unroll 8
-    for (int g = 0; g < group; ++g)
+    for (int g = 0; g < G; ++g)
 #pragma GCC unroll 4
       for (int i = 0; i < parts; ++i) acc[g][i] = acc[g][i] + k[i] * q[g][d];
   }
-  for (int g = 0; g < group; ++g)
+  for (int g = 0; g < G; ++g)
     for (int i = 0; i < parts; ++i) s[g].p[i] = acc[g][i];
 }
 #endif
+
+// scores<G> for the n <= group queries of `query` (padded to `group` with copies of the last).
+inline void score_group(const prefill_operands& o, int64_t n, const int64_t* query, int64_t b,
+                        v16* s) {
+  if (n == 1 && group > 1) return scores<1>(o, query, b, s);
+  if (n == 2 && group > 2) return scores<2>(o, query, b, s);
+  if (n <= 4 && group > 4) return scores<4>(o, query, b, s);
+  scores<group>(o, query, b, s);
+}
 
 // y *= a over n floats.
 inline void scale_row(float* y, float a, int64_t n) {
@@ -207,7 +221,7 @@ void prefill_tile(const prefill_operands& o) {
       int64_t query[group];
       for (int g = 0; g < group; ++g) query[g] = o.i0 + r0 + (g < n ? g : n - 1);
       v16 s[group];
-      scores(o, query, b, s);
+      score_group(o, n, query, b, s);
       for (int64_t g = 0; g < n; ++g)
         if (o.first_pos + query[g] >= b * lanes) absorb_block(o, query[g], b, s[g], state[r0 + g]);
     }
