@@ -53,6 +53,27 @@ void add_rows(float* x, const float* d, int64_t rows, int64_t dim) {
   });
 }
 
+// o[j] = sum_c latent[c] * w_uv[j][c] for j < vd (rows of `lora`), each one chain of adds in c
+// order; eight outputs side by side, so their chains overlap instead of each add waiting on the
+// one before it (one chain per output at a time left a decode step latency-bound here).
+void map_latent_to_values(const float* latent, const float* w_uv, int64_t lora, int64_t vd,
+                          float* o) {
+  constexpr int64_t chains = 8;
+  int64_t j0 = 0;
+  for (; j0 + chains <= vd; j0 += chains) {
+    float acc[chains] = {};
+    const float* w = w_uv + j0 * lora;
+    for (int64_t c = 0; c < lora; ++c)
+      for (int64_t u = 0; u < chains; ++u) acc[u] += latent[c] * w[u * lora + c];
+    std::copy_n(acc, chains, o + j0);
+  }
+  for (; j0 < vd; ++j0) {
+    float acc = 0.0f;
+    for (int64_t c = 0; c < lora; ++c) acc += latent[c] * w_uv[j0 * lora + c];
+    o[j0] = acc;
+  }
+}
+
 } // namespace
 
 transformer::transformer(std::shared_ptr<const model_weights> weights)
@@ -247,13 +268,8 @@ void transformer::attention(const attention_weights& w, int64_t kv_layer, const 
           kernels::axpy(qn[d], w.kv_b.data() + (head * kvw + d) * lora, q_lat.data(), lora);
         kernels::mla_decode(
             {q_lat.data(), qn + nope, view, s.first_pos + i, 1, softmax_scale_, o_lat.data()});
-        float* o = attn_out_.data() + r * nh * vd + head * vd;
-        for (int64_t j = 0; j < vd; ++j) {
-          const float* wv = w.kv_b.data() + (head * kvw + nope + j) * lora;
-          float acc = 0.0f;
-          for (int64_t cc = 0; cc < lora; ++cc) acc += o_lat[cc] * wv[cc];
-          o[j] = acc;
-        }
+        map_latent_to_values(o_lat.data(), w.kv_b.data() + (head * kvw + nope) * lora, lora, vd,
+                             attn_out_.data() + r * nh * vd + head * vd);
       });
     }
     row += s.n_tokens;
