@@ -103,7 +103,7 @@ inline void scores(const prefill_operands& o, const int64_t* query, int64_t b, v
 #else
 template<int G>
 inline void scores(const prefill_operands& o, const int64_t* query, int64_t b, v16* s) {
-  const float* kt = o.kt + b * o.qk * lanes;
+  const float* kt = o.pack ? o.block_keys : o.kt + b * o.qk * lanes;
   const float* q[G];
   for (int g = 0; g < G; ++g) q[g] = o.q + query[g] * o.q_stride;
   vn acc[G][parts];
@@ -201,7 +201,7 @@ inline void absorb_block(const prefill_operands& o, int64_t i, int64_t b, const 
     store(weights + i * width, p);
     store(st.sum + i * width, load(st.sum + i * width) + p);
   }
-  accumulate_values(o, o.vt + b * lanes * o.vd, weights, visible, out);
+  accumulate_values(o, o.pack ? o.block_values : o.vt + b * lanes * o.vd, weights, visible, out);
 }
 
 } // namespace
@@ -215,6 +215,7 @@ void prefill_tile(const prefill_operands& o) {
   }
   const int64_t last_pos = o.first_pos + o.i0 + o.rows - 1;
   for (int64_t b = 0; b * lanes <= last_pos; ++b) {
+    if (o.pack) o.pack(o.pack_context, b, o.block_keys, o.block_values);
     for (int64_t r0 = 0; r0 < o.rows; r0 += group) {
       const int64_t n = o.rows - r0 < group ? o.rows - r0 : group;
       if (o.first_pos + o.i0 + r0 + n - 1 < b * lanes) continue; // no query here sees block b
