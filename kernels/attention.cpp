@@ -147,11 +147,54 @@ void set_attention_scores(attention_scores s) {
   scores_slot().store(s, std::memory_order_relaxed);
 }
 
+namespace {
+// One head of a call whose queries fit one tile: the tile packs each key block as it reaches it.
+struct head_packing {
+  const mla_prefill_args* a;
+  int64_t h;
+};
+void pack_head_block(const void* context, int64_t b, float* keys, float* values) {
+  const auto& p = *static_cast<const head_packing*>(context);
+  pack_block(*p.a, p.h, b, keys, values);
+}
+
+void mla_prefill_one_tile(const mla_prefill_args& a, thread_pool& pool) {
+  const int64_t qk = a.nope + a.rope;
+  constexpr int64_t lanes = attention_tiles::key_block;
+  const auto run = fp32_tile();
+  pool.parallel_for(a.heads, [&](int64_t h) {
+    // The calling thread's buffers, or the worker's own: each task owns its thread's.
+    float* scratch = packing_buffers::of_this_thread().floats((qk + a.v) * lanes);
+    const head_packing context{&a, h};
+    attention_tiles::prefill_operands o{};
+    o.q = a.q + h * qk;
+    o.q_stride = a.heads * qk;
+    o.qk = qk;
+    o.qk_pairs = (qk + 1) / 2;
+    o.vd = a.v;
+    o.first_pos = a.first_pos;
+    o.i0 = 0;
+    o.rows = a.n_queries;
+    o.scale = a.softmax_scale;
+    o.out = a.out + h * a.v;
+    o.out_stride = a.heads * a.v;
+    o.pack = pack_head_block;
+    o.pack_context = &context;
+    o.block_keys = scratch;
+    o.block_values = scratch + qk * lanes;
+    run(o);
+  });
+}
+} // namespace
+
 void mla_prefill(const mla_prefill_args& a, thread_pool& pool) {
   constexpr int64_t lanes = attention_tiles::key_block, tile = attention_tiles::max_tile_queries;
   const int64_t qk = a.nope + a.rope, qk_pairs = (qk + 1) / 2, n_keys = a.first_pos + a.n_queries;
   const int64_t blocks = (n_keys + lanes - 1) / lanes;
   const bool bf16 = bf16_runs();
+  // A short chunk (one tile of queries per head): nothing to share between tiles, so each head's
+  // tile packs its blocks as it goes instead of every key being packed to memory first.
+  if (!bf16 && a.n_queries <= tile) return mla_prefill_one_tile(a, pool);
   // Keys and values are packed once per call, so every tile of queries reads its blocks
   // contiguously.
   auto& buffers = packing_buffers::of_this_thread();

@@ -10,6 +10,8 @@
 //
 // As in avx2_kernels.hpp, the units see plain pointers and sizes only.
 
+#include "kernels/vector_exp.hpp" // the units' exp, one copy per instruction set
+
 #include <cstdint>
 
 namespace supernode::kernels::attention_tiles {
@@ -31,6 +33,15 @@ struct prefill_operands {
   float scale;
   float* out; // query i's output at out + i * out_stride, vd floats
   int64_t out_stride;
+  // Packing on the fly (FP32 scores only; kt and vt are then unused): pack(pack_context, b,
+  // keys, values) writes block b as kt and vt would hold it into the scratch block_keys
+  // ([qk][16]) and block_values ([16][vd]), just before the tile uses it. For a tile that is a
+  // whole call (a short chunk), this keeps each block in L1 instead of packing every key to
+  // memory first; the numbers are the same.
+  void (*pack)(const void* pack_context, int64_t b, float* keys, float* values);
+  const void* pack_context;
+  float* block_keys;
+  float* block_values;
 };
 
 namespace portable {

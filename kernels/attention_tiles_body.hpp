@@ -35,25 +35,9 @@ inline vn splat(float x) {
   for (int i = 0; i < width; ++i) v[i] = x;
   return v;
 }
-// exp(x) for x <= 0, the same bits everywhere: x = n ln2 + r (Cody-Waite), exp(r) by Cephes'
-// expf polynomial, times 2^n built in the exponent field. 0 below -87 (where expf leaves the
-// normal range), so masked (-inf) scores weigh exactly nothing. exp(0) is exactly 1.
+// exp(x) for x <= 0, the same bits everywhere (vector_exp.hpp).
 inline vn exp_nonpositive(vn x) {
-  const vn magic = splat(12582912.0f); // 1.5 * 2^23: adding then subtracting rounds to integer
-  const vn xc = x < -87.0f ? splat(-87.0f) : x;
-  const vn n = (xc * 1.44269504088896341f + magic) - magic;
-  vn r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  vn p = splat(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * (r * r) + r + 1.0f;
-  const vni e = (__builtin_convertvector(n, vni) + 127) << 23;
-  const vn y = p * __builtin_bit_cast(vn, e);
-  return x < -87.0f ? splat(0.0f) : y;
+  return vector_math::exp_nonpositive(x);
 }
 
 inline vn vmax(vn a, vn b) {
@@ -94,44 +78,58 @@ inline vni lane_numbers(int part) {
   return v;
 }
 
-// s[g] = the 16 keys of block `b` against query g: one running sum per lane over d in order.
+// s[g] = the 16 keys of block `b` against query g < G: one running sum per lane over d in order.
+// A partial group of n queries (a short chunk, a prompt's last queries) is scored as G = 1, 2 or
+// 4 instead of a whole padded group: one query after a long prefix costs a chain of qk adds per
+// block rather than `group` chains.
 #if defined(SUPERNODE_ATTENTION_BF16)
 static_assert(parts == 1, "the BF16 scores are one ZMM register per block");
+template<int G>
 inline void scores(const prefill_operands& o, const int64_t* query, int64_t b, v16* s) {
   const uint32_t* kt = o.kt_bf16 + b * o.qk_pairs * lanes;
-  const uint32_t* q[group];
-  for (int g = 0; g < group; ++g) q[g] = o.q_bf16 + query[g] * o.q_bf16_stride;
-  __m512 acc[group];
-  for (int g = 0; g < group; ++g) acc[g] = _mm512_setzero_ps();
+  const uint32_t* q[G];
+  for (int g = 0; g < G; ++g) q[g] = o.q_bf16 + query[g] * o.q_bf16_stride;
+  __m512 acc[G];
+  for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
   for (int64_t d = 0; d < o.qk_pairs; ++d) {
     const __m512bh k = __builtin_bit_cast(__m512bh, _mm512_loadu_si512(kt + d * lanes));
 #pragma GCC unroll 8
-    for (int g = 0; g < group; ++g)
+    for (int g = 0; g < G; ++g)
       acc[g] = _mm512_dpbf16_ps(
           acc[g], k, __builtin_bit_cast(__m512bh, _mm512_set1_epi32(static_cast<int>(q[g][d]))));
   }
-  for (int g = 0; g < group; ++g) s[g].p[0] = __builtin_bit_cast(vn, acc[g]);
+  for (int g = 0; g < G; ++g) s[g].p[0] = __builtin_bit_cast(vn, acc[g]);
 }
 #else
+template<int G>
 inline void scores(const prefill_operands& o, const int64_t* query, int64_t b, v16* s) {
-  const float* kt = o.kt + b * o.qk * lanes;
-  const float* q[group];
-  for (int g = 0; g < group; ++g) q[g] = o.q + query[g] * o.q_stride;
-  vn acc[group][parts];
-  for (int g = 0; g < group; ++g)
+  const float* kt = o.pack ? o.block_keys : o.kt + b * o.qk * lanes;
+  const float* q[G];
+  for (int g = 0; g < G; ++g) q[g] = o.q + query[g] * o.q_stride;
+  vn acc[G][parts];
+  for (int g = 0; g < G; ++g)
     for (int i = 0; i < parts; ++i) acc[g][i] = splat(0.0f);
   for (int64_t d = 0; d < o.qk; ++d) {
     vn k[parts];
     for (int i = 0; i < parts; ++i) k[i] = load(kt + d * lanes + i * width);
 #pragma GCC unroll 8
-    for (int g = 0; g < group; ++g)
+    for (int g = 0; g < G; ++g)
 #pragma GCC unroll 4
       for (int i = 0; i < parts; ++i) acc[g][i] = acc[g][i] + k[i] * q[g][d];
   }
-  for (int g = 0; g < group; ++g)
+  for (int g = 0; g < G; ++g)
     for (int i = 0; i < parts; ++i) s[g].p[i] = acc[g][i];
 }
 #endif
+
+// scores<G> for the n <= group queries of `query` (padded to `group` with copies of the last).
+inline void score_group(const prefill_operands& o, int64_t n, const int64_t* query, int64_t b,
+                        v16* s) {
+  if (n == 1 && group > 1) return scores<1>(o, query, b, s);
+  if (n == 2 && group > 2) return scores<2>(o, query, b, s);
+  if (n <= 4 && group > 4) return scores<4>(o, query, b, s);
+  scores<group>(o, query, b, s);
+}
 
 // y *= a over n floats.
 inline void scale_row(float* y, float a, int64_t n) {
@@ -203,7 +201,7 @@ inline void absorb_block(const prefill_operands& o, int64_t i, int64_t b, const 
     store(weights + i * width, p);
     store(st.sum + i * width, load(st.sum + i * width) + p);
   }
-  accumulate_values(o, o.vt + b * lanes * o.vd, weights, visible, out);
+  accumulate_values(o, o.pack ? o.block_values : o.vt + b * lanes * o.vd, weights, visible, out);
 }
 
 } // namespace
@@ -217,13 +215,14 @@ void prefill_tile(const prefill_operands& o) {
   }
   const int64_t last_pos = o.first_pos + o.i0 + o.rows - 1;
   for (int64_t b = 0; b * lanes <= last_pos; ++b) {
+    if (o.pack) o.pack(o.pack_context, b, o.block_keys, o.block_values);
     for (int64_t r0 = 0; r0 < o.rows; r0 += group) {
       const int64_t n = o.rows - r0 < group ? o.rows - r0 : group;
       if (o.first_pos + o.i0 + r0 + n - 1 < b * lanes) continue; // no query here sees block b
       int64_t query[group];
       for (int g = 0; g < group; ++g) query[g] = o.i0 + r0 + (g < n ? g : n - 1);
       v16 s[group];
-      scores(o, query, b, s);
+      score_group(o, n, query, b, s);
       for (int64_t g = 0; g < n; ++g)
         if (o.first_pos + query[g] >= b * lanes) absorb_block(o, query[g], b, s[g], state[r0 + g]);
     }

@@ -1,6 +1,13 @@
 #include "kernels/elementwise.hpp"
 
+#include "kernels/kernel_isa.hpp"
+#include "kernels/vector_exp.hpp"
+
 #include <cmath>
+#if defined(__x86_64__)
+#include "kernels/arch/x86/avx2_kernels.hpp"
+#include "kernels/arch/x86/avx512_kernels.hpp"
+#endif
 
 namespace supernode::kernels {
 
@@ -16,11 +23,18 @@ void rms_norm(const float* x, int64_t rows, int64_t dim, int64_t ldx, const floa
   }
 }
 
+namespace portable {
+#define SUPERNODE_SWIGLU_WIDTH 4 // SSE2 on x86-64
+#include "kernels/swiglu_body.hpp"
+} // namespace portable
+
 void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    out[i] = g / (1.0f + std::exp(-g)) * up[i];
-  }
+#if defined(__x86_64__)
+  const kernel_isa isa = active_kernel_isa();
+  if (kernel_isa_has_avx512(isa)) return avx512::silu_mul(gate, up, out, n);
+  if (kernel_isa_has_avx2(isa)) return avx2::silu_mul(gate, up, out, n);
+#endif
+  portable::silu_mul(gate, up, out, n);
 }
 
 void softmax(float* x, int64_t n) {

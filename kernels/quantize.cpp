@@ -1,6 +1,7 @@
 #include "kernels/quantize.hpp"
 
 #include "kernels/kernel_isa.hpp"
+#include "kernels/thread_pool.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -49,11 +50,15 @@ void quantize_rows(const float* x, int64_t rows, int64_t cols, int64_t ldx, quan
   out.stride = (cols + quantize_k_step - 1) / quantize_k_step * quantize_k_step;
   out.q.resize(static_cast<size_t>(rows * out.stride));
   out.scale.resize(static_cast<size_t>(rows));
-  for (int64_t r = 0; r < rows; ++r) {
-    int8_t* q = out.q.data() + r * out.stride;
-    out.scale[r] = quantize_row(x + r * ldx, cols, q);
-    std::fill(q + cols, q + out.stride, int8_t{0});
-  }
+  // Rows are independent, so a prefill's hundreds of them go to the pool in ranges.
+  constexpr int64_t rows_per_task = 32;
+  thread_pool::shared().parallel_for((rows + rows_per_task - 1) / rows_per_task, [&](int64_t t) {
+    for (int64_t r = t * rows_per_task; r < std::min(rows, (t + 1) * rows_per_task); ++r) {
+      int8_t* q = out.q.data() + r * out.stride;
+      out.scale[r] = quantize_row(x + r * ldx, cols, q);
+      std::fill(q + cols, q + out.stride, int8_t{0});
+    }
+  });
 }
 
 void dequantize_rows(const quantized_rows& in, float* y, int64_t ldy) {

@@ -56,10 +56,13 @@ void run_experts(const model_config& c, const moe_weights& w, precision prec,
     kernels::gemm_int8_grouped(problems);
     swiglu();
     problems.clear();
-    for (auto* b : batches) {
-      kernels::quantize_rows(b->act.data(), b->rows, inter, inter, b->mid_q);
+    kernels::thread_pool::shared().parallel_for(
+        static_cast<int64_t>(batches.size()), [&](int64_t i) {
+          auto& b = *batches[i];
+          kernels::quantize_rows(b.act.data(), b.rows, inter, inter, b.mid_q);
+        });
+    for (auto* b : batches)
       problems.push_back({&b->mid_q, &w.experts[b->expert].down.int8(), b->out.data(), h});
-    }
     kernels::gemm_int8_grouped(problems);
   } else {
     std::vector<kernels::gemm_fp32_problem> problems;

@@ -57,6 +57,7 @@ expert_cost cost_of(const moe_weights& w, std::span<expert_batch* const> batches
 } // namespace supernode::model
 
 #include "kernels/elementwise.hpp"
+#include "kernels/thread_pool.hpp"
 
 #include <algorithm>
 
@@ -64,10 +65,17 @@ namespace supernode::model {
 
 template<class RoutedRow>
 void combine_routes(const moe_routing& routing, int64_t hidden, RoutedRow routed, float* out) {
-  std::fill(out, out + routing.rows * hidden, 0.0f);
-  for (int64_t r = 0; r < routing.rows; ++r)
-    for (int64_t j = 0; j < routing.k; ++j)
-      kernels::axpy(routing.weight[r * routing.k + j], routed(r, j), out + r * hidden, hidden);
+  // Tokens are independent (each its own fixed order of slots), so they go to the pool.
+  constexpr int64_t rows_per_task = 16;
+  kernels::thread_pool::shared().parallel_for(
+      (routing.rows + rows_per_task - 1) / rows_per_task, [&](int64_t t) {
+        const int64_t r0 = t * rows_per_task, r1 = std::min(routing.rows, r0 + rows_per_task);
+        std::fill(out + r0 * hidden, out + r1 * hidden, 0.0f);
+        for (int64_t r = r0; r < r1; ++r)
+          for (int64_t j = 0; j < routing.k; ++j)
+            kernels::axpy(routing.weight[r * routing.k + j], routed(r, j), out + r * hidden,
+                          hidden);
+      });
 }
 
 } // namespace supernode::model

@@ -28,6 +28,52 @@ kernels::rope_params rope_params_of(const model_config& c) {
   return p;
 }
 
+// Runs fn(r0, r1) over ranges of `rows` rows on the shared pool. The row-wise kernels (RMSNorm,
+// SwiGLU, RoPE, residual adds) give a row the same bits whichever range it falls in, and a
+// prefill has too many rows for one thread.
+template<class Fn>
+void for_row_ranges(int64_t rows, Fn fn) {
+  constexpr int64_t rows_per_task = 16;
+  kernels::thread_pool::shared().parallel_for(
+      (rows + rows_per_task - 1) / rows_per_task,
+      [&](int64_t t) { fn(t * rows_per_task, std::min(rows, (t + 1) * rows_per_task)); });
+}
+
+void rms_norm_rows(const float* x, int64_t rows, int64_t dim, int64_t ldx, const float* weight,
+                   float eps, float* y, int64_t ldy) {
+  for_row_ranges(rows, [&](int64_t r0, int64_t r1) {
+    kernels::rms_norm(x + r0 * ldx, r1 - r0, dim, ldx, weight, eps, y + r0 * ldy, ldy);
+  });
+}
+
+// x += d over `rows` rows of `dim`.
+void add_rows(float* x, const float* d, int64_t rows, int64_t dim) {
+  for_row_ranges(rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t i = r0 * dim; i < r1 * dim; ++i) x[i] += d[i];
+  });
+}
+
+// o[j] = sum_c latent[c] * w_uv[j][c] for j < vd (rows of `lora`), each one chain of adds in c
+// order; eight outputs side by side, so their chains overlap instead of each add waiting on the
+// one before it (one chain per output at a time left a decode step latency-bound here).
+void map_latent_to_values(const float* latent, const float* w_uv, int64_t lora, int64_t vd,
+                          float* o) {
+  constexpr int64_t chains = 8;
+  int64_t j0 = 0;
+  for (; j0 + chains <= vd; j0 += chains) {
+    float acc[chains] = {};
+    const float* w = w_uv + j0 * lora;
+    for (int64_t c = 0; c < lora; ++c)
+      for (int64_t u = 0; u < chains; ++u) acc[u] += latent[c] * w[u * lora + c];
+    std::copy_n(acc, chains, o + j0);
+  }
+  for (; j0 < vd; ++j0) {
+    float acc = 0.0f;
+    for (int64_t c = 0; c < lora; ++c) acc += latent[c] * w_uv[j0 * lora + c];
+    o[j0] = acc;
+  }
+}
+
 } // namespace
 
 transformer::transformer(std::shared_ptr<const model_weights> weights)
@@ -139,15 +185,15 @@ void transformer::layer_forward(const layer_weights& w, int64_t kv_layer, float*
   const float eps = static_cast<float>(c.rms_norm_eps);
   h_.resize(rows * h);
   proj_.resize(rows * h);
-  kernels::rms_norm(x, rows, h, h, w.input_norm.data(), eps, h_.data(), h);
+  rms_norm_rows(x, rows, h, h, w.input_norm.data(), eps, h_.data(), h);
   attention(w.attn, kv_layer, h_.data(), rows, steps, pool, proj_.data());
-  for (int64_t i = 0; i < rows * h; ++i) x[i] += proj_[i];
-  kernels::rms_norm(x, rows, h, h, w.post_attention_norm.data(), eps, h_.data(), h);
+  add_rows(x, proj_.data(), rows, h);
+  rms_norm_rows(x, rows, h, h, w.post_attention_norm.data(), eps, h_.data(), h);
   if (w.is_moe)
     moe(kv_layer, w.moe, h_.data(), rows, proj_.data());
   else
     mlp(w.dense, h_.data(), rows, proj_.data());
-  for (int64_t i = 0; i < rows * h; ++i) x[i] += proj_[i];
+  add_rows(x, proj_.data(), rows, h);
 }
 
 void transformer::attention(const attention_weights& w, int64_t kv_layer, const float* hn,
@@ -163,8 +209,8 @@ void transformer::attention(const attention_weights& w, int64_t kv_layer, const 
   if (c.q_lora_rank > 0) {
     qa_.resize(rows * c.q_lora_rank);
     matmul(w.q_a, hn, rows, h, qa_.data(), c.q_lora_rank);
-    kernels::rms_norm(qa_.data(), rows, c.q_lora_rank, c.q_lora_rank, w.q_a_norm.data(), eps,
-                      qa_.data(), c.q_lora_rank);
+    rms_norm_rows(qa_.data(), rows, c.q_lora_rank, c.q_lora_rank, w.q_a_norm.data(), eps,
+                  qa_.data(), c.q_lora_rank);
     matmul(w.q_b, qa_.data(), rows, c.q_lora_rank, q_.data(), nh * qk);
   } else {
     matmul(w.q_b, hn, rows, h, q_.data(), nh * qk);
@@ -173,21 +219,27 @@ void transformer::attention(const attention_weights& w, int64_t kv_layer, const 
   matmul(w.kv_a, hn, rows, h, kva_.data(), lora + rope);
 
   // The new tokens' latent KV goes into the cache before attention reads it.
-  int64_t row = 0;
-  for (auto& s : steps) {
+  row_tables_.resize(rows);
+  row_positions_.resize(rows);
+  for (int64_t row = 0; auto& s : steps)
     for (int64_t i = 0; i < s.n_tokens; ++i, ++row) {
-      const int64_t pos = s.first_pos + i;
-      float* slot = s.table->token_slot(pool, kv_layer, pos);
+      row_tables_[row] = s.table;
+      row_positions_[row] = s.first_pos + i;
+    }
+  for_row_ranges(rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t row = r0; row < r1; ++row) {
+      const int64_t pos = row_positions_[row];
+      float* slot = row_tables_[row]->token_slot(pool, kv_layer, pos);
       const float* src = kva_.data() + row * (lora + rope);
       kernels::rms_norm(src, 1, lora, lora, w.kv_a_norm.data(), eps, slot, lora);
       std::copy_n(src + lora, rope, slot + lora);
       rope_.apply(slot + lora, 1, rope, pos);
       rope_.apply(q_.data() + row * nh * qk + nope, nh, qk, pos);
     }
-  }
+  });
 
   attn_out_.resize(rows * nh * vd);
-  row = 0;
+  int64_t row = 0;
   std::vector<const float*> pointers;
   for (auto& s : steps) {
     const int64_t keys = s.first_pos + s.n_tokens;
@@ -195,7 +247,11 @@ void transformer::attention(const attention_weights& w, int64_t kv_layer, const 
     if (s.mode == attention_mode::prefill) {
       // Expand every cached latent (prefix and new tokens alike) to per-head keys and values,
       // so a prefix served from a cache gives the same numbers as one computed here.
-      std::vector<float> latent(keys * lora), kv(keys * nh * kvw);
+      // (Members, not locals: a fresh 8 MB per layer at 2,048 tokens costs its page faults.)
+      auto& latent = prefill_latent_;
+      auto& kv = prefill_kv_;
+      latent.resize(keys * lora);
+      kv.resize(keys * nh * kvw);
       for (int64_t t = 0; t < keys; ++t) std::copy_n(view.token(t), lora, latent.data() + t * lora);
       kernels::gemm_fp32(latent.data(), keys, lora, w.kv_b_gemm, kv.data(), nh * kvw);
       count(w.kv_b_gemm.bytes(), keys, w.kv_b_gemm.n(), w.kv_b_gemm.k());
@@ -212,13 +268,8 @@ void transformer::attention(const attention_weights& w, int64_t kv_layer, const 
           kernels::axpy(qn[d], w.kv_b.data() + (head * kvw + d) * lora, q_lat.data(), lora);
         kernels::mla_decode(
             {q_lat.data(), qn + nope, view, s.first_pos + i, 1, softmax_scale_, o_lat.data()});
-        float* o = attn_out_.data() + r * nh * vd + head * vd;
-        for (int64_t j = 0; j < vd; ++j) {
-          const float* wv = w.kv_b.data() + (head * kvw + nope + j) * lora;
-          float acc = 0.0f;
-          for (int64_t cc = 0; cc < lora; ++cc) acc += o_lat[cc] * wv[cc];
-          o[j] = acc;
-        }
+        map_latent_to_values(o_lat.data(), w.kv_b.data() + (head * kvw + nope) * lora, lora, vd,
+                             attn_out_.data() + r * nh * vd + head * vd);
       });
     }
     row += s.n_tokens;
@@ -231,9 +282,11 @@ void transformer::mlp(const mlp_weights& w, const float* x, int64_t rows, float*
   gu_.resize(rows * 2 * inter);
   act_.resize(rows * inter);
   matmul(w.gate_up, x, rows, h, gu_.data(), 2 * inter);
-  for (int64_t r = 0; r < rows; ++r)
-    kernels::silu_mul(gu_.data() + r * 2 * inter, gu_.data() + r * 2 * inter + inter,
-                      act_.data() + r * inter, inter);
+  for_row_ranges(rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      kernels::silu_mul(gu_.data() + r * 2 * inter, gu_.data() + r * 2 * inter + inter,
+                        act_.data() + r * inter, inter);
+  });
   matmul(w.down, act_.data(), rows, inter, out, h);
 }
 
@@ -250,7 +303,7 @@ void transformer::moe(int64_t layer, const moe_weights& w, const float* x, int64
   if (w.has_shared) {
     moe_out_.resize(rows * c.hidden_size);
     mlp(w.shared, x, rows, moe_out_.data());
-    for (int64_t i = 0; i < rows * c.hidden_size; ++i) out[i] += moe_out_[i];
+    add_rows(out, moe_out_.data(), rows, c.hidden_size);
   }
 }
 

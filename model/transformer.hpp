@@ -102,6 +102,10 @@ private:
   // Scratch reused across calls (one transformer per thread).
   kernels::quantized_rows xq_;
   std::vector<float> h_, qa_, q_, kva_, attn_out_, proj_, gu_, act_, moe_out_;
+  // Each new row's sequence and position, so the KV writes can run in parallel.
+  std::vector<const kv_block_table*> row_tables_;
+  std::vector<int64_t> row_positions_;
+  std::vector<float> prefill_latent_, prefill_kv_; // a prefill's latents, expanded per head
   struct moe_scratch {
     moe_routing routing;
     std::vector<expert_batch> batches; // by expert

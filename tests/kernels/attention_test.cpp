@@ -77,8 +77,9 @@ void expect_bitwise_equal(const std::vector<float>& a, const float* b, const std
         << what << " differs at " << i << ": " << a[i] << " vs " << b[i];
 }
 
-// Chunks crossing key blocks (16) and query tiles (32) at odd places.
-constexpr int64_t chunk_sizes[] = {1, 20, 17, 40, 33, 1, 9};
+// Chunks crossing key blocks (16) and query tiles (32) at odd places, and leaving partial query
+// groups of 1, 2, 3 and 4 (scored as groups of 1, 2 and 4 rather than 8).
+constexpr int64_t chunk_sizes[] = {1, 20, 17, 40, 27, 3, 2, 1, 10};
 
 // Prefilling in the chunks above gives the one-shot result's bits.
 void expect_chunk_invariant(const prefill_case& c, const std::vector<float>& whole,

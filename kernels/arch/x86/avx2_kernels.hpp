@@ -12,6 +12,9 @@ namespace supernode::kernels::avx2 {
 
 float quantize_row(const float* x, int64_t cols, int8_t* q);
 
+// As kernels::silu_mul, bit for bit (swiglu_body.hpp).
+void silu_mul(const float* gate, const float* up, float* out, int64_t n);
+
 // Layout constants mirror int8_weight / fp32_weight (checked by static_asserts in the drivers).
 inline constexpr int64_t int8_panel_cols = 8, int8_k_group = 4, int8_group_panels = 4;
 inline constexpr int64_t fp32_panel_cols = 16, fp32_group_panels = 4;

@@ -17,6 +17,9 @@ namespace supernode::kernels::avx512 {
 // As avx2::gemm_fp32_block (AVX-512F), on the same packed weights, with the same results.
 void gemm_fp32_block(const avx2::fp32_operands& o, int64_t m0, int64_t m1, int64_t g0, int64_t g1);
 
+// As kernels::silu_mul, bit for bit (swiglu_body.hpp).
+void silu_mul(const float* gate, const float* up, float* out, int64_t n);
+
 } // namespace supernode::kernels::avx512
 
 namespace supernode::kernels::amx {
