@@ -196,7 +196,8 @@ private:
   void mounts(const std::vector<std::string>& tiers) {
     out_ << "    volumes:\n"
          << "      - " << options_.config_file << ":" << config_in_image_ << ":ro\n"
-         << "      - " << options_.models_dir << ":" << image_home << "/models:ro\n";
+         << "      - ${SUPERNODE_MODELS:-" << options_.models_dir << "}:" << image_home
+         << "/models:ro\n";
     volume_mounts(tiers);
   }
 
