@@ -1,0 +1,159 @@
+// Compose clusters of the committed docker/compose/ files on a real engine: pdc-ems with host
+// networking and pdc-2p2d on a bridge network become healthy and serve the reference engine's
+// greedy tokens (6 prompts one at a time, 32 at once); under a 100-request load a killed decode
+// container is restarted by the engine with nothing lost, and decode scaled to 3 joined
+// instances and back to 1 loses nothing; each leaves no container, volume or network behind.
+// Skipped only when no docker engine can be started here.
+
+#include "../apps/serving_fixture.hpp"
+#include "compose_cluster.hpp"
+#include "model/tokenizer.hpp"
+
+#include <atomic>
+#include <condition_variable>
+#include <csignal>
+#include <gtest/gtest.h>
+#include <mutex>
+#include <thread>
+
+using namespace supernode::testing;
+
+namespace {
+
+constexpr auto start_timeout = std::chrono::seconds(600);
+
+std::string models_dir() {
+  return std::string(SUPERNODE_BINARY_DIR) + "/test-models";
+}
+
+std::filesystem::path demo_dir() {
+  return std::filesystem::path(models_dir()) / "demo";
+}
+
+std::vector<served_prompt> demo_prompts() {
+  auto tok = supernode::model::tokenizer::load(demo_dir());
+  std::vector<served_prompt> out;
+  for (const char* text : {"Once upon a time", "And God said, Let there be", "The LORD is my",
+                           "床前明月光，", "学而时习之，", "天下"})
+    out.push_back({tok.encode(text, true), 12});
+  return out;
+}
+
+// Why a request's answer is not the reference's, or "".
+std::string wrong_answer(const http_reply& reply, const served_prompt& prompt) {
+  const auto got = answered_tokens(reply);
+  if (!got) return std::to_string(reply.status) + " " + reply.body + reply.error;
+  if (*got != reference_tokens(prompt, demo_dir())) return "tokens differ from the reference";
+  return "";
+}
+
+void expect_reference_tokens(uint16_t port) {
+  const auto prompts = demo_prompts();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto r = http_call(port, "POST", "/v1/completions", completion_body(prompts[i], i % 2, "demo"));
+    EXPECT_EQ(wrong_answer(r, prompts[i]), "") << "prompt " << i;
+  }
+  std::vector<http_reply> replies(32);
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < replies.size(); ++i)
+    clients.emplace_back([&, i] {
+      replies[i] = http_call(port, "POST", "/v1/completions",
+                             completion_body(prompts[i % prompts.size()], i % 3 == 0, "demo"));
+    });
+  for (auto& t : clients) t.join();
+  for (size_t i = 0; i < replies.size(); ++i)
+    EXPECT_EQ(wrong_answer(replies[i], prompts[i % prompts.size()]), "") << "request " << i;
+}
+
+// `total` requests, `concurrency` at a time, on threads of their own; `while_running` runs once
+// `start_after` have been answered, with the load still going. Returns what went wrong.
+std::vector<std::string> under_load(uint16_t port, int total, int concurrency, int start_after,
+                                    const std::function<void()>& while_running) {
+  const auto prompts = demo_prompts();
+  std::atomic<int> next{0};
+  std::mutex mutex;
+  std::condition_variable answered_cv;
+  int answered = 0;
+  std::vector<std::string> wrong;
+  std::vector<std::thread> clients;
+  for (int c = 0; c < concurrency; ++c)
+    clients.emplace_back([&] {
+      for (int i; (i = next++) < total;) {
+        const auto& p = prompts[i % prompts.size()];
+        auto why = wrong_answer(
+            http_call(port, "POST", "/v1/completions", completion_body(p, true, "demo")), p);
+        std::lock_guard lock(mutex);
+        if (!why.empty()) wrong.push_back("request " + std::to_string(i) + ": " + why);
+        ++answered;
+        answered_cv.notify_all();
+      }
+    });
+  {
+    std::unique_lock lock(mutex);
+    answered_cv.wait(lock, [&] { return answered >= start_after; });
+  }
+  while_running();
+  for (auto& t : clients) t.join();
+  return wrong;
+}
+
+class compose_test : public ::testing::Test {
+protected:
+  void SetUp() override {
+    if (auto why = docker_unavailable(); !why.empty())
+      GTEST_SKIP() << "no docker engine could be started here: " << why;
+    ASSERT_EQ(build_image(), "");
+    ASSERT_TRUE(std::filesystem::exists(demo_dir() / "config.json"))
+        << "the demo model is made by the make_demo_model test";
+  }
+};
+
+TEST_F(compose_test, pdc_ems_host_networking_serves_survives_a_killed_decode_and_scales) {
+  compose_cluster cluster("sntest-ems-" + std::to_string(getpid()), "pdc-ems.host.yml",
+                          models_dir());
+  ASSERT_EQ(cluster.up(), "");
+  ASSERT_TRUE(cluster.healthy(start_timeout)) << cluster.logs();
+  {
+    SCOPED_TRACE("reference tokens");
+    expect_reference_tokens(8000);
+  }
+  {
+    SCOPED_TRACE("a decode container killed under load");
+    const auto decode = cluster.containers("decode-1");
+    ASSERT_EQ(decode.size(), 1u);
+    const int before = cluster.restarts(decode[0]);
+    // SIGKILL to its process, as a crash: `docker kill` would count as a manual stop, which
+    // restart policies leave stopped.
+    const auto wrong = under_load(
+        8000, 100, 8, 10, [&] { ASSERT_EQ(::kill(cluster.main_pid(decode[0]), SIGKILL), 0); });
+    EXPECT_TRUE(wrong.empty()) << wrong.size() << " lost, first: " << wrong.front();
+    ASSERT_TRUE(cluster.healthy(start_timeout)) << cluster.logs();
+    EXPECT_GT(cluster.restarts(decode[0]), before) << "the engine restarted it";
+  }
+  {
+    SCOPED_TRACE("decode scaled to 3 joined instances and back to 1 under load");
+    const auto wrong = under_load(8000, 100, 8, 5, [&] {
+      ASSERT_EQ(cluster.up("--no-recreate --scale decode=3"), "");
+      ASSERT_TRUE(cluster.healthy(start_timeout)) << cluster.logs();
+      EXPECT_EQ(cluster.containers("decode").size(), 3u);
+      ASSERT_EQ(cluster.up("--no-recreate --scale decode=1"), "");
+      EXPECT_EQ(cluster.containers("decode").size(), 1u);
+    });
+    EXPECT_TRUE(wrong.empty()) << wrong.size() << " lost, first: " << wrong.front();
+  }
+  EXPECT_EQ(cluster.down(), "") << "left behind";
+}
+
+TEST_F(compose_test, pdc_2p2d_bridge_networking_serves_the_reference_tokens) {
+  compose_cluster cluster("sntest-2p2d-" + std::to_string(getpid()), "pdc-2p2d.bridge.yml",
+                          models_dir());
+  ASSERT_EQ(cluster.up(), "");
+  ASSERT_TRUE(cluster.healthy(start_timeout)) << cluster.logs();
+  const auto gateway = cluster.containers("gateway-0");
+  ASSERT_EQ(gateway.size(), 1u);
+  // The gateway listens on its container's loopback: the client goes there.
+  in_network_of(cluster.main_pid(gateway[0]), [] { expect_reference_tokens(8000); });
+  EXPECT_EQ(cluster.down(), "") << "left behind";
+}
+
+} // namespace
