@@ -118,7 +118,10 @@ private:
          << "    image: " << options_.image << "\n"
          << "    entrypoint: [\"sleep\", \"infinity\"]\n"
          << "    init: true\n"
-         << "    ipc: shareable\n";
+         << "    ipc: shareable\n"
+         // Rings (ring_bytes per ordered pair of peers) and the MP servers' DRAM tiers live in
+         // it; docker's default of 64 MB holds neither. Pages are used as written, not reserved.
+         << "    shm_size: " << options_.shm_size << "\n";
     network_of();
     out_ << "    restart: always\n";
   }

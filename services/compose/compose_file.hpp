@@ -29,6 +29,7 @@ struct compose_options {
   std::string models_dir;                  // mounted at /srv/supernode/models
   std::string command_line;                // how the file was made, for its header
   int drain_grace_seconds = 70;            // stop_grace_period of instances that drain on SIGTERM
+  std::string shm_size = "4gb";            // the shared /dev/shm of the namespaces service
   int decode_ranks = 1, prefill_ranks = 1; // [ep]: ranks per instance (groups take no joins)
 };
 
