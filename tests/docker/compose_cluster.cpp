@@ -24,6 +24,10 @@ int shell(const std::string& command, std::string* out) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+std::string committed_compose_file(const std::string& name) {
+  return std::string(SUPERNODE_SOURCE_DIR) + "/docker/compose/" + name;
+}
+
 std::string docker_unavailable() {
   std::string why;
   if (shell(std::string(SUPERNODE_SOURCE_DIR) + "/scripts/dockerd-up.sh 2>&1", &why) == 0)
@@ -32,6 +36,7 @@ std::string docker_unavailable() {
 }
 
 std::string build_image() {
+  if (shell("docker image inspect supernode:latest >/dev/null 2>&1") == 0) return "";
   std::string log;
   if (shell(std::string(SUPERNODE_SOURCE_DIR) + "/scripts/docker-build.sh 2>&1", &log) == 0)
     return "";
@@ -45,21 +50,19 @@ compose_cluster::~compose_cluster() {
   if (up_) down();
 }
 
+std::string compose_cluster::command(const std::string& args) const {
+  return "SUPERNODE_MODELS='" + models_ + "' docker-compose --ansi never -p " + project_ + " -f '" +
+         file_ + "' " + args;
+}
+
 int compose_cluster::compose(const std::string& args, std::string* out) const {
-  return shell("SUPERNODE_MODELS='" + models_ + "' docker-compose --ansi never -p " + project_ +
-                   " -f '" + std::string(SUPERNODE_SOURCE_DIR) + "/docker/compose/" + file_ + "' " +
-                   args + (out ? " 2>/dev/null" : " >/dev/null 2>&1"),
-               out);
+  return shell(command(args) + (out ? " 2>/dev/null" : " >/dev/null 2>&1"), out);
 }
 
 std::string compose_cluster::up(const std::string& extra) {
   up_ = true;
   std::string out;
-  if (shell("SUPERNODE_MODELS='" + models_ + "' docker-compose --ansi never -p " + project_ +
-                " -f '" + SUPERNODE_SOURCE_DIR + "/docker/compose/" + file_ + "' up -d " + extra +
-                " 2>&1",
-            &out) != 0)
-    return out + logs();
+  if (shell(command("up -d " + extra + " 2>&1"), &out) != 0) return out + logs();
   return "";
 }
 

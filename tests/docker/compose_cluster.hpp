@@ -13,14 +13,18 @@ namespace supernode::testing {
 // Runs a shell command; its exit status, and its stdout in `out` when given.
 int shell(const std::string& command, std::string* out = nullptr);
 
+// A committed file under docker/compose/.
+std::string committed_compose_file(const std::string& name);
+
 // Why docker cannot run here ("" when it can): the engine could not be started.
 std::string docker_unavailable();
-// Builds the image; "" or what failed.
+// Builds the image when the engine lacks it (.ci/run builds it before the tests, so a source
+// change is in it); "" or what failed.
 std::string build_image();
 
 class compose_cluster {
 public:
-  // `file`: under docker/compose/; `models`: mounted as the models folder.
+  // `file`: a compose file; `models`: mounted as the models folder.
   compose_cluster(std::string project, std::string file, std::string models);
   ~compose_cluster();
   compose_cluster(const compose_cluster&) = delete;
@@ -43,6 +47,8 @@ public:
   std::string down();
 
 private:
+  std::string command(const std::string& args) const; // the docker-compose command line
+
   std::string project_, file_, models_;
   bool up_ = false;
 };

@@ -1,17 +1,23 @@
-// Compose clusters of the committed docker/compose/ files on a real engine: pdc-ems with host
-// networking and pdc-2p2d on a bridge network become healthy and serve the reference engine's
-// greedy tokens (6 prompts one at a time, 32 at once); under a 100-request load a killed decode
-// container is restarted by the engine with nothing lost, and decode scaled to 3 joined
-// instances and back to 1 loses nothing; each leaves no container, volume or network behind.
-// Skipped only when no docker engine can be started here.
+// Compose clusters on a real engine: pdc-ems with host networking (its compose file made by
+// the generator, as the committed one is, from the config with a gateway port of the test's
+// own: the host's port 8000 may be another cluster's) and pdc-2p2d on a bridge network (the
+// committed file) become healthy and serve the reference engine's greedy tokens (6 prompts one
+// at a time, 32 at once); under a 100-request load a killed decode container is restarted by
+// the engine with nothing lost, and decode scaled to 3 joined instances and back to 1 loses
+// nothing; each leaves no container, volume or network behind. Skipped only when no docker
+// engine can be started here.
 
 #include "../apps/serving_fixture.hpp"
 #include "compose_cluster.hpp"
 #include "model/tokenizer.hpp"
+#include "services/cluster/cluster_file.hpp"
+#include "services/compose/compose_project.hpp"
+#include "transport/free_ports.hpp"
 
 #include <atomic>
 #include <condition_variable>
 #include <csignal>
+#include <fstream>
 #include <gtest/gtest.h>
 #include <mutex>
 #include <thread>
@@ -97,6 +103,24 @@ std::vector<std::string> under_load(uint16_t port, int total, int concurrency, i
   return wrong;
 }
 
+// configs/pdc-ems.toml with a free gateway port, and its host-networking compose file beside
+// it, in a folder of the test's own; returns the compose file.
+std::string pdc_ems_on_a_port_of_its_own(const std::filesystem::path& dir, int port) {
+  namespace compose = supernode::services::compose;
+  std::filesystem::create_directories(dir);
+  const auto config = dir / "pdc-ems.toml";
+  supernode::services::cluster::cluster_file::read(std::string(SUPERNODE_SOURCE_DIR) +
+                                                   "/configs/pdc-ems.toml")
+      .set("gateway", "port", std::to_string(port))
+      .write(config);
+  compose::compose_request request;
+  request.config = config;
+  request.models = models_dir();
+  request.out = dir / "pdc-ems.host.yml";
+  std::ofstream(*request.out) << compose::make_compose(request).yaml;
+  return request.out->string();
+}
+
 class compose_test : public ::testing::Test {
 protected:
   void SetUp() override {
@@ -109,13 +133,16 @@ protected:
 };
 
 TEST_F(compose_test, pdc_ems_host_networking_serves_survives_a_killed_decode_and_scales) {
-  compose_cluster cluster("sntest-ems-" + std::to_string(getpid()), "pdc-ems.host.yml",
-                          models_dir());
+  const auto dir = std::filesystem::path(SUPERNODE_BINARY_DIR) / "docker-test" /
+                   ("ems-" + std::to_string(getpid()));
+  const int port = supernode::transport::free_tcp_port_range(1, 8000);
+  compose_cluster cluster("sntest-ems-" + std::to_string(getpid()),
+                          pdc_ems_on_a_port_of_its_own(dir, port), models_dir());
   ASSERT_EQ(cluster.up(), "");
   ASSERT_TRUE(cluster.healthy(start_timeout)) << cluster.logs();
   {
     SCOPED_TRACE("reference tokens");
-    expect_reference_tokens(8000);
+    expect_reference_tokens(port);
   }
   {
     SCOPED_TRACE("a decode container killed under load");
@@ -125,14 +152,14 @@ TEST_F(compose_test, pdc_ems_host_networking_serves_survives_a_killed_decode_and
     // SIGKILL to its process, as a crash: `docker kill` would count as a manual stop, which
     // restart policies leave stopped.
     const auto wrong = under_load(
-        8000, 100, 8, 10, [&] { ASSERT_EQ(::kill(cluster.main_pid(decode[0]), SIGKILL), 0); });
+        port, 100, 8, 10, [&] { ASSERT_EQ(::kill(cluster.main_pid(decode[0]), SIGKILL), 0); });
     EXPECT_TRUE(wrong.empty()) << wrong.size() << " lost, first: " << wrong.front();
     ASSERT_TRUE(cluster.healthy(start_timeout)) << cluster.logs();
     EXPECT_GT(cluster.restarts(decode[0]), before) << "the engine restarted it";
   }
   {
     SCOPED_TRACE("decode scaled to 3 joined instances and back to 1 under load");
-    const auto wrong = under_load(8000, 100, 8, 5, [&] {
+    const auto wrong = under_load(port, 100, 8, 5, [&] {
       ASSERT_EQ(cluster.up("--no-recreate --scale decode=3"), "");
       ASSERT_TRUE(cluster.healthy(start_timeout)) << cluster.logs();
       EXPECT_EQ(cluster.containers("decode").size(), 3u);
@@ -145,8 +172,8 @@ TEST_F(compose_test, pdc_ems_host_networking_serves_survives_a_killed_decode_and
 }
 
 TEST_F(compose_test, pdc_2p2d_bridge_networking_serves_the_reference_tokens) {
-  compose_cluster cluster("sntest-2p2d-" + std::to_string(getpid()), "pdc-2p2d.bridge.yml",
-                          models_dir());
+  compose_cluster cluster("sntest-2p2d-" + std::to_string(getpid()),
+                          committed_compose_file("pdc-2p2d.bridge.yml"), models_dir());
   ASSERT_EQ(cluster.up(), "");
   ASSERT_TRUE(cluster.healthy(start_timeout)) << cluster.logs();
   const auto gateway = cluster.containers("gateway-0");
