@@ -156,6 +156,8 @@ TEST_F(compose_test, pdc_ems_host_networking_serves_survives_a_killed_decode_and
     EXPECT_TRUE(wrong.empty()) << wrong.size() << " lost, first: " << wrong.front();
     ASSERT_TRUE(cluster.healthy(start_timeout)) << cluster.logs();
     EXPECT_GT(cluster.restarts(decode[0]), before) << "the engine restarted it";
+    std::printf("[ info ] decode-1 killed under load: %d restart(s), %zu of 100 lost\n",
+                cluster.restarts(decode[0]) - before, wrong.size());
   }
   {
     SCOPED_TRACE("decode scaled to 3 joined instances and back to 1 under load");
@@ -163,6 +165,7 @@ TEST_F(compose_test, pdc_ems_host_networking_serves_survives_a_killed_decode_and
       ASSERT_EQ(cluster.up("--no-recreate --scale decode=3"), "");
       ASSERT_TRUE(cluster.healthy(start_timeout)) << cluster.logs();
       EXPECT_EQ(cluster.containers("decode").size(), 3u);
+      std::printf("[ info ] decode scaled to 3 joined instances, all healthy\n");
       ASSERT_EQ(cluster.up("--no-recreate --scale decode=1"), "");
       EXPECT_EQ(cluster.containers("decode").size(), 1u);
     });
