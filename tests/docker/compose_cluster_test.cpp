@@ -172,6 +172,7 @@ TEST_F(compose_test, pdc_ems_host_networking_serves_survives_a_killed_decode_and
     EXPECT_TRUE(wrong.empty()) << wrong.size() << " lost, first: " << wrong.front();
   }
   EXPECT_EQ(cluster.down(), "") << "left behind";
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(compose_test, pdc_2p2d_bridge_networking_serves_the_reference_tokens) {
