@@ -19,6 +19,8 @@ int cmd_serve(cli_args& args);
 int cmd_cluster(cli_args& args);
 int cmd_config(cli_args& args);
 int cmd_chaos(cli_args& args);
+int cmd_compose(cli_args& args);
+int cmd_health(cli_args& args);
 
 // --model DIR if given, else the demo model under $SUPERNODE_HOME/models/demo (or ./models/demo),
 // made from the tiny preset on first use.

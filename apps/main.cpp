@@ -38,6 +38,10 @@ commands:
               [--max-tokens M] [--seed S] [--json] [--svg FILE]
               a fault-injection run: a load under the plan's faults (configs/faults/),
               every token checked against the reference engine (`supernode chaos --help`)
+  compose     --config FILE [--network host|bridge] [--image NAME] [--models DIR] [--out FILE]
+              a docker-compose file for FILE's shape (docker/compose/, docs/docker.md)
+  health      --config FILE (--instance NAME | --process KIND)
+              exit 0 when that instance's process here is serving (compose healthchecks)
   role NAME   --config FILE --id ID [--model DIR]
               one process of a cluster: the role instances that FILE's [process.NAME] lists
   config keys                 every table and key of a config file (docs/configuration.md)
@@ -131,6 +135,8 @@ int main(int argc, char** argv) {
     if (command == "cluster") return cmd_cluster(args);
     if (command == "config") return cmd_config(args);
     if (command == "chaos") return cmd_chaos(args);
+    if (command == "compose") return cmd_compose(args);
+    if (command == "health") return cmd_health(args);
     log.error("unknown command '{}'", command);
     std::fputs(usage, stderr);
     return 2;

@@ -14,12 +14,15 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # spdlog (with Debian's external fmt) under log/, the leveled per-instance logs.
 # libsodium: the gateway keeps API keys as BLAKE2b digests and compares them in constant time;
 # the MACs that prove who created a shm ring (transport/shm_link_auth).
+# docker.io (dockerd, for the docker/ images), docker-compose (the compose clusters
+# `supernode compose` writes) and debootstrap (the offline Debian base image, scripts/docker-base.sh).
 PACKAGES=(g++ cmake ninja-build pkg-config git
           libgtest-dev libgmock-dev libbenchmark-dev
           nlohmann-json3-dev libpcre2-dev libdnnl-dev libopenblas-dev
           nodejs
           libcaf-dev libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libtomlplusplus-dev libboost-dev ccache
-          clang-format libspdlog-dev libsodium-dev)
+          clang-format libspdlog-dev libsodium-dev
+          docker.io docker-compose debootstrap)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

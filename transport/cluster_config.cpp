@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <set>
 #include <stdexcept>
+#include <unistd.h>
 
 namespace supernode::transport {
 
@@ -46,7 +47,10 @@ const config_table<plane_config>& plane_table() {
           .string("transport", &plane_config::transport,
                   "zmq: ipc sockets in run_dir (one host) or tcp (across hosts)")
           .choices({"ipc", "tcp"})
-          .string("host", &plane_config::host, "zmq over tcp: the address endpoints bind to")
+          .string("host", &plane_config::host,
+                  "zmq over tcp: the address endpoints bind to; \"{process}\": each instance's "
+                  "own host, named after its process slot (decode #1: decode-1, '_' as '-'), "
+                  "as docker-compose's bridge networks name containers")
           .integer("base_port", &plane_config::base_port, 0, 65000,
                    "zmq over tcp: instance i uses base_port + 3i (control), +1 (bulk), +2 (ep)")
           .rule("at least 1 for zmq over tcp")
@@ -252,13 +256,26 @@ const plane_config& cluster_config::plane_for_flow(const std::string& flow) cons
   throw std::runtime_error("cluster '" + name + "' assigns no plane to flow '" + flow + "'");
 }
 
+std::string cluster_config::process_host(const instance_config& inst) {
+  // A joined instance binds on the host it runs on (a container's own name resolves to it).
+  if (inst.joined) {
+    char name[256] = {};
+    ::gethostname(name, sizeof name - 1);
+    return name;
+  }
+  std::string host = inst.process + "-" + std::to_string(inst.index);
+  std::replace(host.begin(), host.end(), '_', '-');
+  return host;
+}
+
 std::string cluster_config::address(const instance_config& inst, const plane_config& plane,
                                     const std::string& channel) const {
   if (plane.kind == "zmq") {
+    const std::string host = plane.host == per_process_host ? process_host(inst) : plane.host;
     // A joined instance has no ports in the config: the kernel picks free ones at bind time.
-    if (plane.transport == "tcp" && inst.joined) return "tcp://" + plane.host + ":*";
+    if (plane.transport == "tcp" && inst.joined) return "tcp://" + host + ":*";
     if (plane.transport == "tcp")
-      return "tcp://" + plane.host + ":" +
+      return "tcp://" + host + ":" +
              std::to_string(plane.base_port + inst.ordinal * 3 +
                             (channel == "bulk" ? 1
                              : channel == "ep" ? 2

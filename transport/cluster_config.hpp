@@ -114,6 +114,10 @@ struct cluster_config {
   // expert-parallel rank fabric).
   std::string address(const instance_config& instance, const plane_config& plane,
                       const std::string& channel) const;
+  // A zmq tcp plane's host = "{process}": every instance on a host of its own, named after its
+  // process slot ("decode-1"; '_' as '-'), or this machine's name for a joined instance.
+  static constexpr const char* per_process_host = "{process}";
+  static std::string process_host(const instance_config& instance);
 
   // Reads the topology tables ([cluster], [planes.<name>], [flows], [process.<name>]) of a
   // parsed file. Strict (config_document.hpp): throws std::runtime_error naming the file, line,

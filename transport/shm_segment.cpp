@@ -8,6 +8,7 @@
 #include <ctime>
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -29,7 +30,7 @@ struct segment_header {
   uint32_t kind;
   uint64_t total_bytes;
   int32_t creator_pid;
-  uint32_t reserved;
+  uint32_t creator_locks; // 1: the creator holds a shared flock on the segment while it lives
   uint64_t creator_start;
   std::atomic<uint32_t> closed;
 };
@@ -80,6 +81,18 @@ mapped map_existing(const std::string& full, int fd, uint32_t kind) {
   return {base, size, st.st_ino};
 }
 
+// Whether the segment's creator lives. A creator holds a shared flock on the segment for its
+// whole life and the kernel drops it when the creator dies, however it dies, so the lock answers
+// across PID namespaces (containers), where a pid names nothing. Taking the lock exclusively
+// for an instant tells: refused, the creator lives. Segments without the lock (an older
+// creator) are judged by pid and start time.
+bool creator_lives(const segment_header& h, int fd) {
+  if (h.creator_locks != 1 || fd < 0) return process_alive(h.creator_pid, h.creator_start);
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) return errno == EWOULDBLOCK || errno == EINTR;
+  ::flock(fd, LOCK_UN);
+  return false;
+}
+
 enum class leftover { missing, foreign, alive, stale, garbage_young, garbage_old };
 
 // What a segment name currently holds, without keeping it mapped. A segment of another user is
@@ -97,7 +110,7 @@ leftover inspect(const std::string& full, std::string* detail = nullptr, pid_t* 
   try {
     auto m = map_existing(full, fd, 0);
     const auto* h = header_of(m.base);
-    const bool alive = process_alive(h->creator_pid, h->creator_start);
+    const bool alive = creator_lives(*h, fd);
     if (detail) *detail = "pid " + std::to_string(h->creator_pid);
     if (creator) *creator = h->creator_pid;
     munmap(m.base, m.bytes);
@@ -149,6 +162,7 @@ shm_segment& shm_segment::operator=(shm_segment&& other) noexcept {
     name_ = std::move(other.name_);
     creator_ = std::exchange(other.creator_, false);
     inode_ = std::exchange(other.inode_, 0);
+    fd_ = std::exchange(other.fd_, -1);
   }
   return *this;
 }
@@ -162,6 +176,8 @@ void shm_segment::release() {
   if (creator_) unlink();
   munmap(base_, total_bytes_);
   base_ = nullptr;
+  if (fd_ >= 0) ::close(fd_); // a creator's lock goes with it
+  fd_ = -1;
 }
 
 void shm_segment::unlink() {
@@ -212,8 +228,11 @@ shm_segment shm_segment::create(std::string_view cluster, std::string_view name,
   void* base = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   struct stat st {};
   fstat(fd, &st);
-  close(fd);
+  // Held until this process closes the descriptor or dies (shm_open's descriptors close on
+  // exec, so a child started from here does not hold it).
+  const bool locked = ::flock(fd, LOCK_SH | LOCK_NB) == 0;
   if (base == MAP_FAILED) {
+    close(fd);
     shm_unlink(full.c_str());
     throw shm_error("shm segment " + full + ": mmap failed: " + errno_text());
   }
@@ -223,6 +242,7 @@ shm_segment shm_segment::create(std::string_view cluster, std::string_view name,
   h->total_bytes = total;
   h->creator_pid = getpid();
   h->creator_start = process_start_time(getpid());
+  h->creator_locks = locked ? 1 : 0;
   h->magic.store(segment_magic, std::memory_order_release);
 
   shm_segment s;
@@ -231,6 +251,7 @@ shm_segment shm_segment::create(std::string_view cluster, std::string_view name,
   s.name_ = full;
   s.creator_ = true;
   s.inode_ = st.st_ino;
+  s.fd_ = fd;
   return s;
 }
 
@@ -255,12 +276,12 @@ std::optional<shm_segment> shm_segment::try_open(std::string_view cluster, std::
     close(fd);
     throw;
   }
-  close(fd);
   shm_segment s;
   s.base_ = m.base;
   s.total_bytes_ = m.bytes;
   s.name_ = full;
   s.inode_ = m.inode;
+  s.fd_ = fd; // kept: its flock asks whether the creator lives
   return s;
 }
 
@@ -279,8 +300,9 @@ uint64_t shm_segment::creator_start() const {
 }
 
 bool shm_segment::creator_alive() const {
-  const auto* h = header_of(base_);
-  return process_alive(h->creator_pid, h->creator_start);
+  // Never the probe on the creator's own descriptor: taking its shared lock exclusively would
+  // upgrade it, and unlocking would drop it.
+  return creator_ || creator_lives(*header_of(base_), fd_);
 }
 
 void shm_segment::mark_closed() {

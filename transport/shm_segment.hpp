@@ -1,7 +1,9 @@
 #pragma once
 // POSIX shared-memory segments of one cluster, named "/supernode.<cluster>.<name>". The creator
-// stamps its pid and process start time into a header page; a segment whose creator is dead is
-// stale and `cleanup_stale_segments` removes it, so a crashed run leaves nothing behind once the
+// stamps its pid and process start time into a header page and holds a shared flock on the
+// segment while it lives (the kernel drops it when the creator dies, in any PID namespace, so
+// containers sharing /dev/shm tell a dead peer's segments apart); a segment whose creator is dead
+// is stale and `cleanup_stale_segments` removes it, so a crashed run leaves nothing behind once the
 // next run starts. A clean exit unlinks in the creator's destructor. Openers never trust the
 // file: owner (this user), size, magic, layout version and kind are checked and a mismatch
 // names the segment. Segments are created 0600, and only this user's are ever removed.
@@ -71,6 +73,7 @@ private:
   std::string name_;
   bool creator_ = false;
   ino_t inode_ = 0;
+  int fd_ = -1; // the creator's holds its flock; an opener's asks about it
 };
 
 // Removes the segments of `cluster` whose creator process is dead (and unreadable leftovers

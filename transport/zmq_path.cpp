@@ -71,7 +71,7 @@ zmq_path::zmq_path(path_settings settings, path_callbacks callbacks)
   router_.set(zmq::sockopt::rcvhwm, settings_.receive_hwm);
   router_.set(zmq::sockopt::maxmsgsize, settings_.max_message_bytes);
   handshakes_ = std::make_unique<handshake_watch>(context_, router_);
-  router_.bind(settings_.bind_endpoint);
+  router_.bind(bindable_endpoint(settings_.bind_endpoint));
   endpoint_ = router_.get(zmq::sockopt::last_endpoint);
   if (endpoint_.starts_with("ipc://") && endpoint_.size() > 6 && endpoint_[6] != '@')
     ipc_file_ = endpoint_.substr(6);

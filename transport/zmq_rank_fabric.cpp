@@ -187,7 +187,7 @@ public:
     router_.set(zmq::sockopt::maxmsgsize,
                 static_cast<int64_t>(write_header + std::min(bytes_, max_part_bytes) + 64));
     try {
-      router_.bind(addresses_[rank_]);
+      router_.bind(detail::bindable_endpoint(addresses_[rank_]));
     } catch (const zmq::error_t& e) {
       throw std::runtime_error("zmq rank fabric: group " + group_ + " rank " +
                                std::to_string(rank_) + " cannot bind " + addresses_[rank_] + ": " +

@@ -1,9 +1,11 @@
 #include "transport/zmq_util.hpp"
 
+#include <arpa/inet.h>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <netdb.h>
 #include <sys/eventfd.h>
 #include <system_error>
 #include <unistd.h>
@@ -62,6 +64,27 @@ std::string printable(const std::string& s) {
     }
   }
   return out;
+}
+
+std::string bindable_endpoint(const std::string& endpoint) {
+  if (!endpoint.starts_with("tcp://")) return endpoint;
+  const auto colon = endpoint.rfind(':');
+  const std::string host = endpoint.substr(6, colon - 6);
+  in_addr numeric{};
+  if (host.empty() || host == "*" || host.find(':') != std::string::npos ||
+      ::inet_pton(AF_INET, host.c_str(), &numeric) == 1)
+    return endpoint;
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 || !found)
+    return endpoint; // an interface name, or nothing: zmq says which
+  char text[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr, text,
+              sizeof text);
+  ::freeaddrinfo(found);
+  return "tcp://" + std::string(text) + endpoint.substr(colon);
 }
 
 } // namespace supernode::transport::detail

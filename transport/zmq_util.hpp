@@ -29,6 +29,11 @@ struct monitor_event {
 // The next event waiting on a monitor socket (non-blocking); false when none is.
 bool read_monitor_event(zmq::socket_t& monitor, monitor_event& event);
 
+// A tcp endpoint to bind: zmq binds to an interface name or an address, not to a host name, so
+// "tcp://decode-1:7000" (a container's own name, cluster_config's "{process}" host) becomes
+// "tcp://<its IPv4 address>:7000". Anything else is returned as it is.
+std::string bindable_endpoint(const std::string& endpoint);
+
 // Routing ids come off the wire: a raw socket may send any bytes as its id.
 std::string printable(const std::string& s);
 

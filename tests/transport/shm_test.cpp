@@ -18,11 +18,13 @@
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <gtest/gtest.h>
 #include <mutex>
 #include <pwd.h>
 #include <random>
+#include <sched.h>
 #include <sstream>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -225,6 +227,51 @@ TEST_F(shm_fixture, stale_segments_of_a_dead_creator_are_cleaned_up) {
   ASSERT_EQ(wait_child(again), 0);
   auto replaced = shm_segment::create(cluster, "leak1", segment_kind::region, 4096);
   EXPECT_EQ(replaced.creator_pid(), getpid());
+}
+
+// A creator in another PID namespace (a container): its pid names another process here, or
+// none, so only the lock it holds on the segment tells whether it lives. The child unshares a
+// PID namespace and forks the creator into it (pid 1 there); killed, its segment is noticed as
+// stale and cleaned.
+TEST_F(shm_fixture, a_creator_in_another_pid_namespace_is_alive_until_killed_then_cleaned) {
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t outer = fork_child([&] {
+    if (unshare(CLONE_NEWPID) != 0) return 77; // not permitted here
+    const pid_t creator = fork_child([&] {
+      auto segment = shm_segment::create(cluster, "contained", segment_kind::region, 4096);
+      const char pid_here = static_cast<char>(getpid());
+      if (write(ready[1], &pid_here, 1) != 1) return 1;
+      pause(); // until killed
+      return 0;
+    });
+    return wait_child(creator) == 128 + SIGKILL ? 0 : 2;
+  });
+  close(ready[1]);
+  char pid_inside = 0;
+  const bool started = read(ready[0], &pid_inside, 1) == 1;
+  close(ready[0]);
+  if (!started) {
+    const int rc = wait_child(outer);
+    if (rc == 77) GTEST_SKIP() << "unshare(CLONE_NEWPID) is not permitted here";
+    FAIL() << "the child exited with " << rc << " before creating its segment";
+  }
+  EXPECT_EQ(pid_inside, 1) << "the creator is its namespace's first process";
+  auto seen = shm_segment::open(cluster, "contained", segment_kind::region);
+  EXPECT_EQ(seen.creator_pid(), 1) << "a pid from the other namespace";
+  EXPECT_TRUE(seen.creator_alive());
+  EXPECT_EQ(cleanup_stale_segments(cluster), 0u) << "a living creator's segment stays";
+  // The creator is the outer child's only child: kill the whole namespace by killing its init.
+  std::string children;
+  std::ifstream(std::filesystem::path("/proc") / std::to_string(outer) / "task" /
+                std::to_string(outer) / "children") >>
+      children;
+  ASSERT_FALSE(children.empty()) << "no creator under the child " << outer;
+  ASSERT_EQ(kill(std::stoi(children), SIGKILL), 0);
+  EXPECT_EQ(wait_child(outer), 0) << "the creator died of SIGKILL";
+  EXPECT_FALSE(seen.creator_alive());
+  EXPECT_EQ(cleanup_stale_segments(cluster), 1u);
+  EXPECT_TRUE(list_segments(cluster).empty());
 }
 
 TEST_F(shm_fixture, cleanup_of_one_dead_creator_leaves_other_dead_creators_segments) {

@@ -2,6 +2,7 @@
 #include "transport/checksum.hpp"
 #include "transport/control_messages.hpp"
 #include "transport/zmq_plane.hpp"
+#include "transport/zmq_util.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -184,6 +185,17 @@ void round_trip_every_message(bool ipc) {
 }
 
 } // namespace
+
+// zmq binds to addresses and interface names only: a host name (a container's own, as
+// "{process}" hosts give) is bound at the address it resolves to; the rest is left as it is.
+TEST(zmq_bind, host_names_become_their_address_and_the_rest_stays) {
+  using detail::bindable_endpoint;
+  EXPECT_EQ(bindable_endpoint("tcp://localhost:7003"), "tcp://127.0.0.1:7003");
+  EXPECT_EQ(bindable_endpoint("tcp://localhost:*"), "tcp://127.0.0.1:*");
+  for (auto kept : {"tcp://127.0.0.1:7003", "tcp://*:*", "tcp://lo:7003", "ipc:///tmp/x.control",
+                    "tcp://[::1]:7003"})
+    EXPECT_EQ(bindable_endpoint(kept), kept);
+}
 
 TEST_F(zmq_plane_fixture, every_control_message_round_trips_over_ipc) {
   round_trip_every_message(true);

@@ -1,0 +1,33 @@
+#pragma once
+// What `supernode compose` writes for one config: the compose file and, for bridge networking,
+// the config it mounts instead (bridge_config_text), beside the compose file. Paths inside the
+// compose file are relative to its folder, so the files under docker/compose/ work from a
+// checkout anywhere; without --out they are relative to the current folder.
+
+#include <filesystem>
+#include <optional>
+#include <string>
+
+namespace supernode::services::compose {
+
+struct compose_request {
+  std::filesystem::path config;
+  std::string network = "host";
+  std::string image = "supernode:latest";
+  std::filesystem::path models = "models";
+  std::optional<std::filesystem::path> out;
+};
+
+struct compose_output {
+  std::string yaml;
+  std::filesystem::path bridge_config; // empty for host networking
+  std::string bridge_config_text;
+};
+
+// Reads the config (strictly, as every process does); throws std::runtime_error naming what is
+// wrong, std::invalid_argument for a bad network or a bridge request without `out`.
+compose_output make_compose(const compose_request& request);
+// The command that makes these files, as their header quotes it.
+std::string command_line(const compose_request& request);
+
+} // namespace supernode::services::compose

@@ -1,0 +1,181 @@
+// The compose file of a shape, read as text: what each service runs, mounts, restarts and probes.
+#include "services/compose/compose_file.hpp"
+#include "services/compose/compose_project.hpp"
+#include "transport/toml_edit.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <sstream>
+
+namespace supernode::services::compose {
+namespace {
+
+const std::string shape = R"([cluster]
+name = "shape"
+run_dir = "/tmp/supernode-shape"
+[planes.vpc]
+kind = "zmq"
+[planes.rdma]
+kind = "zmq"
+[planes.ub]
+kind = "shm"
+[flows]
+control = "vpc"
+bulk = "rdma"
+[process.gateway]
+roles = ["gateway", "scheduler"]
+threads = 1
+[process.ems]
+roles = ["mp_server"]
+count = 2
+restart = "always"
+[process.decode]
+roles = ["decode"]
+count = 2
+threads = 2
+cpus = [1, 3]
+restart = "never"
+)";
+
+// The lines of service `name`'s block (up to the next service at two spaces' indent).
+std::string service_block(const std::string& yaml, const std::string& name) {
+  const auto at = yaml.find("\n  " + name + ":\n");
+  if (at == std::string::npos) return "";
+  const auto body = at + name.size() + 5;
+  auto end = body;
+  while ((end = yaml.find('\n', end)) != std::string::npos && end + 1 < yaml.size() &&
+         (yaml.compare(end + 1, 4, "    ") == 0 || yaml.compare(end + 1, 3, "  #") == 0))
+    ++end;
+  return yaml.substr(body, end == std::string::npos ? std::string::npos : end - body);
+}
+
+compose_options options_for(const std::string& network) {
+  compose_options o;
+  o.network = network;
+  o.config_file = "../../configs/shape.toml";
+  o.models_dir = "../../models";
+  o.command_line = "supernode compose --config configs/shape.toml";
+  return o;
+}
+
+TEST(ComposeFile, OneServicePerProcessSlotRunningItsRoleById) {
+  const auto yaml =
+      compose_yaml(transport::cluster_config::parse(shape, "shape"), options_for("host"));
+  for (auto name : {"gateway-0", "ems-0", "ems-1", "decode-0", "decode-1"})
+    EXPECT_FALSE(service_block(yaml, name).empty()) << name << "\n" << yaml;
+  EXPECT_NE(service_block(yaml, "decode-1")
+                .find(R"(command: ["decode", "--config", "/srv/supernode/configs/shape.toml", )"
+                      R"("--id", "1"])"),
+            std::string::npos)
+      << yaml;
+  EXPECT_EQ(service_block(yaml, "decode-2"), "");
+}
+
+TEST(ComposeFile, RestartPolicyAndResourcesComeFromTheConfig) {
+  const auto yaml =
+      compose_yaml(transport::cluster_config::parse(shape, "shape"), options_for("host"));
+  const auto decode = service_block(yaml, "decode-0");
+  EXPECT_NE(decode.find("restart: \"no\"\n"), std::string::npos) << decode;
+  EXPECT_NE(decode.find("cpus: 2\n"), std::string::npos) << decode;
+  EXPECT_NE(decode.find("cpuset: \"1,3\"\n"), std::string::npos) << decode;
+  EXPECT_NE(service_block(yaml, "ems-1").find("restart: always\n"), std::string::npos);
+  EXPECT_NE(service_block(yaml, "gateway-0").find("restart: on-failure\n"), std::string::npos);
+}
+
+TEST(ComposeFile, EveryServiceHasAHealthcheckNamingItsInstance) {
+  const auto yaml =
+      compose_yaml(transport::cluster_config::parse(shape, "shape"), options_for("host"));
+  EXPECT_NE(service_block(yaml, "ems-1")
+                .find(R"("health", "--config", )"
+                      R"("/srv/supernode/configs/shape.toml", )"
+                      R"("--instance", "mp_server-1"])"),
+            std::string::npos)
+      << yaml;
+  EXPECT_NE(service_block(yaml, "gateway-0").find(R"("--instance", "gateway-0"])"),
+            std::string::npos);
+}
+
+TEST(ComposeFile, SsdTiersOnNamedVolumesAndTheRunFolderShared) {
+  const auto yaml =
+      compose_yaml(transport::cluster_config::parse(shape, "shape"), options_for("host"));
+  EXPECT_NE(service_block(yaml, "ems-1")
+                .find("- ems-ssd-mp-server-1:/tmp/supernode-shape/ems/mp_server-1\n"),
+            std::string::npos)
+      << yaml;
+  EXPECT_EQ(service_block(yaml, "ems-0").find("mp-server-1"), std::string::npos);
+  for (auto name : {"gateway-0", "decode-1", "ems-0"}) {
+    const auto block = service_block(yaml, name);
+    EXPECT_NE(block.find("- run:/tmp/supernode-shape\n"), std::string::npos) << name;
+    EXPECT_NE(block.find("- ../../configs/shape.toml:/srv/supernode/configs/shape.toml:ro\n"),
+              std::string::npos)
+        << name;
+    EXPECT_NE(block.find("ipc: service:namespaces\n"), std::string::npos) << name;
+  }
+  EXPECT_NE(yaml.find("\nvolumes:\n  run: {}\n  ems-ssd-mp-server-0: {}\n  "
+                      "ems-ssd-mp-server-1: {}\n"),
+            std::string::npos)
+      << yaml;
+}
+
+TEST(ComposeFile, DecodeScalesByJoiningOnceTheSlotsAreHealthy) {
+  const auto yaml =
+      compose_yaml(transport::cluster_config::parse(shape, "shape"), options_for("host"));
+  const auto decode = service_block(yaml, "decode");
+  EXPECT_NE(decode.find("scale: 0\n"), std::string::npos) << yaml;
+  EXPECT_NE(decode.find(R"("--join", "gateway-0,scheduler-0"])"), std::string::npos) << decode;
+  EXPECT_NE(decode.find("stop_grace_period: 70s\n"), std::string::npos) << decode;
+  EXPECT_NE(decode.find("      ems-1:\n        condition: service_healthy\n"), std::string::npos)
+      << decode;
+  // The MP servers form the pool's ring as the config lists it: no joins.
+  EXPECT_EQ(service_block(yaml, "ems"), "");
+}
+
+TEST(ComposeFile, HostNetworkingOrABridgeNetworkOfItsOwn) {
+  const auto cluster = transport::cluster_config::parse(shape, "shape");
+  const auto host = compose_yaml(cluster, options_for("host"));
+  EXPECT_NE(service_block(host, "decode-0").find("network_mode: host\n"), std::string::npos);
+  EXPECT_EQ(host.find("\nnetworks:"), std::string::npos);
+  const auto bridge = compose_yaml(cluster, options_for("bridge"));
+  EXPECT_NE(service_block(bridge, "decode-0").find("networks: [planes]\n"), std::string::npos);
+  EXPECT_NE(service_block(bridge, "decode-0").find("hostname: decode-0\n"), std::string::npos);
+  EXPECT_NE(bridge.find("\nnetworks:\n  planes:\n    driver: bridge\n"), std::string::npos);
+  EXPECT_THROW(compose_yaml(cluster, options_for("overlay")), std::invalid_argument);
+}
+
+TEST(ComposeFile, BridgeConfigPutsEveryInstanceOnTcpAtItsServiceName) {
+  const auto cluster = transport::cluster_config::parse(shape, "shape");
+  const auto bridged =
+      transport::cluster_config::parse(bridge_config_text(shape, cluster), "bridged");
+  const auto& decode = bridged.instance("decode-1");
+  const auto& vpc = bridged.planes.at("vpc");
+  const auto& rdma = bridged.planes.at("rdma");
+  EXPECT_EQ(bridged.address(decode, vpc, "control").rfind("tcp://decode-1:", 0), 0u);
+  EXPECT_EQ(bridged.address(bridged.instance("mp_server-0"), rdma, "bulk").rfind("tcp://ems-0:", 0),
+            0u);
+  EXPECT_NE(vpc.base_port, rdma.base_port);
+}
+
+TEST(ComposeProject, PathsAreRelativeToTheComposeFile) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("compose-test-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir / "configs");
+  std::ofstream(dir / "configs" / "shape.toml") << shape;
+  compose_request request;
+  request.config = dir / "configs" / "shape.toml";
+  request.models = dir / "models";
+  request.network = "bridge";
+  EXPECT_THROW(make_compose(request), std::invalid_argument); // bridge writes beside --out
+  request.out = dir / "docker" / "compose" / "shape.bridge.yml";
+  const auto made = make_compose(request);
+  EXPECT_EQ(made.bridge_config, dir / "docker" / "compose" / "shape.bridge.toml");
+  EXPECT_NE(made.yaml.find("- ./shape.bridge.toml:/srv/supernode/configs/shape.bridge.toml:ro\n"),
+            std::string::npos)
+      << made.yaml;
+  EXPECT_NE(made.yaml.find("- ${SUPERNODE_MODELS:-../../models}:/srv/supernode/models:ro\n"),
+            std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+} // namespace
+} // namespace supernode::services::compose
