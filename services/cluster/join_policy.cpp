@@ -12,10 +12,11 @@ std::string join_refusal(const transport::cluster_config& cluster, int32_t decod
   if (kind->roles.size() != 1 || kind->per_process != 1)
     return what + "it hosts more than one role instance (joins take one per process)";
   const auto& role = kind->roles.front();
-  if (role != "prefill" && role != "decode")
+  if (role != "prefill" && role != "decode" && role != "mp_server")
     return what + "its role '" + role + "' takes members only as the config lists them (joins " +
-           "take prefill and decode instances)";
-  const bool grouped = role == "decode" ? decode_ranks != 1 : prefill_ranks != 1;
+           "take prefill, decode and mp_server instances)";
+  const bool grouped =
+      role == "decode" ? decode_ranks != 1 : role == "prefill" && prefill_ranks != 1;
   bool shards = false;
   for (auto& i : cluster.instances()) shards |= role == "decode" && i.role == "expert_shard";
   if (grouped || shards)
