@@ -58,7 +58,7 @@ std::optional<handover_batch> block_handover::next_batch(block_store& store) {
     b.to = to;
     b.put.ns = ns;
     std::vector<char> data;
-    while (!keys.empty() && data.size() < max_batch_bytes && b.put.keys.size() < max_batch_blocks) {
+    while (!keys.empty() && data.size() < batch_bytes_ && b.put.keys.size() < max_batch_blocks) {
       auto key = std::move(keys.front());
       keys.pop_front();
       auto bytes = store.get(ns, key);
@@ -109,7 +109,7 @@ uint64_t block_handover::end(uint64_t published_version) {
   return left;
 }
 
-void block_handover::forward_to(uint64_t version, int32_t vnodes,
+void block_handover::forward_to(uint64_t version, int32_t vnodes, int32_t copies,
                                 const std::vector<std::string>& servers) {
   if (!change_) {
     change_.emplace();
@@ -117,6 +117,7 @@ void block_handover::forward_to(uint64_t version, int32_t vnodes,
   }
   change_->reported = true; // the controller is done with this server
   change_->target = {};
+  change_->target.copies = copies;
   change_->target.version = version;
   change_->target.vnodes = vnodes;
   change_->target.current_servers = {self_};

@@ -44,11 +44,13 @@ struct handover_totals {
 
 class block_handover {
 public:
-  static constexpr size_t max_batch_bytes = size_t{4} << 20;
+  static constexpr size_t default_batch_bytes = size_t{4} << 20;
   static constexpr size_t max_batch_blocks = 256;
   static constexpr int max_batches_in_flight = 2;
 
-  explicit block_handover(std::string self) : self_(std::move(self)) {}
+  // A batch ends past `batch_bytes` of block data (a block larger than that goes alone).
+  explicit block_handover(std::string self, size_t batch_bytes = default_batch_bytes)
+      : self_(std::move(self)), batch_bytes_(batch_bytes) {}
 
   // Plans the change `target` over every block `store` holds. A change that was still running
   // is replaced: the new plan covers its unsent blocks again (against the new target).
@@ -68,7 +70,8 @@ public:
   uint64_t end(uint64_t published_version);
   // For a server the published ring `servers` no longer has, until it exits: blocks still
   // queued, and blocks put here by clients that had the older ring, go to their owners on it.
-  void forward_to(uint64_t version, int32_t vnodes, const std::vector<std::string>& servers);
+  void forward_to(uint64_t version, int32_t vnodes, int32_t copies,
+                  const std::vector<std::string>& servers);
   // Nothing queued and no batch unanswered.
   bool idle() const { return !change_ || (change_->in_flight == 0 && queued() == 0); }
 
@@ -97,6 +100,7 @@ private:
   uint64_t queued() const;
 
   std::string self_;
+  size_t batch_bytes_;
   std::optional<change> change_;
   handover_totals totals_;
 };

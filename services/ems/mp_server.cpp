@@ -25,7 +25,7 @@ std::string server_region_name(const std::string& instance) {
 mp_server::mp_server(const transport::cluster_config& cluster, const std::string& instance,
                      const ems_config& config)
     : instance_(instance), model_namespace_(config.model_namespace), timeout_(config.timeout_ms),
-      handover_timeout_(config.handover_timeout_ms), handover_(instance) {
+      handover_timeout_(config.handover_timeout_ms), copies_(config.replicas), handover_(instance) {
   pr::register_serving_messages();
   pr::register_ems_messages();
   region_ = transport::shm_region::create(cluster.name, server_region_name(instance),
@@ -90,7 +90,7 @@ void mp_server::on(const transport::peer_id& from, const pr::ems_ring_view& v,
     for (auto& [ns, bytes] : quotas) store_->set_quota(ns, bytes);
     const auto version = v.version;
     if (off) { // drained once what is queued or still put here has gone to the owners
-      handover_.forward_to(version, v.vnodes, v.servers);
+      handover_.forward_to(version, v.vnodes, copies_, v.servers);
       pump_handover();
       return;
     }

@@ -107,6 +107,7 @@ private:
   std::atomic<uint64_t> ring_version_{0};
   std::chrono::milliseconds timeout_;          // a hand-over batch's answer
   std::chrono::milliseconds handover_timeout_; // the controller's, bounding a drain
+  int32_t copies_;                             // [ems] replicas
   // Drain: asked (any thread), then off the ring as the controller published it (actor thread).
   std::atomic<bool> leaving_{false}, on_ring_{false}, left_{false};
   std::atomic<bool> handover_idle_{true};     // storage thread: nothing queued or unanswered
