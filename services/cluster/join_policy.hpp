@@ -1,8 +1,8 @@
 #pragma once
 // Which processes may join a live cluster (`supernode role KIND --join ...`): one role instance
-// per process, and a role whose instances stand alone, a prefill or decode instance outside an
-// expert-parallel group. Groups and the EMS ring take members only as the config lists them,
-// for now. The supervisor asks it before planning slots past the config's, `role --join` before
+// per process, and a role whose instances stand alone: a prefill or decode instance outside an
+// expert-parallel group, or an MP server (the controller hands it its blocks as it joins the EMS
+// ring). Groups take members only as the config lists them, for now. The supervisor asks it before planning slots past the config's, `role --join` before
 // it starts, and the planner before it plans past the slots.
 
 #include "transport/cluster_config.hpp"
