@@ -35,19 +35,20 @@ void block_handover::begin(const pr::ems_ring_target& target, const block_store&
   change_->next = ring_of(target.vnodes, target.servers);
   change_->started = std::chrono::steady_clock::now();
   for (auto& usage : store.usage())
-    for (auto& key : store.keys(usage.ns)) plan(usage.ns, key);
+    for (auto& key : store.keys(usage.ns)) plan(usage.ns, key, true);
 }
 
-void block_handover::plan(const std::string& ns, const std::string& key) {
+void block_handover::plan(const std::string& ns, const std::string& key, bool initial) {
   const auto copies = static_cast<size_t>(std::max(1, change_->target.copies));
   for (auto& to : handover_destinations(change_->current, change_->next, copies, self_, ns, key)) {
-    change_->queue[{to, ns}].push_back(key);
+    change_->queue[{to, ns}].emplace_back(key, initial);
     ++change_->planned;
+    change_->initial_left += initial ? 1 : 0;
   }
 }
 
 void block_handover::note_put(const std::string& ns, const std::string& key) {
-  if (change_) plan(ns, key);
+  if (change_) plan(ns, key, false);
 }
 
 std::optional<handover_batch> block_handover::next_batch(block_store& store) {
@@ -59,13 +60,15 @@ std::optional<handover_batch> block_handover::next_batch(block_store& store) {
     b.put.ns = ns;
     std::vector<char> data;
     while (!keys.empty() && data.size() < batch_bytes_ && b.put.keys.size() < max_batch_blocks) {
-      auto key = std::move(keys.front());
+      auto [key, initial] = std::move(keys.front());
       keys.pop_front();
       auto bytes = store.get(ns, key);
       if (!bytes) { // removed, evicted or corrupt since it was planned: nothing to hand over
         --change_->planned;
+        change_->initial_left -= initial ? 1 : 0;
         continue;
       }
+      b.planned += initial ? 1 : 0;
       const auto* p = reinterpret_cast<const char*>(bytes->data());
       data.insert(data.end(), p, p + bytes->size());
       b.put.sizes.push_back(bytes->size());
@@ -80,11 +83,13 @@ std::optional<handover_batch> block_handover::next_batch(block_store& store) {
   return std::nullopt;
 }
 
-void block_handover::answered(uint64_t version, uint64_t stored, uint64_t failed) {
+void block_handover::answered(uint64_t version, uint64_t planned, uint64_t stored,
+                              uint64_t failed) {
   totals_.blocks_out += stored;
   totals_.blocks_failed += failed;
   if (!change_ || change_->target.version != version) return; // a replaced change's batch
   --change_->in_flight;
+  change_->initial_left -= std::min(change_->initial_left, planned);
   change_->sent += stored;
   change_->failed += failed;
 }
@@ -96,7 +101,7 @@ uint64_t block_handover::queued() const {
 }
 
 bool block_handover::take_finished() {
-  if (!change_ || change_->reported || change_->in_flight > 0 || queued() > 0) return false;
+  if (!change_ || change_->reported || change_->initial_left > 0) return false;
   change_->reported = true;
   return true;
 }

@@ -34,6 +34,7 @@ hash_ring ring_of(int32_t vnodes, const std::vector<std::string>& servers);
 struct handover_batch {
   std::string to;
   protocol::ems_put put; // request_id left for the sender
+  uint64_t planned = 0;  // of its blocks, those the change planned at its start
 };
 
 struct handover_totals {
@@ -61,9 +62,12 @@ public:
   // than max_batches_in_flight batches wait for their answers. Blocks gone meanwhile are
   // skipped.
   std::optional<handover_batch> next_batch(block_store& store);
-  // The answer to a batch of change `version`: `stored` blocks taken, `failed` not.
-  void answered(uint64_t version, uint64_t stored, uint64_t failed);
-  // Once per change: true when its last block was answered (the caller reports done).
+  // The answer to a batch of change `version` (`planned`: its handover_batch::planned):
+  // `stored` blocks taken, `failed` not.
+  void answered(uint64_t version, uint64_t planned, uint64_t stored, uint64_t failed);
+  // Once per change: true when the last block it planned at its start was answered (the
+  // caller reports done). Blocks put during the change go on being forwarded meanwhile, but a
+  // steady put load must not keep the change from ending.
   bool take_finished();
   // The controller published ring `published_version`: a change at or below it is over, and
   // the blocks it had not handed over are lost to the cache (counted failed). The count.
@@ -89,14 +93,15 @@ private:
   struct change {
     protocol::ems_ring_target target;
     hash_ring current, next;
-    // (destination, ns) -> keys to send, in plan order.
-    std::map<std::pair<std::string, std::string>, std::deque<std::string>> queue;
+    // (destination, ns) -> keys to send, in plan order, each marked when planned at the start.
+    std::map<std::pair<std::string, std::string>, std::deque<std::pair<std::string, bool>>> queue;
     uint64_t planned = 0, sent = 0, failed = 0;
+    uint64_t initial_left = 0; // planned at the start and not answered yet
     int in_flight = 0;
     bool reported = false;
     std::chrono::steady_clock::time_point started;
   };
-  void plan(const std::string& ns, const std::string& key);
+  void plan(const std::string& ns, const std::string& key, bool initial);
   uint64_t queued() const;
 
   std::string self_;

@@ -134,26 +134,26 @@ void mp_server::pump_handover() {
 
 void mp_server::send_handover_batch(handover_batch batch) {
   const uint64_t version = handover_.version();
-  const uint64_t blocks = batch.put.keys.size();
+  const uint64_t blocks = batch.put.keys.size(), planned = batch.planned;
   const auto to = batch.to;
   // The answer comes on a plane thread; the hand-over is the storage thread's.
   auto id = out_->pending().add(
       to, std::chrono::steady_clock::now() + timeout_,
-      [this, version, blocks, to](std::optional<transport::envelope> reply,
-                                  const std::string& error) {
+      [this, version, blocks, planned, to](std::optional<transport::envelope> reply,
+                                           const std::string& error) {
         uint64_t stored = 0;
         if (const auto* r = reply ? reply->get<pr::ems_put_reply>() : nullptr)
           for (auto& e : r->errors) stored += e.ok() ? 1 : 0;
         if (stored < blocks)
           out_->log().warn("{} of {} blocks handed over to {} were not stored: {}", blocks - stored,
                            blocks, to, reply ? "refused" : error);
-        enqueue([this, version, blocks, stored] {
-          handover_.answered(version, stored, blocks - stored);
+        enqueue([this, version, blocks, planned, stored] {
+          handover_.answered(version, planned, stored, blocks - stored);
           pump_handover();
         });
       });
   if (!id) {
-    handover_.answered(version, 0, blocks);
+    handover_.answered(version, planned, 0, blocks);
     return;
   }
   batch.put.request_id = *id;

@@ -123,8 +123,11 @@ TEST(block_handover, one_server_hands_its_moved_blocks_to_the_new_owners_store_i
         ASSERT_TRUE(to.put(b.put.ns, b.put.keys[i], data.subspan(at, b.put.sizes[i])));
         at += b.put.sizes[i];
       }
-      EXPECT_FALSE(handover.take_finished()) << "answers are outstanding";
-      handover.answered(7, b.put.keys.size(), 0);
+      // Done once the blocks planned at the start are answered, whatever was put since.
+      if (b.planned > 0) {
+        EXPECT_FALSE(handover.take_finished()) << "answers are outstanding";
+      }
+      handover.answered(7, b.planned, b.put.keys.size(), 0);
     }
   }
   EXPECT_GT(batches, 2u) << "8 KiB blocks over 64 KiB batches come in several batches";
