@@ -35,10 +35,11 @@ std::string join_refusal(const transport::cluster_config& cluster, int32_t decod
     return what + "it hosts more than one role instance (joins take one per process)";
   const auto& role = kind->roles.front();
   if (role == "expert_shard") return shard_join_refusal(cluster, decode_ranks, what);
-  if (role != "prefill" && role != "decode")
+  if (role != "prefill" && role != "decode" && role != "mp_server")
     return what + "its role '" + role + "' takes members only as the config lists them (joins " +
-           "take prefill and decode instances)";
-  const bool grouped = role == "decode" ? decode_ranks != 1 : prefill_ranks != 1;
+           "take prefill, decode, mp_server and expert_shard instances)";
+  const bool grouped =
+      role == "decode" ? decode_ranks != 1 : role == "prefill" && prefill_ranks != 1;
   bool shards = false;
   for (auto& i : cluster.instances()) shards |= role == "decode" && i.role == "expert_shard";
   if (grouped || shards)

@@ -1,10 +1,11 @@
 #pragma once
 // Which processes may join a live cluster (`supernode role KIND --join ...`): one role instance
-// per process, and a role whose instances stand alone, a prefill or decode instance outside an
-// expert-parallel group, or an expert shard of the one decode group of an attention/MoE split
-// over shared memory (it joins the group as one more expert host). Other groups take members
-// only as the config lists them. The supervisor asks it before planning slots past the config's, `role --join` before
-// it starts, and the planner before it plans past the slots.
+// per process, and a role whose instances stand alone: a prefill or decode instance outside an
+// expert-parallel group, an MP server (the controller hands it its blocks as it joins the EMS
+// ring), or an expert shard of the one decode group of an attention/MoE split over shared
+// memory (it joins the group as one more expert host). Other groups take members only as the
+// config lists them. The supervisor asks it before planning slots past the config's, `role
+// --join` before it starts, and the planner before it plans past the slots.
 //
 // A process may also switch, in place, between serving a prefill and a decode instance (same
 // process, same model copy: `role KIND --as ROLE` at start, or a role-switch signal while it

@@ -8,6 +8,7 @@
 //          huge_pages = true        read_path = "ub"   # "ub": copy out of the server's mapped
 //                                                      # DRAM; "vpc": bytes in the reply
 //          vnodes = 64   timeout_ms = 5000   replicas = 1   # 2: every block on two servers
+//          handover_timeout_ms = 30000   # a ring change waits this long for the hand-over
 //          context_cache = false   block_tokens = 16   context_namespace = "context"
 //          store_decode_kv = "off"   # "on_finish" | "incremental" (true, false: on_finish, off)
 //          model_cache = false     object_store = ""   object_store_bandwidth = 2.5e9
@@ -49,6 +50,9 @@ struct ems_config {
   // ring, so a read survives one server's outage. Quotas count every copy (see ems_config_table).
   int32_t replicas = 1;
   std::vector<std::pair<std::string, uint64_t>> quotas;
+  // How long the controller waits for the servers to hand over the blocks a ring change moves
+  // before it publishes the new ring anyway (what was not handed over is lost to the cache).
+  int64_t handover_timeout_ms = 30000;
 
   // Context cache (prefill).
   bool context_cache = false;

@@ -33,7 +33,7 @@ void mp_controller::start(transport::endpoint& out) {
 
 pr::ems_ring_view mp_controller::ring_view() const {
   pr::ems_ring_view v;
-  v.version = epoch_ + ring_.version();
+  v.version = epoch_ + version_;
   v.vnodes = ring_.vnodes_per_server();
   v.servers = ring_.servers();
   v.incarnation = epoch_;
@@ -45,32 +45,63 @@ pr::ems_ring_view mp_controller::ring_view() const {
   return v;
 }
 
+std::optional<std::vector<std::string>> mp_controller::target_servers() const {
+  if (!change_) return std::nullopt;
+  return change_->target.servers();
+}
+
 void mp_controller::push_ring(transport::endpoint& out) {
   const auto v = ring_view();
   auto message = transport::make_envelope(v);
   std::set<transport::peer_id> targets;
   if (settled_) targets = subscribers_;
   targets.insert(v.servers.begin(), v.servers.end());
+  // A server on its way off the ring learns from this push that it is off.
+  if (change_) targets.insert(change_->waiting.begin(), change_->waiting.end());
+  targets.insert(departing_.begin(), departing_.end());
   for (auto& t : targets) out.send("ems", t, message); // a lost push is re-asked on a miss
+}
+
+bool mp_controller::is_server(const transport::peer_id& peer, transport::endpoint& out) const {
+  // Servers named in the config, and those that joined since (free-form, `role ems --join`).
+  return configured_servers_.count(peer) != 0 || ring_.contains(peer) ||
+         out.role_of(peer) == "mp_server";
 }
 
 void mp_controller::on_member_event(const transport::membership_event& event,
                                     transport::endpoint& out) {
-  const bool server = configured_servers_.count(event.peer) != 0;
-  if (server) {
-    const bool up = event.what == transport::membership_event::kind::joined;
-    if (up && !ring_.contains(event.peer)) {
-      add_server(event.peer, "joined (" + event.reason + ")", out);
-    } else if (!up && ring_.contains(event.peer)) {
-      ring_.remove_server(event.peer);
-      usage_.erase(event.peer);
-      out.log().info("{} left the ring ({}): {}", event.peer, event.reason, ring_.describe());
-      push_ring(out);
-    } else {
+  const bool up = event.what == transport::membership_event::kind::joined;
+  if (is_server(event.peer, out)) {
+    if (up) {
+      server_up(event.peer, "joined (" + event.reason + ")", out);
       return;
     }
+    // Gone without handing anything over: its blocks are lost to the cache.
+    joining_.erase(event.peer);
+    leaving_.erase(event.peer);
+    departing_.erase(event.peer);
+    usage_.erase(event.peer);
+    if (ring_.contains(event.peer)) {
+      ring_.remove_server(event.peer);
+      ++version_;
+      out.log().info("{} left the ring ({}): {}", event.peer, event.reason, ring_.describe());
+      push_ring(out);
+    }
+    if (change_) {
+      change_->waiting.erase(event.peer);
+      if (change_->target.contains(event.peer)) {
+        change_->target.remove_server(event.peer);
+        change_->version = ++version_; // the servers plan again against the new target
+        change_->waiting = {};
+        for (auto& s : ring_.servers()) change_->waiting.insert(s);
+        for (auto& s : change_->target.servers()) change_->waiting.insert(s);
+        send_target(out);
+      } else if (change_->waiting.empty()) {
+        finish_change(out, false);
+      }
+    }
   }
-  if (event.what == transport::membership_event::kind::joined) return;
+  if (up) return;
   subscribers_.erase(event.peer);
   // A fetcher that died will never register its model: the next waiter fetches instead.
   std::vector<std::string> orphaned;
@@ -82,9 +113,82 @@ void mp_controller::on_member_event(const transport::membership_event& event,
 void mp_controller::add_server(const transport::peer_id& server, const std::string& why,
                                transport::endpoint& out) {
   ring_.add_server(server);
+  ++version_;
   out.log().info("{} {}: {}", server, why, ring_.describe());
   push_ring(out);
   settle(out);
+}
+
+void mp_controller::server_up(const transport::peer_id& server, const std::string& why,
+                              transport::endpoint& out) {
+  if (ring_.contains(server) || joining_.count(server) || departing_.count(server) ||
+      (change_ && change_->target.contains(server)))
+    return;
+  // While the pool starts (and when no server is left) there is nothing to hand over.
+  if (!settled_ || ring_.size() == 0) return add_server(server, why, out);
+  joining_.insert(server);
+  out.log().info("{} {}: it joins the ring once the blocks it will own are handed over", server,
+                 why);
+}
+
+void mp_controller::begin_change(transport::endpoint& out) {
+  if (change_ || (joining_.empty() && leaving_.empty())) return;
+  hash_ring target = ring_;
+  for (auto& s : joining_)
+    if (!target.contains(s)) target.add_server(s);
+  for (auto& s : leaving_)
+    if (target.contains(s)) target.remove_server(s);
+  joining_.clear();
+  leaving_.clear();
+  if (target.servers() == ring_.servers()) return;
+  ring_change c;
+  c.version = ++version_;
+  c.started = std::chrono::steady_clock::now();
+  for (auto& s : ring_.servers()) c.waiting.insert(s);
+  for (auto& s : target.servers()) c.waiting.insert(s);
+  c.target = std::move(target);
+  change_ = std::move(c);
+  out.log().info("ring change to version {}: {} -> {}: the servers hand their blocks over",
+                 epoch_ + change_->version, ring_.describe(), change_->target.describe());
+  if (ring_.size() == 0 || change_->target.size() == 0)
+    return finish_change(out, false); // nobody to hand over from, or to
+  send_target(out);
+}
+
+void mp_controller::send_target(transport::endpoint& out) {
+  pr::ems_ring_target t;
+  t.version = epoch_ + change_->version;
+  t.vnodes = ring_.vnodes_per_server();
+  t.copies = config_.replicas;
+  t.current_servers = ring_.servers();
+  t.servers = change_->target.servers();
+  const auto message = transport::make_envelope(std::move(t));
+  for (auto& s : change_->waiting) out.send_retrying("ems", s, message);
+}
+
+void mp_controller::finish_change(transport::endpoint& out, bool timed_out) {
+  auto c = std::move(*change_);
+  change_.reset();
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::steady_clock::now() - c.started)
+                      .count();
+  for (auto& s : ring_.servers())
+    if (!c.target.contains(s)) usage_.erase(s);
+  ring_ = std::move(c.target);
+  if (c.version != version_) ++version_; // a server died meanwhile: a version of its own
+  if (timed_out) {
+    std::string late;
+    for (auto& s : c.waiting) late += (late.empty() ? "" : ", ") + s;
+    out.log().warn("ring version {}: the hand-over timed out after {} ms ({} blocks handed over, "
+                   "{} failed); {} did not finish, and what they had not handed over is lost to "
+                   "the cache",
+                   epoch_ + version_, ms, c.blocks_moved, c.blocks_failed, late);
+  } else {
+    out.log().info("ring version {} published after a hand-over of {} blocks in {} ms ({} failed): "
+                   "{}",
+                   epoch_ + version_, c.blocks_moved, ms, c.blocks_failed, ring_.describe());
+  }
+  push_ring(out);
 }
 
 void mp_controller::settle(transport::endpoint& out) {
@@ -186,10 +290,23 @@ std::vector<std::string> mp_controller::evict_models(transport::endpoint& out,
 
 void mp_controller::on(const transport::peer_id& from, const pr::ems_ring_request& q,
                        transport::endpoint& out) {
-  subscribers_.insert(from);
-  if (configured_servers_.count(from) && !ring_.contains(from)) {
-    add_server(from, "is up", out); // the asker gets the push with the others
-    return;
+  if (q.leaving) {
+    if (!is_server(from, out)) return;
+    const bool on_a_ring = ring_.contains(from) || (change_ && change_->target.contains(from));
+    joining_.erase(from);
+    if (departing_.insert(from).second)
+      out.log().info("{} asks to leave the ring: it hands its blocks over first", from);
+    if (on_a_ring) {
+      if (!change_ || change_->target.contains(from)) leaving_.insert(from);
+      return; // it learns it is off from the push that publishes the ring without it
+    }
+    // Never on the ring: the answer tells it so.
+  } else {
+    subscribers_.insert(from);
+    if (is_server(from, out) && !ring_.contains(from)) {
+      server_up(from, "is up", out);
+      if (ring_.contains(from)) return; // on at once: the asker gets the push with the others
+    }
   }
   auto v = ring_view();
   v.reply_to = q.request_id;
@@ -229,9 +346,9 @@ void mp_controller::on(const transport::peer_id& from, const pr::ems_model_regis
 
 void mp_controller::on(const transport::peer_id& from, const pr::ems_server_report& r,
                        transport::endpoint& out) {
-  if (r.incarnation != epoch_ || !configured_servers_.count(from)) return; // for another one
-  if (!ring_.contains(from)) add_server(from, "reported", out); // it is alive: it reports
-  usage_[from] = r.namespaces;
+  if (r.incarnation != epoch_ || !is_server(from, out)) return; // for another one
+  server_up(from, "reported", out);                             // it is alive: it reports
+  if (!departing_.count(from)) usage_[from] = r.namespaces;
   for (auto& e : r.models) {
     auto& m = models_[e.model_key];
     if (m.ready) continue; // registered, or reported by another server holding a copy
@@ -253,9 +370,24 @@ void mp_controller::on(const transport::peer_id& from, const pr::ems_server_repo
   }
 }
 
+void mp_controller::on(const transport::peer_id& from, const pr::ems_handover_done& d,
+                       transport::endpoint& out) {
+  if (!change_ || d.target_version != epoch_ + change_->version) return; // an older change's
+  if (!change_->waiting.erase(from)) return;
+  change_->blocks_moved += d.blocks_sent;
+  change_->blocks_failed += d.blocks_failed;
+  if (change_->waiting.empty()) finish_change(out, false);
+}
+
 void mp_controller::on_tick(transport::endpoint& out) {
   ++ticks_;
   settle(out);
+  if (change_ && std::chrono::steady_clock::now() - change_->started >=
+                     std::chrono::milliseconds(config_.handover_timeout_ms))
+    finish_change(out, true);
+  // Joins and leaves asked for since the last change go together (a scale-down drains all its
+  // servers at once).
+  begin_change(out);
   protocol::load_report r;
   r.role = "mp_controller";
   send_load_report(out, std::move(r));

@@ -10,6 +10,13 @@
 // and the model index from the manifests they hold. Until every configured server is back on
 // its ring, or settle_ticks passed, it pushes its ring to the servers only, so clients keep the
 // ring they have rather than take a partial one.
+// Once settled, the ring changes in two phases (issue 15): a server that joins (its first ring
+// request) or leaves (its drain asks to) makes a target ring, sent to the servers only; each
+// hands the blocks whose owners the change moves to their new owners and says so; then — or
+// when handover_timeout_ms has passed — the target is published to everyone. Clients read with
+// the ring they have meanwhile, so reads hit the old owners until their blocks have moved.
+// Changes asked for during one wait for it and go together in the next. A server that dies is
+// taken off at once (its blocks are lost to the cache; there is nobody to hand them over).
 
 #include "services/ems/ems_config.hpp"
 #include "services/ems/hash_ring.hpp"
@@ -21,6 +28,7 @@
 #include <chrono>
 #include <deque>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -41,11 +49,17 @@ public:
           transport::endpoint& out);
   void on(const transport::peer_id& from, const protocol::ems_server_report& m,
           transport::endpoint& out);
+  void on(const transport::peer_id& from, const protocol::ems_handover_done& m,
+          transport::endpoint& out);
   // Reports to the scheduler like the other roles (its unexpected messages reach /metrics).
   void on_tick(transport::endpoint& out) override;
   void on_member_event(const transport::membership_event& event, transport::endpoint& out) override;
 
   const hash_ring& ring() const { return ring_; }
+  // True once the ring reaches clients (every configured server on it, or settle_ticks passed).
+  bool settled() const { return settled_; }
+  // The ring being handed over to, while a change runs.
+  std::optional<std::vector<std::string>> target_servers() const;
   // What the servers reported, summed per namespace (bytes count every copy).
   std::map<std::string, protocol::ems_namespace_usage> namespace_usage() const;
   struct model_index_entry {
@@ -75,12 +89,31 @@ private:
     uint64_t last_used = 0; // a logical clock: claims and registrations
   };
 
+  // A ring change being handed over: the target, and the servers yet to say they are done.
+  struct ring_change {
+    hash_ring target;
+    uint64_t version = 0;
+    std::set<transport::peer_id> waiting;
+    uint64_t blocks_moved = 0, blocks_failed = 0;
+    std::chrono::steady_clock::time_point started;
+  };
+
   // The ring as clients and servers see it; its version counts up across controller restarts.
   protocol::ems_ring_view ring_view() const;
   void push_ring(transport::endpoint& out);
   void add_server(const transport::peer_id& server, const std::string& why,
                   transport::endpoint& out);
   void settle(transport::endpoint& out);
+  bool is_server(const transport::peer_id& peer, transport::endpoint& out) const;
+  // A server that is up and not on the ring: on at once while the pool starts, by a change once
+  // it has settled.
+  void server_up(const transport::peer_id& server, const std::string& why,
+                 transport::endpoint& out);
+  // Starts the change the joins and leaves asked for make, when none runs.
+  void begin_change(transport::endpoint& out);
+  void send_target(transport::endpoint& out);
+  // Publishes the change's target: what the servers handed over, or all there is past the timeout.
+  void finish_change(transport::endpoint& out, bool timed_out);
   // Marks `m` ready with what makes it and wakes its waiters.
   void make_ready(transport::endpoint& out, model_entry& m, const std::string& ns,
                   std::vector<std::string> block_keys, uint64_t bytes,
@@ -99,6 +132,11 @@ private:
   hash_ring ring_;
   std::set<transport::peer_id> subscribers_;
   bool settled_ = false; // clients get the pushes
+  uint64_t version_ = 0; // of the last ring or target made (plus epoch_ on the wire)
+  std::optional<ring_change> change_;
+  std::set<transport::peer_id> joining_, leaving_; // asked for, in no change yet
+  // Servers that asked to leave, until they are gone: their reports do not bring them back.
+  std::set<transport::peer_id> departing_;
   int ticks_ = 0;
   std::map<transport::peer_id, std::vector<protocol::ems_namespace_usage>> usage_; // by server
   std::map<std::string, model_entry> models_;

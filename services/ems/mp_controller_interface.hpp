@@ -13,9 +13,10 @@ struct mp_controller_interface {
   using accepts = message_list<protocol::ems_ring_request,   // servers and clients
                                protocol::ems_model_claim,    // model cache: who fetches M?
                                protocol::ems_model_register, // model cache: M is in the pool
-                               protocol::ems_server_report>; // servers: what they hold
+                               protocol::ems_server_report,  // servers: what they hold
+                               protocol::ems_handover_done>; // servers: a ring change's blocks
   using sends =
-      message_list<protocol::ems_ring_view, protocol::ems_model_claimed,
+      message_list<protocol::ems_ring_view, protocol::ems_ring_target, protocol::ems_model_claimed,
                    protocol::ems_model_registered, protocol::ems_remove, protocol::load_report>;
 };
 

@@ -24,7 +24,8 @@ std::string server_region_name(const std::string& instance) {
 
 mp_server::mp_server(const transport::cluster_config& cluster, const std::string& instance,
                      const ems_config& config)
-    : instance_(instance), model_namespace_(config.model_namespace) {
+    : instance_(instance), model_namespace_(config.model_namespace), timeout_(config.timeout_ms),
+      handover_timeout_(config.handover_timeout_ms), copies_(config.replicas), handover_(instance) {
   pr::register_serving_messages();
   pr::register_ems_messages();
   region_ = transport::shm_region::create(cluster.name, server_region_name(instance),
@@ -59,6 +60,8 @@ void mp_server::start(transport::endpoint& out) {
                   for (auto& task : batch) task();
                   std::lock_guard lock(stats_mutex_);
                   stats_ = store_->stats();
+                  handover_totals_ = handover_.totals();
+                  handover_idle_ = handover_.idle();
                 });
 }
 
@@ -76,15 +79,109 @@ void mp_server::on(const transport::peer_id& from, const pr::ems_ring_view& v,
   if (!out.expect_role(from, "mp_controller", "ems_ring_view")) return;
   if (v.version < ring_version_) return; // an older push overtaken by a newer one
   ring_version_ = v.version;
+  on_ring_ = std::find(v.servers.begin(), v.servers.end(), instance_) != v.servers.end();
+  if (leaving_ && !on_ring_ && !left_.exchange(true)) {
+    handover_idle_ = false; // until the storage thread has seen the ring below
+    out.log().info("off the ring (version {}): drained once its last forwards are answered",
+                   v.version);
+  }
   auto quotas = v.quotas;
-  enqueue([this, quotas = std::move(quotas)] {
+  enqueue([this, quotas = std::move(quotas), v, off = leaving_ && !on_ring_] {
     for (auto& [ns, bytes] : quotas) store_->set_quota(ns, bytes);
+    const auto version = v.version;
+    if (off) { // drained once what is queued or still put here has gone to the owners
+      handover_.forward_to(version, v.vnodes, copies_, v.servers);
+      pump_handover();
+      return;
+    }
+    // A change at or below this version is over: what it had not handed over stays here only.
+    if (const auto left = handover_.end(version))
+      out_->log().warn("ring version {} published with {} blocks not handed over: lost to the "
+                       "cache",
+                       version, left);
   });
   if (v.incarnation != 0 && v.incarnation != reported_incarnation_) {
     reported_incarnation_ = v.incarnation; // a controller this server has not told yet
     controller_ = from;
     enqueue_report(true);
   }
+}
+
+void mp_server::on(const transport::peer_id& from, const pr::ems_ring_target& t,
+                   transport::endpoint& out) {
+  if (!out.expect_role(from, "mp_controller", "ems_ring_target")) return;
+  if (t.version <= ring_version_) return; // published already
+  enqueue([this, t, from] {
+    handover_controller_ = from;
+    handover_.begin(t, *store_);
+    out_->log().info("ring change to version {}: handing {} blocks over", t.version,
+                     handover_.planned());
+    pump_handover();
+  });
+}
+
+void mp_server::pump_handover() {
+  while (auto batch = handover_.next_batch(*store_)) send_handover_batch(std::move(*batch));
+  if (!handover_.take_finished()) return;
+  out_->log().info("handed {} blocks over for ring version {} in {} ms ({} failed)",
+                   handover_.change_sent(), handover_.version(), handover_.elapsed().count(),
+                   handover_.change_failed());
+  out_->send_retrying(
+      "ems", handover_controller_,
+      transport::make_envelope(pr::ems_handover_done{handover_.version(), handover_.change_sent(),
+                                                     handover_.change_failed()}));
+}
+
+void mp_server::send_handover_batch(handover_batch batch) {
+  const uint64_t version = handover_.version();
+  const uint64_t blocks = batch.put.keys.size(), planned = batch.planned;
+  const auto to = batch.to;
+  // The answer comes on a plane thread; the hand-over is the storage thread's.
+  auto id = out_->pending().add(
+      to, std::chrono::steady_clock::now() + timeout_,
+      [this, version, blocks, planned, to](std::optional<transport::envelope> reply,
+                                           const std::string& error) {
+        uint64_t stored = 0;
+        if (const auto* r = reply ? reply->get<pr::ems_put_reply>() : nullptr)
+          for (auto& e : r->errors) stored += e.ok() ? 1 : 0;
+        if (stored < blocks)
+          out_->log().warn("{} of {} blocks handed over to {} were not stored: {}", blocks - stored,
+                           blocks, to, reply ? "refused" : error);
+        enqueue([this, version, blocks, planned, stored] {
+          handover_.answered(version, planned, stored, blocks - stored);
+          pump_handover();
+        });
+      });
+  if (!id) {
+    handover_.answered(version, planned, 0, blocks);
+    return;
+  }
+  batch.put.request_id = *id;
+  const auto status =
+      send_with_backoff(*out_, "ems", to, transport::make_envelope(std::move(batch.put)), timeout_);
+  if (status != transport::send_status::ok)
+    out_->pending().fail(*id, "cannot reach " + to + ": " + transport::to_string(status));
+}
+
+handover_totals mp_server::handover_counts() {
+  std::lock_guard lock(stats_mutex_);
+  return handover_totals_;
+}
+
+void mp_server::drain(drain_mode) {
+  if (leaving_.exchange(true)) return;
+  const auto deadline =
+      std::chrono::steady_clock::now() + handover_timeout_ + std::chrono::seconds(5);
+  drain_deadline_ns_ = deadline.time_since_epoch().count();
+  // Never on a ring (still starting, or the controller never answered): nothing to hand over.
+  if (!on_ring_) left_ = true;
+}
+
+bool mp_server::drained() const {
+  if (left_ && handover_idle_) return true;
+  // No published ring without this server in time (the controller gone): its blocks stay here.
+  return leaving_ &&
+         std::chrono::steady_clock::now().time_since_epoch().count() > drain_deadline_ns_.load();
 }
 
 void mp_server::on_member_event(const transport::membership_event& event,
@@ -133,7 +230,7 @@ void mp_server::enqueue(std::function<void()> task) {
   worker_.notify();
 }
 
-void mp_server::serve(const transport::peer_id& from, const pr::ems_put& p) {
+void mp_server::serve(const transport::peer_id& from, const pr::ems_put& p, bool handed_over) {
   pr::ems_put_reply r;
   r.reply_to = p.request_id;
   if (p.sizes.size() != p.keys.size()) {
@@ -153,8 +250,12 @@ void mp_server::serve(const transport::peer_id& from, const pr::ems_put& p) {
       auto result = store_->put(p.ns, p.keys[i], data.subspan(at, p.sizes[i]));
       at += p.sizes[i];
       r.errors.push_back(result.error);
+      if (!result) continue;
+      if (handed_over) handover_.count_received(1);
+      handover_.note_put(p.ns, p.keys[i]); // a block a running change moves goes too
     }
   }
+  if (handover_.active()) pump_handover();
   if (p.request_id != 0) reply(from, transport::make_envelope(std::move(r)));
 }
 
@@ -223,12 +324,18 @@ void mp_server::on_tick(transport::endpoint& out) {
   if (ring_version_ == 0)
     for (auto& c : instances_with_role(out.cluster(), "mp_controller"))
       out.send("ems", c, transport::make_envelope(pr::ems_ring_request{0}));
+  // Until the controller publishes a ring without this server (asked again in case one is lost).
+  if (leaving_ && !left_)
+    for (auto& c : instances_with_role(out.cluster(), "mp_controller"))
+      out.send("ems", c, transport::make_envelope(pr::ems_ring_request{0, true}));
   if (reported_incarnation_ != 0 && ++ticks_since_report_ >= usage_report_ticks)
     enqueue_report(false);
   block_store_stats s;
+  handover_totals h;
   {
     std::lock_guard lock(stats_mutex_);
     s = stats_;
+    h = handover_totals_;
   }
   pr::load_report r;
   r.role = "mp_server";
@@ -244,6 +351,9 @@ void mp_server::on_tick(transport::endpoint& out) {
   c.evicted_dram = s.evictions_dram_to_ssd;
   c.deleted_ssd = s.ssd_deletions;
   c.rejected_puts = s.rejected_puts;
+  c.handed_over_in = h.blocks_in;
+  c.handed_over_out = h.blocks_out;
+  c.handover_failed = h.blocks_failed;
   send_load_report(out, std::move(r));
 }
 

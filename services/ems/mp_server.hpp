@@ -11,7 +11,13 @@
 // stores, to every controller incarnation it meets, and its namespaces' usage every few ticks —
 // so a restarted controller rebuilds its ring, usage and model index without any server
 // restarting. While the controller is down the server goes on serving.
+// When the ring changes (a server joins or leaves) the controller first sends the target ring;
+// the storage thread then hands the blocks the change moves to their new owners in the
+// background (block_handover), between the requests it serves, and tells the controller when
+// they are all there. A draining server asks to leave and is drained() once the controller
+// published a ring without it (its blocks handed over), or past its hand-over timeout.
 
+#include "services/ems/block_handover.hpp"
 #include "services/ems/block_store.hpp"
 #include "services/ems/ems_config.hpp"
 #include "services/ems/mp_server_interface.hpp"
@@ -47,14 +53,27 @@ public:
   // Requests go to the storage thread whole (its fsyncs and copies never run on the actor's).
   template<class Request>
   requires protocol::is_ems_server_request<Request>
-  void on(const transport::peer_id& from, std::shared_ptr<const Request> m, transport::endpoint&) {
-    enqueue([this, from, m = std::move(m)] { serve(from, *m); });
+  void on(const transport::peer_id& from, std::shared_ptr<const Request> m,
+          transport::endpoint& out) {
+    if constexpr (std::is_same_v<Request, protocol::ems_put>) {
+      const bool handed_over = out.role_of(from) == "mp_server"; // another server's hand-over
+      enqueue([this, from, m = std::move(m), handed_over] { serve(from, *m, handed_over); });
+    } else {
+      enqueue([this, from, m = std::move(m)] { serve(from, *m); });
+    }
   }
   void on(const transport::peer_id& from, const protocol::ems_ring_view& m,
           transport::endpoint& out);
+  void on(const transport::peer_id& from, const protocol::ems_ring_target& m,
+          transport::endpoint& out);
+  // Asks the controller to take this server off the ring once its blocks are handed over.
+  void drain(drain_mode mode) override;
+  bool drained() const override;
   // A controller that (re)joined is asked for its ring at once: its answer starts the report.
   void on_member_event(const transport::membership_event& event, transport::endpoint& out) override;
   void on_tick(transport::endpoint& out) override;
+  // Blocks ring changes moved in and out of this server so far (any thread).
+  handover_totals handover_counts();
 
   static constexpr size_t max_reply_bytes = size_t{16} << 20;
   static constexpr int usage_report_ticks = 10; // heartbeats between usage reports
@@ -62,7 +81,7 @@ public:
 private:
   void enqueue(std::function<void()> task);
   // Storage thread.
-  void serve(const transport::peer_id& from, const protocol::ems_put& m);
+  void serve(const transport::peer_id& from, const protocol::ems_put& m, bool handed_over);
   void serve(const transport::peer_id& from, const protocol::ems_get& m);
   void serve(const transport::peer_id& from, const protocol::ems_exists& m);
   void serve(const transport::peer_id& from, const protocol::ems_remove& m);
@@ -72,6 +91,9 @@ private:
   // controller incarnation `incarnation`.
   protocol::ems_server_report report(uint64_t incarnation, bool full);
   void enqueue_report(bool full);
+  // Storage thread: sends the hand-over's next batches, and reports a finished one.
+  void pump_handover();
+  void send_handover_batch(handover_batch batch);
 
   std::string instance_;
   std::string model_namespace_;
@@ -83,11 +105,21 @@ private:
   transport::shm_region region_;
   std::unique_ptr<block_store> store_;
   std::atomic<uint64_t> ring_version_{0};
+  std::chrono::milliseconds timeout_;          // a hand-over batch's answer
+  std::chrono::milliseconds handover_timeout_; // the controller's, bounding a drain
+  int32_t copies_;                             // [ems] replicas
+  // Drain: asked (any thread), then off the ring as the controller published it (actor thread).
+  std::atomic<bool> leaving_{false}, on_ring_{false}, left_{false};
+  std::atomic<bool> handover_idle_{true};     // storage thread: nothing queued or unanswered
+  std::atomic<int64_t> drain_deadline_ns_{0}; // steady clock
+  block_handover handover_;                   // storage thread
+  transport::peer_id handover_controller_;    // storage thread: who asked for the hand-over
 
   // Requests for the storage thread, under worker_.mutex().
   std::deque<std::function<void()>> requests_;
   std::mutex stats_mutex_; // the storage thread's current statistics, for the actor's reports
   block_store_stats stats_;
+  handover_totals handover_totals_;
   compute_worker worker_; // last: its thread stops before the members it uses go
 };
 

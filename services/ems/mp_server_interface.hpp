@@ -12,10 +12,12 @@ struct mp_server_interface {
   static constexpr int protocol_version = protocol::ems_protocol_version;
   using accepts = message_list<protocol::ems_put, protocol::ems_get, protocol::ems_exists,
                                protocol::ems_remove, protocol::ems_list,
-                               protocol::ems_ring_view>; // controller: ring pushes, quotas
+                               protocol::ems_ring_view,    // controller: ring pushes, quotas
+                               protocol::ems_ring_target>; // controller: hand blocks over
   using sends =
-      message_list<protocol::ems_put_reply, protocol::ems_get_reply, protocol::ems_exists_reply,
-                   protocol::ems_remove_reply, protocol::ems_list_reply, protocol::ems_ring_request,
+      message_list<protocol::ems_put, protocol::ems_handover_done, protocol::ems_put_reply,
+                   protocol::ems_get_reply, protocol::ems_exists_reply, protocol::ems_remove_reply,
+                   protocol::ems_list_reply, protocol::ems_ring_request,
                    protocol::ems_server_report, protocol::load_report>;
 };
 

@@ -63,6 +63,14 @@ void render_cache_stats(metrics_registry& metrics, const protocol::instance_stat
           c.corrupt_blocks, l);
     gauge("supernode_pool_rejected_puts", "Puts refused (quota, size, write error)",
           c.rejected_puts, l);
+    for (const char* direction : {"in", "out"})
+      gauge("supernode_pool_handed_over_blocks",
+            "Blocks a ring change moved to their new owner: received (in) or handed (out)",
+            direction[0] == 'i' ? c.handed_over_in : c.handed_over_out,
+            {{"instance", s.name}, {"direction", direction}});
+    gauge("supernode_pool_handover_failed_blocks",
+          "Blocks a ring change should have moved from this server that are lost to the cache",
+          c.handover_failed, l);
   }
 }
 

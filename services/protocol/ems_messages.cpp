@@ -16,7 +16,9 @@ void register_ems_messages() {
     register_message<ems_model_claim>();
     register_message<ems_model_register>();
     register_message<ems_server_report>();
+    register_message<ems_handover_done>();
     register_message<ems_ring_view>();
+    register_message<ems_ring_target>();
     register_message<ems_model_claimed>();
     register_message<ems_model_registered>();
     register_message<ems_put>();

@@ -5,11 +5,14 @@
 // the plane thread (no actor in between), so a client may wait for replies from any thread.
 //
 //   client        -> mp_controller : ems_ring_request, ems_model_claim, ems_model_register
-//   mp_server     -> mp_controller : ems_ring_request, ems_server_report (what it holds)
+//   mp_server     -> mp_controller : ems_ring_request (`leaving`: a drain), ems_server_report
+//                                    (what it holds), ems_handover_done
 //   mp_controller -> client        : ems_ring_view (also pushed on every change),
 //                                    ems_model_claimed, ems_model_registered
-//   mp_controller -> mp_server     : ems_ring_view (pushed), ems_remove (model eviction)
+//   mp_controller -> mp_server     : ems_ring_view (pushed), ems_ring_target (a ring change to
+//                                    hand blocks over for), ems_remove (model eviction)
 //   client        -> mp_server     : ems_put, ems_get, ems_exists, ems_remove, ems_list
+//   mp_server     -> mp_server     : ems_put (the blocks a ring change moves), ems_put_reply
 //   mp_server     -> client        : ems_put_reply, ems_get_reply, ems_exists_reply,
 //                                    ems_remove_reply, ems_list_reply
 //   mp_server     -> scheduler     : load_report (role "mp_server", tier statistics)
@@ -34,7 +37,9 @@ struct ems_ring_request {
   static constexpr const char* type_name = "ems_ring_request";
   static constexpr uint32_t max_bytes = 4096;
   uint64_t request_id = 0;
-  MSGPACK_DEFINE_MAP(request_id);
+  // From a draining MP server: take me off the ring once my blocks are with their new owners.
+  bool leaving = false;
+  MSGPACK_DEFINE_MAP(request_id, leaving);
 };
 
 // Who loads model `model_key` ("id@version"): see ems::model_claim.
@@ -93,6 +98,18 @@ struct ems_server_report {
   MSGPACK_DEFINE_MAP(incarnation, full, namespaces, models);
 };
 
+// An MP server handed over every block the ring change `target_version` moves away from it (or
+// gave up on some: `failed`, lost to the cache).
+struct ems_handover_done {
+  static constexpr uint16_t type_id = 204;
+  static constexpr const char* type_name = "ems_handover_done";
+  static constexpr uint32_t max_bytes = 4096;
+  uint64_t target_version = 0;
+  uint64_t blocks_sent = 0;
+  uint64_t blocks_failed = 0;
+  MSGPACK_DEFINE_MAP(target_version, blocks_sent, blocks_failed);
+};
+
 // ---- from the MP controller --------------------------------------------------------------------
 
 // The ring: MP servers by instance name, in any order (the ring sorts them), and each namespace's
@@ -108,6 +125,21 @@ struct ems_ring_view {
   std::vector<std::pair<std::string, uint64_t>> quotas;
   uint64_t incarnation = 0; // the controller's: a new one has not heard the servers' reports
   MSGPACK_DEFINE_MAP(reply_to, version, vnodes, servers, quotas, incarnation);
+};
+
+// The ring the controller will publish next (servers only): each server hands the blocks it owns
+// under `current_servers` to the servers that own them under `servers` and are not owners now,
+// then answers ems_handover_done. Clients keep reading with the current ring meanwhile.
+struct ems_ring_target {
+  static constexpr uint16_t type_id = 208;
+  static constexpr const char* type_name = "ems_ring_target";
+  static constexpr uint32_t max_bytes = 1u << 20;
+  uint64_t version = 0; // the ring view's version once published
+  int32_t vnodes = 64;
+  int32_t copies = 1; // owners per key ([ems] replicas, at most one per server)
+  std::vector<std::string> current_servers;
+  std::vector<std::string> servers;
+  MSGPACK_DEFINE_MAP(version, vnodes, copies, current_servers, servers);
 };
 
 struct ems_model_claimed {

@@ -113,10 +113,12 @@ struct cache_stats {
   uint64_t evicted_dram = 0; // DRAM -> SSD tier
   uint64_t deleted_ssd = 0;  // dropped by the SSD tier's threshold
   uint64_t rejected_puts = 0;
+  // Blocks a ring change moved: received from other servers, handed to them, and lost on the way.
+  uint64_t handed_over_in = 0, handed_over_out = 0, handover_failed = 0;
   MSGPACK_DEFINE_MAP(lookups, lookup_tokens, hit_tokens, stored_blocks, store_failures, read_errors,
                      load_seconds, loaded_bytes, dram_blocks, dram_bytes, ssd_blocks, ssd_bytes,
                      dram_hits, ssd_hits, misses, corrupt_blocks, evicted_dram, deleted_ssd,
-                     rejected_puts);
+                     rejected_puts, handed_over_in, handed_over_out, handover_failed);
 };
 
 // Load as running totals, so the scheduler's view is exact whatever the order in which

@@ -3,7 +3,7 @@
 // then back to 2, and prefill 2 → 1 → 2; every request answers with the reference engine's
 // tokens, the status says what is serving, and a request after the changes is served.
 
-#include "../support/child_process.hpp"
+#include "cluster_cli.hpp"
 #include "services/loadgen/http_client.hpp"
 #include "serving_faults.hpp"
 #include "transport/free_ports.hpp"
@@ -17,34 +17,6 @@ using namespace supernode::testing;
 using json = nlohmann::json;
 
 namespace {
-
-// `supernode cluster <action> --config <the cluster's> --json ARGS...`: its one-line answer.
-json cluster_cli(const serving_cluster& cluster, const std::string& action,
-                 const std::vector<std::string>& args) {
-  std::vector<std::string> argv{serving_cluster::binary(),      "cluster", action, "--config",
-                                cluster.config_file().string(), "--json"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  child_process cli(argv);
-  std::string out;
-  while (auto line = cli.read_line(std::chrono::seconds(240))) out += *line;
-  const auto status = cli.wait(std::chrono::seconds(30));
-  EXPECT_TRUE(status && status->exited()) << out;
-  return json::parse(out, nullptr, false);
-}
-
-json scale(const serving_cluster& cluster, const std::vector<std::string>& counts) {
-  return cluster_cli(cluster, "scale", counts);
-}
-
-// Slot -> phase, from `cluster status --json`.
-std::map<std::string, std::string> phases(const serving_cluster& cluster) {
-  const auto status = cluster_cli(cluster, "status", {});
-  std::map<std::string, std::string> out;
-  if (!status.is_object()) return out;
-  for (auto& p : status["processes"])
-    out[p["process"].get<std::string>()] = p["phase"].get<std::string>();
-  return out;
-}
 
 // Until the scheduler places on `instance`: it is alive and reported its KV pool. A scale
 // answers once the process is ready; the scheduler hears of it within a heartbeat or two.

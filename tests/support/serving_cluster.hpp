@@ -9,6 +9,7 @@
 
 #include <array>
 #include <atomic>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <map>

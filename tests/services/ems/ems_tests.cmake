@@ -21,3 +21,7 @@ supernode_add_test(ems_replicas_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/ems_repli
 supernode_add_test(mp_controller_restart_test
                    SOURCES ${CMAKE_CURRENT_LIST_DIR}/mp_controller_restart_test.cpp
                    LIBS supernode_services LABEL unit)
+# MP servers joining and leaving a live pool: the blocks a ring change moves, the controller's two
+# phases against scripted servers, and a pool 2 -> 3 -> 1 over the inproc plane.
+supernode_add_test(ems_handover_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/ems_handover_test.cpp
+                   LIBS supernode_services LABEL unit)

@@ -1,7 +1,9 @@
 #pragma once
 // An EMS pool hosted in this process over the inproc plane for unit tests: an MP controller
 // and `servers` MP servers (mp_server-0, -1, ...), each a role that a test may stop or replace,
-// and a client on a pool session of its own ("probe-0").
+// and a client on a pool session of its own ("probe-0"). A test may start fewer servers than the
+// config names and start the others later (servers joining a live pool), and open new clients
+// whose first ring is the current one.
 
 #include "../../support/inproc_cluster.hpp"
 #include "../../support/role_host.hpp"
@@ -29,16 +31,27 @@ public:
   using server_host = role_host<services::ems::mp_server>;
 
   // `ems_keys`: lines of the [ems] table beyond the small tiers every test gets.
-  inproc_pool(const std::string& name, int servers, const std::string& ems_keys = "")
+  inproc_pool(const std::string& name, int servers, const std::string& ems_keys = "",
+              int started = -1)
       : config_(name, tables(servers, ems_keys)) {
     start_controller(3);
-    for (int i = 0; i < servers; ++i) {
-      const auto instance = "mp_server-" + std::to_string(i);
-      servers_.push_back(std::make_unique<server_host>(
-          cluster(), instance,
-          std::make_shared<services::ems::mp_server>(cluster(), instance, ems())));
-    }
+    servers_.resize(static_cast<size_t>(servers));
+    for (int i = 0; i < (started < 0 ? servers : started); ++i) start_server(i);
     session_ = std::make_unique<services::ems::pool_session>(cluster(), "probe-0", 5, ems());
+  }
+
+  void start_server(int i) {
+    const auto instance = "mp_server-" + std::to_string(i);
+    servers_.at(static_cast<size_t>(i)) = std::make_unique<server_host>(
+        cluster(), instance,
+        std::make_shared<services::ems::mp_server>(cluster(), instance, ems()));
+  }
+  server_host& server(int i) { return *servers_.at(static_cast<size_t>(i)); }
+  // A client on a session of its own (probe-1, probe-2, ...): it has seen no earlier ring, so
+  // it reads every key at its owner only.
+  std::unique_ptr<services::ems::pool_session> new_session() {
+    return std::make_unique<services::ems::pool_session>(
+        cluster(), "probe-" + std::to_string(++sessions_), 5, ems());
   }
 
   const transport::cluster_config& cluster() const { return config_.file.cluster; }
@@ -72,7 +85,7 @@ private:
     return "[process.ems_controller]\nroles = [\"mp_controller\"]\n"
            "[process.ems]\nroles = [\"mp_server\"]\ncount = " +
            std::to_string(servers) +
-           "\n[process.probe]\nroles = [\"probe\"]\n"
+           "\n[process.probe]\nroles = [\"probe\"]\ncount = 4\n"
            "[ems]\ndram_bytes = 8388608\nssd_bytes = 268435456\ntimeout_ms = 2000\n" +
            ems_keys;
   }
@@ -81,6 +94,7 @@ private:
   std::unique_ptr<controller_host> controller_;
   std::vector<std::unique_ptr<server_host>> servers_;
   std::unique_ptr<services::ems::pool_session> session_;
+  int sessions_ = 0;
 };
 
 } // namespace supernode::testing

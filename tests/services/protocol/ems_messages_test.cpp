@@ -25,7 +25,21 @@ std::vector<std::string> keys(const std::string& prefix) {
 }
 
 ems_ring_request ring_request() {
-  return {41};
+  return {41, true};
+}
+
+ems_handover_done handover_done() {
+  return {0x1234ull << 16 | 9, 120, 3};
+}
+
+ems_ring_target ring_target() {
+  ems_ring_target t;
+  t.version = 0x1234ull << 16 | 9;
+  t.vnodes = 16;
+  t.copies = 2;
+  t.current_servers = {"mp_server-0", "mp_server-1"};
+  t.servers = {"mp_server-0", "mp_server-1", "mp_server-2"};
+  return t;
 }
 
 ems_model_claim claim() {
@@ -131,7 +145,9 @@ void for_every_sample(Fn&& fn) {
   fn(claim());
   fn(model_register());
   fn(server_report());
+  fn(handover_done());
   fn(ring_view());
+  fn(ring_target());
   fn(claimed());
   fn(registered());
   fn(put());
@@ -164,6 +180,21 @@ TEST_F(ems_messages, controller_messages_round_trip) {
   auto rr = expect_round_trip(ring_request(), 0);
   ASSERT_TRUE(rr);
   EXPECT_EQ(rr->request_id, 41u);
+  EXPECT_TRUE(rr->leaving);
+
+  auto hd = expect_round_trip(handover_done(), 0);
+  ASSERT_TRUE(hd);
+  EXPECT_EQ(hd->target_version, handover_done().target_version);
+  EXPECT_EQ(hd->blocks_sent, 120u);
+  EXPECT_EQ(hd->blocks_failed, 3u);
+
+  auto t = expect_round_trip(ring_target(), 0);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->version, ring_target().version);
+  EXPECT_EQ(t->vnodes, 16);
+  EXPECT_EQ(t->copies, 2);
+  EXPECT_EQ(t->current_servers, ring_target().current_servers);
+  EXPECT_EQ(t->servers, ring_target().servers);
 
   auto c = expect_round_trip(claim(), 0);
   ASSERT_TRUE(c);
@@ -272,6 +303,9 @@ TEST_F(ems_messages, a_message_over_its_limit_is_refused) {
   ems_ring_view v;
   v.servers.assign(1, std::string(1u << 20, 's'));
   expect_oversized_rejected(v);
+  ems_ring_target t;
+  t.servers.assign(1, std::string(1u << 20, 's'));
+  expect_oversized_rejected(t);
   const std::vector<std::string> many_keys(1, std::string(4u << 20, 'k'));
   expect_oversized_rejected(ems_get{1, "ns", many_keys, false});
   expect_oversized_rejected(ems_exists{1, "ns", many_keys});
@@ -286,6 +320,6 @@ TEST_F(ems_messages, a_message_over_its_limit_is_refused) {
   big_register.manifest = std::vector<char>(64u << 20);
   expect_oversized_rejected(big_register);
   // ems_put and ems_get_reply allow 256 MiB of values; over that their headers alone are judged
-  // (expect_damaged_frames_rejected) rather than packing 256 MiB here. ems_ring_request and
-  // ems_remove_reply hold only numbers and cannot outgrow their limits.
+  // (expect_damaged_frames_rejected) rather than packing 256 MiB here. ems_ring_request,
+  // ems_handover_done and ems_remove_reply hold only numbers and cannot outgrow their limits.
 }

@@ -59,6 +59,9 @@ cache_stats cache() {
   c.evicted_dram = 17;
   c.deleted_ssd = 18;
   c.rejected_puts = 19;
+  c.handed_over_in = 20;
+  c.handed_over_out = 21;
+  c.handover_failed = 22;
   return c;
 }
 
@@ -315,6 +318,9 @@ TEST_F(serving_messages, load_reports_and_cluster_stats_round_trip) {
   EXPECT_EQ(r->planes[1].bad_frames, 205u);
   EXPECT_TRUE(r->unavailable.is(ep_errc::group_broken));
   EXPECT_EQ(r->cache.rejected_puts, 19u);
+  EXPECT_EQ(r->cache.handed_over_in, 20u);
+  EXPECT_EQ(r->cache.handed_over_out, 21u);
+  EXPECT_EQ(r->cache.handover_failed, 22u);
   EXPECT_EQ(r->cache.load_seconds, 0.125);
   EXPECT_EQ(r->unexpected_messages.at("ping"), 3u);
 

@@ -1,0 +1,140 @@
+#include "services/ems/block_handover.hpp"
+
+#include <algorithm>
+
+namespace supernode::services::ems {
+
+namespace pr = protocol;
+
+std::vector<std::string> handover_destinations(const hash_ring& current, const hash_ring& target,
+                                               size_t copies, const std::string& self,
+                                               std::string_view ns, std::string_view key) {
+  std::vector<std::string> to;
+  if (current.size() == 0 || target.size() == 0) return to;
+  const auto now = current.owners(ns, key, copies);
+  auto owns_now = [&](const std::string& s) {
+    return std::find(now.begin(), now.end(), s) != now.end();
+  };
+  if (!owns_now(self)) return to; // a stale copy: its owner hands it over
+  for (auto& s : target.owners(ns, key, copies))
+    if (s != self && !owns_now(s)) to.push_back(s);
+  return to;
+}
+
+hash_ring ring_of(int32_t vnodes, const std::vector<std::string>& servers) {
+  hash_ring ring(vnodes);
+  for (auto& s : servers) ring.add_server(s);
+  return ring;
+}
+
+void block_handover::begin(const pr::ems_ring_target& target, const block_store& store) {
+  // A change still running is replaced: planning every block again covers its unsent ones.
+  change_.emplace();
+  change_->target = target;
+  change_->current = ring_of(target.vnodes, target.current_servers);
+  change_->next = ring_of(target.vnodes, target.servers);
+  change_->started = std::chrono::steady_clock::now();
+  for (auto& usage : store.usage())
+    for (auto& key : store.keys(usage.ns)) plan(usage.ns, key, true);
+}
+
+void block_handover::plan(const std::string& ns, const std::string& key, bool initial) {
+  const auto copies = static_cast<size_t>(std::max(1, change_->target.copies));
+  for (auto& to : handover_destinations(change_->current, change_->next, copies, self_, ns, key)) {
+    change_->queue[{to, ns}].emplace_back(key, initial);
+    ++change_->planned;
+    change_->initial_left += initial ? 1 : 0;
+  }
+}
+
+void block_handover::note_put(const std::string& ns, const std::string& key) {
+  if (change_) plan(ns, key, false);
+}
+
+std::optional<handover_batch> block_handover::next_batch(block_store& store) {
+  if (!change_ || change_->in_flight >= max_batches_in_flight) return std::nullopt;
+  for (auto& [where, keys] : change_->queue) {
+    const auto& [to, ns] = where;
+    handover_batch b;
+    b.to = to;
+    b.put.ns = ns;
+    std::vector<char> data;
+    while (!keys.empty() && data.size() < batch_bytes_ && b.put.keys.size() < max_batch_blocks) {
+      auto [key, initial] = std::move(keys.front());
+      keys.pop_front();
+      auto bytes = store.get(ns, key);
+      if (!bytes) { // removed, evicted or corrupt since it was planned: nothing to hand over
+        --change_->planned;
+        change_->initial_left -= initial ? 1 : 0;
+        continue;
+      }
+      b.planned += initial ? 1 : 0;
+      const auto* p = reinterpret_cast<const char*>(bytes->data());
+      data.insert(data.end(), p, p + bytes->size());
+      b.put.sizes.push_back(bytes->size());
+      b.put.keys.push_back(std::move(key));
+    }
+    if (b.put.keys.empty()) continue;
+    b.put.data = transport::shared_bytes(std::move(data));
+    ++change_->in_flight;
+    return b;
+  }
+  std::erase_if(change_->queue, [](auto& q) { return q.second.empty(); });
+  return std::nullopt;
+}
+
+void block_handover::answered(uint64_t version, uint64_t planned, uint64_t stored,
+                              uint64_t failed) {
+  totals_.blocks_out += stored;
+  totals_.blocks_failed += failed;
+  if (!change_ || change_->target.version != version) return; // a replaced change's batch
+  --change_->in_flight;
+  change_->initial_left -= std::min(change_->initial_left, planned);
+  change_->sent += stored;
+  change_->failed += failed;
+}
+
+uint64_t block_handover::queued() const {
+  uint64_t n = 0;
+  for (auto& [where, keys] : change_->queue) n += keys.size();
+  return n;
+}
+
+bool block_handover::take_finished() {
+  if (!change_ || change_->reported || change_->initial_left > 0) return false;
+  change_->reported = true;
+  return true;
+}
+
+uint64_t block_handover::end(uint64_t published_version) {
+  if (!change_ || change_->target.version > published_version) return 0;
+  const uint64_t left = queued();
+  totals_.blocks_failed += left;
+  change_.reset();
+  return left;
+}
+
+void block_handover::forward_to(uint64_t version, int32_t vnodes, int32_t copies,
+                                const std::vector<std::string>& servers) {
+  if (!change_) {
+    change_.emplace();
+    change_->started = std::chrono::steady_clock::now();
+  }
+  change_->reported = true; // the controller is done with this server
+  change_->target = {};
+  change_->target.copies = copies;
+  change_->target.version = version;
+  change_->target.vnodes = vnodes;
+  change_->target.current_servers = {self_};
+  change_->target.servers = servers;
+  change_->current = ring_of(vnodes, {self_});
+  change_->next = ring_of(vnodes, servers);
+}
+
+std::chrono::milliseconds block_handover::elapsed() const {
+  if (!change_) return {};
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                               change_->started);
+}
+
+} // namespace supernode::services::ems

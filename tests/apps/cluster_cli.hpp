@@ -1,0 +1,45 @@
+#pragma once
+// `supernode cluster scale` and `cluster status` of a test cluster, as a user runs them, read
+// as their one-line JSON answers (what the scale tests share).
+
+#include "../support/child_process.hpp"
+#include "../support/serving_cluster.hpp"
+
+#include <gtest/gtest.h>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace supernode::testing {
+
+// `supernode cluster <action> --config <the cluster's> --json ARGS...`: its one-line answer.
+inline nlohmann::json cluster_cli(const serving_cluster& cluster, const std::string& action,
+                                  const std::vector<std::string>& args) {
+  std::vector<std::string> argv{serving_cluster::binary(),      "cluster", action, "--config",
+                                cluster.config_file().string(), "--json"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  child_process cli(argv);
+  std::string out;
+  while (auto line = cli.read_line(std::chrono::seconds(240))) out += *line;
+  const auto status = cli.wait(std::chrono::seconds(30));
+  EXPECT_TRUE(status && status->exited()) << out;
+  return nlohmann::json::parse(out, nullptr, false);
+}
+
+inline nlohmann::json scale(const serving_cluster& cluster,
+                            const std::vector<std::string>& counts) {
+  return cluster_cli(cluster, "scale", counts);
+}
+
+// Slot -> phase, from `cluster status --json`.
+inline std::map<std::string, std::string> phases(const serving_cluster& cluster) {
+  const auto status = cluster_cli(cluster, "status", {});
+  std::map<std::string, std::string> out;
+  if (!status.is_object()) return out;
+  for (auto& p : status["processes"])
+    out[p["process"].get<std::string>()] = p["phase"].get<std::string>();
+  return out;
+}
+
+} // namespace supernode::testing
