@@ -127,8 +127,10 @@ TEST(ComposeFile, DecodeScalesByJoiningOnceTheSlotsAreHealthy) {
   EXPECT_NE(decode.find("stop_grace_period: 70s\n"), std::string::npos) << decode;
   EXPECT_NE(decode.find("      ems-1:\n        condition: service_healthy\n"), std::string::npos)
       << decode;
-  // The MP servers form the pool's ring as the config lists it: no joins.
-  EXPECT_EQ(service_block(yaml, "ems"), "");
+  // MP servers join too: the controller hands the joiner its blocks before clients use it.
+  const auto ems = service_block(yaml, "ems");
+  EXPECT_NE(ems.find("scale: 0\n"), std::string::npos) << yaml;
+  EXPECT_NE(ems.find(R"("--join", "gateway-0,scheduler-0"])"), std::string::npos) << ems;
 }
 
 TEST(ComposeFile, HostNetworkingOrABridgeNetworkOfItsOwn) {
