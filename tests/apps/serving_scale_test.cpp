@@ -271,6 +271,33 @@ TEST(serving_scale, an_expert_parallel_decode_group_goes_from_4_ranks_to_2_and_b
   expect_serves_the_reference(cluster);
 }
 
+TEST(serving_scale, a_whole_decode_group_of_lep_goes_and_comes_back_under_load) {
+  // Two decode instances of 4 ranks each (decode-0..3 and decode-4..7).
+  serving_cluster cluster("lep-ep4.toml", tiny_model_dir(), {{"process.decode", "count", "8"}});
+  ASSERT_TRUE(cluster.up());
+  // 8 -> 4: the second group's four ranks drain; its sequences move with their KV to the first.
+  json down;
+  expect_no_request_lost(
+      cluster, workload(8, 40, 120),
+      [](const std::string& m) { return running_on(m, "decode-4") >= 1; },
+      [&] { down = scale(cluster, {"decode=4"}); });
+  ASSERT_EQ(down["ok"], true) << down.dump();
+  EXPECT_EQ(down["stopped"], json::array({"decode-4", "decode-5", "decode-6", "decode-7"}));
+  // 4 -> 8: the group forms again from its config slots and takes sequences.
+  json up;
+  expect_no_request_lost(
+      cluster, workload(8, 40, 120),
+      [](const std::string& m) { return running_on(m, "decode-0") >= 1; },
+      [&] { up = scale(cluster, {"decode=8"}); }, /*expect_resumed=*/false);
+  ASSERT_EQ(up["ok"], true) << up.dump();
+  wait_until_scheduled(cluster, "decode-4");
+  expect_no_request_lost(
+      cluster, workload(8, 40, 60),
+      [](const std::string& m) { return running_on(m, "decode-4") >= 1; }, [] {},
+      /*expect_resumed=*/false);
+  expect_serves_the_reference(cluster);
+}
+
 TEST(serving_scale, expert_shards_of_the_attention_moe_split_go_from_4_to_2_to_6_under_load) {
   serving_cluster cluster("split-attn-moe.toml", tiny_model_dir());
   ASSERT_TRUE(cluster.up());
