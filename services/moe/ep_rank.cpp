@@ -57,6 +57,16 @@ bool ep_rank::is_member(const std::string& peer) const {
          (configured_.takes_joined_shards && is_expert_shard_name(peer));
 }
 
+bool ep_rank::same_formation() const {
+  const auto view = alive_view();
+  if (!view) return false;
+  try {
+    return formed_over(configured_, *view, weights_->config, weights_->prec).epoch == epoch_;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 bool ep_rank::next_formation_ready() {
   const auto view = alive_view();
   if (!view) return false;
@@ -86,9 +96,18 @@ bool ep_rank::next_formation_ready() {
 
 bool ep_rank::form(const std::function<bool()>& give_up, std::chrono::milliseconds patience) {
   using clock = std::chrono::steady_clock;
-  // Growing while serving over shared memory: make before break.
-  if (connected_ && !broken_ && configured_.fabric_kind == "shm" && !next_formation_ready())
-    return false;
+  if (connected_ && !broken_) {
+    // The members and incarnations the formation in service has (a member heard from again
+    // after a late heartbeat): nothing to re-form. Re-making the same epoch would re-create
+    // regions of the same names, which peers still mapping the old ones take for a rank leaving,
+    // and re-form in turn, on and on.
+    if (same_formation()) {
+      reform_wanted_ = false;
+      return true;
+    }
+    // Growing while serving over shared memory: make before break.
+    if (configured_.fabric_kind == "shm" && !next_formation_ready()) return false;
+  }
   const auto deadline = clock::now() + patience;
   std::string why = "the members' incarnations are not known yet";
   while (!give_up()) {

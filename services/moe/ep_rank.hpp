@@ -97,6 +97,8 @@ private:
   // Compute thread, while the formation in service serves over shared memory: makes the next
   // formation's region (once per epoch) and says whether every rank of it has made its own.
   bool next_formation_ready();
+  // Whether the members alive now make the formation in service (compute thread).
+  bool same_formation() const;
   bool connect_formation(const ep_formation& f, const std::function<bool()>& stop,
                          std::string& why);
 
