@@ -1,5 +1,7 @@
 #include "compose_cluster.hpp"
 
+#include "../support/eventually.hpp"
+
 #include <array>
 #include <cstdio>
 #include <fcntl.h>
@@ -76,27 +78,25 @@ std::vector<std::string> compose_cluster::containers(const std::string& service)
 }
 
 bool compose_cluster::healthy(std::chrono::seconds timeout) const {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    std::string ids, states;
-    compose("ps -q", &ids);
-    std::istringstream list(ids);
-    std::string all;
-    for (std::string id; list >> id;) all += " " + id;
-    // Every container that has a healthcheck healthy; the run-dir one has exited 0.
-    shell("docker inspect -f '{{.State.Status}} {{if .State.Health}}{{.State.Health.Status}}"
-          "{{else}}none{{end}}'" +
-              all + " 2>/dev/null",
-          &states);
-    const bool done = !all.empty() && states.find("starting") == std::string::npos &&
-                      states.find("unhealthy") == std::string::npos &&
-                      states.find("restarting") == std::string::npos &&
-                      states.find("created") == std::string::npos;
-    if (done) return true;
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    // Health changes every healthcheck interval (2 s); asking the engine faster gains nothing.
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  }
+  // Health changes every healthcheck interval (2 s): asking the engine every 500 ms is enough.
+  return eventually(
+      [&] {
+        std::string ids, states;
+        compose("ps -q", &ids);
+        std::istringstream list(ids);
+        std::string all;
+        for (std::string id; list >> id;) all += " " + id;
+        // Every container that has a healthcheck healthy; the run-dir one has exited 0.
+        shell("docker inspect -f '{{.State.Status}} {{if .State.Health}}{{.State.Health.Status}}"
+              "{{else}}none{{end}}'" +
+                  all + " 2>/dev/null",
+              &states);
+        return !all.empty() && states.find("starting") == std::string::npos &&
+               states.find("unhealthy") == std::string::npos &&
+               states.find("restarting") == std::string::npos &&
+               states.find("created") == std::string::npos;
+      },
+      timeout, std::chrono::milliseconds(500));
 }
 
 int compose_cluster::main_pid(const std::string& container) const {
