@@ -68,6 +68,7 @@ struct slot {
   std::string serves;
   // "ready" lines its log held when it was asked to switch: the next one says it serves again.
   size_t ready_lines_before = 0;
+  std::vector<std::string> instances; // as its last "ready" line names them
 
   bool probed() const { return def.liveness_timeout.count() > 0 && !def.liveness_file.empty(); }
   bool alive() const { return child && child->running(); }
@@ -213,8 +214,12 @@ struct supervisor::impl {
 
   void check_ready(slot& s) {
     if (s.ready || !s.alive()) return;
-    if (lines_starting(read_text_file(s.def.spec.log_file), "ready").size() <= s.ready_lines_before)
-      return;
+    const auto ready_lines = lines_starting(read_text_file(s.def.spec.log_file), "ready");
+    if (ready_lines.size() <= s.ready_lines_before) return;
+    // "ready decode-2 ...": what it serves, read once here rather than at every status.
+    s.instances.clear();
+    std::istringstream words(ready_lines.back().substr(std::string("ready").size()));
+    for (std::string name; words >> name;) s.instances.push_back(name);
     s.ready = s.ever_ready = true;
     // The probe's clock starts at ready: loading a model is not a hang.
     if (s.probed()) touch_private(s.def.liveness_file);
@@ -311,7 +316,7 @@ struct supervisor::impl {
     for (auto& s : slots)
       processes.push_back({{"process", s.def.name},
                            {"serves", s.serves.empty() ? process_kind_of(s.def.name) : s.serves},
-                           {"instances", instances_of(s)},
+                           {"instances", s.alive() ? s.instances : std::vector<std::string>{}},
                            {"state", to_string(s.state)},
                            {"phase", phase_of(s)},
                            {"ready", s.ready},
@@ -320,17 +325,6 @@ struct supervisor::impl {
                            {"log", s.def.spec.log_file.string()},
                            {"last_exit", s.last_exit ? status_json(*s.last_exit) : json()}});
     return {{"ok", true}, {"supervisor_pid", ::getpid()}, {"processes", processes}};
-  }
-
-  // The instances a live slot serves, from its last "ready" line.
-  static json instances_of(const slot& s) {
-    json names = json::array();
-    if (!s.alive()) return names;
-    const auto lines = lines_starting(read_text_file(s.def.spec.log_file), "ready ");
-    if (lines.empty()) return names;
-    std::istringstream words(lines.back().substr(6));
-    for (std::string name; words >> name;) names.push_back(name);
-    return names;
   }
 
   void handle_request(client& c, const std::string& line) {
