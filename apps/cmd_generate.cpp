@@ -23,6 +23,7 @@ int cmd_generate(cli_args& args) {
   const auto prec = model::parse_precision(args.take_or("--precision", "int8"));
   model::engine_options eo;
   eo.block_size = args.take_int("--block-size", 16, 1, 4096);
+  eo.mtp_drafts = args.take_int("--mtp", 0, 0, 8);
   const bool json = args.take_flag("--json");
   args.expect_consumed("generate");
 
@@ -32,7 +33,7 @@ int cmd_generate(cli_args& args) {
   eo.max_context = static_cast<int64_t>(req.prompt.size()) + req.max_tokens;
   model::load_options lo;
   lo.prec = prec;
-  lo.load_mtp = false;
+  lo.load_mtp = eo.mtp_drafts > 0;
   lo.progress = !json;
   model::reference_engine engine(model::model_weights::load(dir, lo), eo);
   auto res = engine.generate(req);
@@ -45,7 +46,14 @@ int cmd_generate(cli_args& args) {
                         {"finish_reason", res.finish_reason},
                         {"precision", model::precision_name(prec)},
                         {"prefill_ms", res.prefill_ms},
-                        {"decode_ms_per_token", res.decode_ms_per_token}};
+                        {"decode_ms_per_token", res.decode_ms_per_token},
+                        {"mtp_drafts", eo.mtp_drafts},
+                        {"drafted_tokens", res.drafted_tokens},
+                        {"accepted_tokens", res.accepted_tokens},
+                        {"acceptance_rate", res.drafted_tokens > 0
+                                                ? static_cast<double>(res.accepted_tokens) /
+                                                      static_cast<double>(res.drafted_tokens)
+                                                : 0.0}};
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return 0;
   }
@@ -54,6 +62,13 @@ int cmd_generate(cli_args& args) {
   std::printf("\ntext: %s\nfinish: %s\nprefill: %.1f ms, decode: %.2f ms/token (%s)\n",
               text.c_str(), res.finish_reason.c_str(), res.prefill_ms, res.decode_ms_per_token,
               model::precision_name(prec));
+  if (eo.mtp_drafts > 0)
+    std::printf("mtp: %lld drafted, %lld accepted (%.0f %%)\n",
+                static_cast<long long>(res.drafted_tokens),
+                static_cast<long long>(res.accepted_tokens),
+                res.drafted_tokens > 0 ? 100.0 * static_cast<double>(res.accepted_tokens) /
+                                             static_cast<double>(res.drafted_tokens)
+                                       : 0.0);
   return 0;
 }
 

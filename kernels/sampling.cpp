@@ -51,12 +51,23 @@ int32_t walk_best_first(std::vector<int32_t>& order, Better better, Visit visit)
 
 } // namespace
 
-int32_t sample(std::span<const float> logits, const sampling_params& p, uint64_t step) {
-  if (p.temperature <= 0.0f || logits.size() <= 1) return argmax(logits);
+namespace {
+
+// The candidates a draw chooses among, best first once walked, with their fixed-point weights.
+struct candidates {
+  std::vector<int32_t> order;
+  std::vector<uint64_t> weight; // by id; 0 outside `order`
+  uint64_t total = 0;
+};
+
+// top_k, temperature and top_p applied as sample() draws (p.temperature > 0).
+candidates candidates_of(std::span<const float> logits, const sampling_params& p) {
   auto better = [&](int32_t a, int32_t b) {
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
   };
-  std::vector<int32_t> order(logits.size());
+  candidates c;
+  auto& order = c.order;
+  order.resize(logits.size());
   std::iota(order.begin(), order.end(), 0);
   // top_k: the k best candidates, in any order (the walk sorts them).
   const size_t k = p.top_k > 0 ? std::min<size_t>(p.top_k, logits.size()) : logits.size();
@@ -66,32 +77,107 @@ int32_t sample(std::span<const float> logits, const sampling_params& p, uint64_t
     order.resize(k);
   }
   const double best = logits[argmax(logits)];
-  std::vector<uint64_t> weight(logits.size(), 0);
-  uint64_t total = 0;
+  c.weight.assign(logits.size(), 0);
   for (int32_t id : order)
-    total += weight[id] = static_cast<uint64_t>(
+    c.total += c.weight[id] = static_cast<uint64_t>(
         std::exp((static_cast<double>(logits[id]) - best) / p.temperature) * weight_scale);
   // top_p: the smallest best-first prefix whose weight reaches top_p of the total.
   if (p.top_p < 1.0f) {
-    const double reach = static_cast<double>(p.top_p) * static_cast<double>(total);
+    const double reach = static_cast<double>(p.top_p) * static_cast<double>(c.total);
     uint64_t acc = 0;
     size_t keep = 0;
     walk_best_first(order, better, [&](int32_t id) {
-      acc += weight[id];
+      acc += c.weight[id];
       ++keep;
       return static_cast<double>(acc) >= reach;
     });
+    for (size_t i = keep; i < order.size(); ++i) c.weight[order[i]] = 0;
     order.resize(keep); // walk_best_first left this prefix sorted
-    total = acc;
+    c.total = acc;
   }
-  const auto target =
-      static_cast<uint64_t>(uniform_from(p.seed, step) * static_cast<double>(total));
+  return c;
+}
+
+// The draw of sample() for a uniform `u` in [0, 1).
+int32_t draw(std::span<const float> logits, candidates& c, double u) {
+  auto better = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  const auto target = static_cast<uint64_t>(u * static_cast<double>(c.total));
   uint64_t acc = 0;
-  const int32_t chosen = walk_best_first(order, better, [&](int32_t id) {
-    acc += weight[id];
+  const int32_t chosen = walk_best_first(c.order, better, [&](int32_t id) {
+    acc += c.weight[id];
     return target < acc;
   });
-  return chosen >= 0 ? chosen : order.back();
+  return chosen >= 0 ? chosen : c.order.back();
+}
+
+void write_probabilities(const candidates& c, std::span<float> out) {
+  for (int32_t id : c.order)
+    out[id] = static_cast<float>(static_cast<double>(c.weight[id]) / static_cast<double>(c.total));
+}
+
+// Independent streams for the draws of speculative sampling, beside sample()'s own.
+constexpr uint64_t draft_stream = 0x6A09E667F3BCC908ull;
+constexpr uint64_t accept_stream = 0xBB67AE8584CAA73Bull;
+constexpr uint64_t residual_stream = 0x3C6EF372FE94F82Bull;
+
+} // namespace
+
+int32_t sample(std::span<const float> logits, const sampling_params& p, uint64_t step) {
+  if (p.temperature <= 0.0f || logits.size() <= 1) return argmax(logits);
+  auto c = candidates_of(logits, p);
+  return draw(logits, c, uniform_from(p.seed, step));
+}
+
+void sampling_probabilities(std::span<const float> logits, const sampling_params& p,
+                            std::span<float> out) {
+  std::fill(out.begin(), out.end(), 0.0f);
+  if (p.temperature <= 0.0f || logits.size() <= 1) {
+    out[argmax(logits)] = 1.0f;
+    return;
+  }
+  write_probabilities(candidates_of(logits, p), out);
+}
+
+int32_t sample_draft(std::span<const float> draft_logits, const sampling_params& p, uint64_t step,
+                     std::span<float> draft_probabilities) {
+  if (p.temperature <= 0.0f || draft_logits.size() <= 1) return argmax(draft_logits);
+  auto c = candidates_of(draft_logits, p);
+  std::fill(draft_probabilities.begin(), draft_probabilities.end(), 0.0f);
+  write_probabilities(c, draft_probabilities);
+  return draw(draft_logits, c, uniform_from(p.seed ^ draft_stream, step));
+}
+
+speculative_choice verify_draft(std::span<const float> target_logits,
+                                std::span<const float> draft_probabilities, int32_t draft,
+                                const sampling_params& p, uint64_t step) {
+  if (p.temperature <= 0.0f || target_logits.size() <= 1) {
+    const int32_t best = argmax(target_logits);
+    return {best, best == draft};
+  }
+  std::vector<float> target(target_logits.size());
+  sampling_probabilities(target_logits, p, target);
+  const double q = draft_probabilities[draft], t = target[draft];
+  // Accept with probability min(1, p/q): the accepted draft is distributed as min(p, q).
+  if (q > 0.0 && uniform_from(p.seed ^ accept_stream, step) * q < t) return {draft, true};
+  // Otherwise draw from max(0, p - q), normalised: together with the accepted drafts, the
+  // token is distributed exactly as p (Leviathan et al. 2023, Chen et al. 2023).
+  double total = 0.0;
+  for (size_t i = 0; i < target.size(); ++i)
+    total += std::max(0.0, static_cast<double>(target[i]) - draft_probabilities[i]);
+  if (!(total > 0.0)) return {sample(target_logits, p, step), false}; // p == q up to rounding
+  const double want = uniform_from(p.seed ^ residual_stream, step) * total;
+  double acc = 0.0;
+  int32_t last = 0;
+  for (size_t i = 0; i < target.size(); ++i) {
+    const double r = std::max(0.0, static_cast<double>(target[i]) - draft_probabilities[i]);
+    if (r <= 0.0) continue;
+    last = static_cast<int32_t>(i);
+    acc += r;
+    if (want < acc) return {last, false};
+  }
+  return {last, false};
 }
 
 } // namespace supernode::kernels

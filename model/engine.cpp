@@ -27,7 +27,15 @@ const char* finish_reason_after(int32_t token, int64_t generated, int32_t max_to
 reference_engine::reference_engine(std::shared_ptr<const model_weights> weights,
                                    engine_options options)
     : weights_(weights), options_(options), model_(weights),
-      pool_(model_.kv_layout(options.block_size, false), pool_blocks(options)) {}
+      pool_(model_.kv_layout(options.block_size, options.mtp_drafts > 0), pool_blocks(options)),
+      stepper_(model_) {
+  if (options.mtp_drafts < 0)
+    throw std::invalid_argument("mtp_drafts must not be negative, got " +
+                                std::to_string(options.mtp_drafts));
+  if (options.mtp_drafts > 0 && weights->mtp.empty())
+    throw std::invalid_argument("MTP drafts asked for, but the weights have no MTP module loaded "
+                                "(the model has none, or it was loaded without)");
+}
 
 void reference_engine::validate(const generation_request& r) const {
   if (r.prompt.empty()) throw std::invalid_argument("prompt is empty");
@@ -78,6 +86,13 @@ reference_engine::generate_batch(std::span<const generation_request> requests) {
   }
   std::vector<float> hidden, logits, last_rows;
   model_.forward(tokens, steps, pool_, hidden);
+  const bool mtp = options_.mtp_drafts > 0;
+  if (mtp) {
+    std::vector<mtp_prefill_chunk> chunks;
+    for (int64_t i = 0; i < n; ++i)
+      chunks.push_back({&tables[i], requests[i].prompt, 0, steps[i].n_tokens});
+    mtp_prefill(model_, chunks, hidden.data(), pool_);
+  }
   const int64_t h = weights_->config.hidden_size;
   last_rows.resize(n * h);
   int64_t row = 0;
@@ -89,15 +104,10 @@ reference_engine::generate_batch(std::span<const generation_request> requests) {
 
   std::vector<int32_t> next(n);
   std::vector<bool> done(n, false);
-  auto accept = [&](int64_t i, const float* row_logits) {
+  // Appends `tok` to request i's tokens; false once the request is done.
+  auto accept = [&](int64_t i, int32_t tok) {
     const auto& r = requests[i];
     auto& res = results[i];
-    if (static_cast<int32_t>(res.tokens.size()) >= r.max_tokens) {
-      done[i] = true;
-      res.finish_reason = "length";
-      return;
-    }
-    int32_t tok = kernels::sample(std::span(row_logits, vocab), r.sampling, res.tokens.size());
     res.tokens.push_back(tok);
     next[i] = tok;
     if (const char* why =
@@ -106,36 +116,55 @@ reference_engine::generate_batch(std::span<const generation_request> requests) {
       done[i] = true;
       res.finish_reason = why;
     }
+    return !done[i];
   };
-  for (int64_t i = 0; i < n; ++i) accept(i, logits.data() + i * vocab);
+  std::vector<mtp_state> drafters(mtp ? n : 0);
+  for (int64_t i = 0; i < n; ++i) {
+    if (requests[i].max_tokens == 0) {
+      done[i] = true;
+      results[i].finish_reason = "length";
+      continue;
+    }
+    accept(i, kernels::sample(std::span(logits.data() + i * vocab, vocab), requests[i].sampling,
+                              0));
+    if (mtp)
+      drafters[i] = mtp_state_after_prefill(steps[i].n_tokens,
+                                            std::span(last_rows.data() + i * h, h), next[i]);
+  }
   const double prefill_ms = ms_since(t0);
 
-  // Decode: every unfinished sequence contributes one token per step.
+  // Decode: every unfinished sequence feeds its latest token (and its drafts) per step.
   auto t1 = clock_type::now();
-  int64_t decode_steps = 0;
   std::vector<int64_t> active;
+  std::vector<decode_sequence_step> step_of;
+  std::vector<decode_sequence_outcome> outcomes;
   for (;;) {
     active.clear();
-    tokens.clear();
-    steps.clear();
+    step_of.clear();
     for (int64_t i = 0; i < n; ++i) {
       if (done[i]) continue;
       active.push_back(i);
-      tokens.push_back(next[i]);
-      const int64_t pos = tables[i].tokens();
-      steps.push_back({&tables[i], pos, 1, attention_mode::decode});
-      tables[i].set_tokens(pos + 1);
+      const auto& r = requests[i];
+      const auto generated = static_cast<int64_t>(results[i].tokens.size());
+      step_of.push_back({&tables[i], std::span(&next[i], 1), mtp ? &drafters[i] : nullptr,
+                         std::min(options_.mtp_drafts, r.max_tokens - generated - 1), r.sampling,
+                         static_cast<uint64_t>(generated)});
     }
     if (active.empty()) break;
-    model_.forward(tokens, steps, pool_, hidden);
-    model_.logits(hidden.data(), static_cast<int64_t>(active.size()), logits);
-    for (size_t a = 0; a < active.size(); ++a) accept(active[a], logits.data() + a * vocab);
-    ++decode_steps;
+    stepper_.step(step_of, pool_, outcomes);
+    for (size_t a = 0; a < active.size(); ++a) {
+      auto& res = results[active[a]];
+      res.drafted_tokens += outcomes[a].drafted;
+      res.accepted_tokens += outcomes[a].accepted();
+      for (int32_t tok : outcomes[a].tokens)
+        if (!accept(active[a], tok)) break;
+    }
   }
   const double decode_ms = ms_since(t1);
   for (auto& res : results) {
     res.prefill_ms = prefill_ms;
-    res.decode_ms_per_token = decode_steps > 0 ? decode_ms / decode_steps : 0.0;
+    const auto decoded = static_cast<int64_t>(res.tokens.size()) - 1;
+    res.decode_ms_per_token = decoded > 0 ? decode_ms / static_cast<double>(decoded) : 0.0;
   }
   return results;
 }

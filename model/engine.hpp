@@ -3,6 +3,7 @@
 // latent KV cache. Every deployment shape of Supernode must reproduce its greedy tokens.
 
 #include "kernels/sampling.hpp"
+#include "model/decode_step.hpp"
 #include "model/kv_cache.hpp"
 #include "model/transformer.hpp"
 #include "model/weights.hpp"
@@ -26,7 +27,11 @@ struct generation_result {
   std::vector<int32_t> tokens;
   std::string finish_reason; // "stop" (EOS) or "length"
   double prefill_ms = 0.0;
-  double decode_ms_per_token = 0.0;
+  double decode_ms_per_token = 0.0; // decode time over the tokens decoded after the first
+  // Speculative decoding (engine_options::mtp_drafts): tokens the MTP module drafted for this
+  // request and how many of them the main model accepted.
+  int64_t drafted_tokens = 0;
+  int64_t accepted_tokens = 0;
 };
 
 // Why a sequence ends after `token`, its `generated`-th token (1-based): "stop" for EOS when
@@ -39,6 +44,8 @@ struct engine_options {
   int64_t block_size = 16;
   int64_t kv_blocks = 0; // 0: enough for max_context tokens
   int64_t max_context = 4096;
+  // MTP drafts per decode step (0: none); needs weights loaded with their MTP module.
+  int64_t mtp_drafts = 0;
 };
 
 class reference_engine {
@@ -68,6 +75,7 @@ private:
   engine_options options_;
   transformer model_;
   kv_block_pool pool_;
+  decode_stepper stepper_;
 };
 
 } // namespace supernode::model

@@ -4,12 +4,17 @@
 #include "model/engine.hpp"
 
 #include <algorithm>
+#include <chrono>
 
 namespace supernode::services {
 
 decode_batch::decode_batch(model::transformer& model, model::kv_block_pool& pool,
                            release_fn release)
-    : model_(model), pool_(pool), release_(std::move(release)) {}
+    : model_(model), pool_(pool), release_(std::move(release)), stepper_(model) {}
+
+void decode_batch::set_mtp(int64_t max_drafts, bool adaptive) {
+  depth_ = max_drafts > 0 ? std::make_unique<mtp_depth_policy>(max_drafts, adaptive) : nullptr;
+}
 
 bool decode_batch::accept(decode_sequence& s, int32_t token, protocol::token_update& u) const {
   s.generated.push_back(token);
@@ -27,6 +32,8 @@ protocol::token_update decode_batch::join(std::unique_ptr<decode_sequence> s, in
   protocol::token_update u;
   u.key = s->key;
   s->table.set_tokens(static_cast<int64_t>(s->spec.prompt.size()));
+  // Without the rows its MTP KV continues from (none came with its KV), it never drafts.
+  if (depth_ && s->mtp.first_position < 0) s->mtp.broken = true;
   if (!s->spec.generated.empty()) return resume(std::move(s), first_token);
   if (accept(*s, first_token, u)) {
     release_(*s);
@@ -94,57 +101,42 @@ void decode_batch::leave(size_t index) {
 std::vector<protocol::token_update> decode_batch::step() {
   std::vector<protocol::token_update> updates;
   if (running_.empty()) return updates;
-  tokens_.clear();
+  const auto batch = static_cast<int64_t>(running_.size());
+  const int64_t depth = depth_ ? depth_->depth(batch) : 0;
   steps_.clear();
-  bool one_row_each = true;
   for (auto& s : running_) {
-    const int64_t pos = s->table.tokens();
-    const auto n = static_cast<int64_t>(s->feed.size());
-    tokens_.insert(tokens_.end(), s->feed.begin(), s->feed.end());
-    steps_.push_back({&s->table, pos, n, model::attention_mode::decode});
-    s->table.set_tokens(pos + n);
-    one_row_each &= n == 1;
+    const auto generated = static_cast<int64_t>(s->generated.size());
+    steps_.push_back({&s->table, s->feed, depth_ ? &s->mtp : nullptr,
+                      std::min(depth, s->spec.max_tokens - generated - 1),
+                      {s->spec.temperature, s->spec.top_p, s->spec.top_k, s->spec.seed},
+                      static_cast<uint64_t>(generated)});
   }
-  try {
-    if (forward_)
-      forward_(tokens_, steps_, pool_, hidden_);
-    else
-      model_.forward(tokens_, steps_, pool_, hidden_);
-  } catch (...) {
-    // A step is all or nothing: the sequences are as before it (the KV it wrote at their next
-    // positions is rewritten, identically, when the step runs again).
-    for (auto& s : running_)
-      s->table.set_tokens(s->table.tokens() - static_cast<int64_t>(s->feed.size()));
-    throw;
-  }
+  // All or nothing: when the forward throws (an expert-parallel group broke), the sequences
+  // are as before and the step can run again (the KV it wrote is rewritten identically).
+  const auto started = std::chrono::steady_clock::now();
+  stepper_.step(steps_, pool_, outcomes_);
+  if (depth_)
+    depth_->record_step(batch, depth,
+                        std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
+                            .count());
+  last_depth_ = depth;
   if (after_forward_)
     for (auto& s : running_) after_forward_(*s);
-  // Each sequence samples from its last position's hidden state.
-  const float* last = hidden_.data();
-  if (!one_row_each) {
-    const int64_t hidden = model_.config().hidden_size;
-    last_hidden_.resize(running_.size() * hidden);
-    int64_t row = -1;
-    for (size_t i = 0; i < steps_.size(); ++i) {
-      row += steps_[i].n_tokens;
-      std::copy_n(hidden_.data() + row * hidden, hidden, last_hidden_.data() + i * hidden);
-    }
-    last = last_hidden_.data();
-  }
-  model_.logits(last, static_cast<int64_t>(running_.size()), logits_);
-  const int64_t vocab = model_.config().vocab_size;
   std::vector<size_t> finished;
   for (size_t i = 0; i < running_.size(); ++i) {
     auto& s = *running_[i];
-    const kernels::sampling_params params{s.spec.temperature, s.spec.top_p, s.spec.top_k,
-                                          s.spec.seed};
-    const int32_t token =
-        kernels::sample(std::span(logits_.data() + i * vocab, vocab), params, s.generated.size());
+    const auto& o = outcomes_[i];
+    drafted_ += o.drafted;
+    accepted_ += o.accepted();
+    if (depth_ && o.drafted > 0) depth_->record_sequence(o.drafted, o.accepted());
     protocol::token_update u;
     u.key = s.key;
     u.first_index = static_cast<int64_t>(s.generated.size());
-    if (accept(s, token, u)) finished.push_back(i);
-    s.feed = {token};
+    bool ends = false;
+    for (int32_t token : o.tokens)
+      if ((ends = accept(s, token, u))) break;
+    if (ends) finished.push_back(i);
+    s.feed = {s.generated.back()};
     updates.push_back(std::move(u));
   }
   for (auto it = finished.rbegin(); it != finished.rend(); ++it) leave(*it);

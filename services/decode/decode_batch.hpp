@@ -5,8 +5,11 @@
 // cancelled, between steps; batch-invariant kernels keep every sequence's tokens independent of
 // who else is in the batch.
 
+#include "model/decode_step.hpp"
 #include "model/kv_cache.hpp"
+#include "model/mtp.hpp"
 #include "model/transformer.hpp"
+#include "services/decode/mtp_depth.hpp"
 #include "services/protocol/serving_messages.hpp"
 
 #include <algorithm>
@@ -35,6 +38,8 @@ struct decode_sequence {
   // Context-cache blocks of prompt + generated known to be in the pool under decode keys (0:
   // none yet, the prompt's full blocks being the prefill's).
   int64_t mirrored_blocks = 0;
+  // With MTP: the rows its next draft needs (from its prefill, or shipped with moved KV).
+  model::mtp_state mtp;
 };
 
 // How many sequences a batch seats: the planner's cap (protocol::decode_batch_cap; 0 or less:
@@ -59,7 +64,12 @@ public:
   // with the decode arithmetic — several positions of one sequence in one forward, bitwise
   // equal to the one-token steps that first made them — before sampling the next token.
   protocol::token_update join(std::unique_ptr<decode_sequence> s, int32_t first_token);
-  // One token for every running sequence; finished ones leave the batch. When the forward
+  // Speculative decoding: up to `max_drafts` MTP drafts per sequence and step, adapted to
+  // measured costs when `adaptive` (mtp_depth.hpp). The pool's layout must carry the MTP layer.
+  void set_mtp(int64_t max_drafts, bool adaptive);
+  // One step for every running sequence: one token each, or with MTP the accepted drafts and
+  // the token after them (a resumed sequence drafts from its second step); finished ones leave
+  // the batch. When the forward
   // throws (an expert-parallel group broke), the batch is left as it was and the step can run
   // again, with the same result.
   std::vector<protocol::token_update> step();
@@ -79,13 +89,17 @@ public:
   using forward_fn =
       std::function<void(std::span<const int32_t>, std::span<const model::sequence_step>,
                          model::kv_block_pool&, std::vector<float>&)>;
-  void set_forward(forward_fn f) { forward_ = std::move(f); }
+  void set_forward(forward_fn f) { stepper_.set_forward(std::move(f)); }
   // Runs for each sequence after a step wrote its KV (its table counts the new positions),
   // before it samples and maybe leaves: [ems] store_decode_kv = "incremental" stores there.
   using written_fn = std::function<void(decode_sequence&)>;
   void set_after_forward(written_fn f) { after_forward_ = std::move(f); }
 
   size_t size() const { return running_.size(); }
+  // Since start: MTP tokens drafted and accepted, and the depth of the last step.
+  int64_t drafted_tokens() const { return drafted_; }
+  int64_t accepted_tokens() const { return accepted_; }
+  int64_t last_depth() const { return last_depth_; }
   bool empty() const { return running_.empty(); }
 
 private:
@@ -97,12 +111,13 @@ private:
   model::transformer& model_;
   model::kv_block_pool& pool_;
   release_fn release_;
-  forward_fn forward_;
   written_fn after_forward_;
   std::vector<std::unique_ptr<decode_sequence>> running_;
-  std::vector<int32_t> tokens_;
-  std::vector<model::sequence_step> steps_;
-  std::vector<float> hidden_, last_hidden_, logits_;
+  model::decode_stepper stepper_;
+  std::unique_ptr<mtp_depth_policy> depth_; // set by set_mtp
+  std::vector<model::decode_sequence_step> steps_;
+  std::vector<model::decode_sequence_outcome> outcomes_;
+  int64_t drafted_ = 0, accepted_ = 0, last_depth_ = 0;
 };
 
 } // namespace supernode::services

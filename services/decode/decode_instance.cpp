@@ -17,11 +17,12 @@ decode_instance::decode_instance(std::shared_ptr<const model::model_weights> wei
                                  const serving_config& config,
                                  std::optional<ep_membership> membership)
     : config_(config), model_(weights),
-      pool_(model_.kv_layout(config.block_size, false), config.decode_kv_blocks),
+      pool_(model_.kv_layout(config.block_size, config.kv_with_mtp()), config.decode_kv_blocks),
       batch_(model_, pool_, [this](decode_sequence& s) { leave_batch(s); }),
-      prefill_(model_, config.prefill_token_budget) {
+      prefill_(model_, config.prefill_token_budget, config.kv_with_mtp()) {
   protocol::register_serving_messages();
   protocol::register_ems_messages(); // ring views reach every pool client, mirroring or not
+  batch_.set_mtp(config.decode_mtp_drafts, config.decode_mtp_adaptive);
   if (membership) {
     group_ = std::make_unique<ep_rank>(weights, std::move(*membership));
     model_.set_routed_experts(group_.get());
@@ -232,6 +233,9 @@ void decode_instance::on(const transport::peer_id& from,
     bad = "block range outside the prompt";
   else if (kv.data.size() != static_cast<size_t>(kv.block_count) * layout.block_bytes())
     bad = "payload size does not match its block count";
+  else if (kv.mtp_hidden.size() !=
+           kv.mtp_following.size() * static_cast<size_t>(model_.config().hidden_size))
+    bad = "MTP rows do not match the model's hidden size";
   // Damaged on the way (a plane without integrity checks): retryable, the gateway places the
   // request again; a layout that disagrees is not.
   const bool damaged = bad.empty() && kv.checksum != kv_transfer_checksum(kv);
@@ -252,6 +256,13 @@ void decode_instance::on(const transport::peer_id& from,
       ++w.blocks_received;
       fresh = true;
     }
+  if (fresh && !kv.mtp_following.empty()) {
+    w.seq->mtp = {};
+    for (size_t r = 0; r < kv.mtp_following.size(); ++r)
+      w.seq->mtp.append(kv.mtp_first_position + static_cast<int64_t>(r),
+                        kv.mtp_hidden.data() + r * model_.config().hidden_size,
+                        model_.config().hidden_size, kv.mtp_following[r]);
+  }
   if (fresh) w.seq->kv_runs.push_back(std::move(run)); // a repeated run brings nothing new
   if (w.blocks_received < static_cast<int64_t>(w.received.size())) return;
   // The holder of a moving sequence may let its KV go now.
@@ -483,6 +494,7 @@ void decode_instance::prefill_locally() {
     for (auto it = prefilling_.begin(); it != prefilling_.end(); ++it)
       if (&it->job == done.job) {
         auto seq = std::move(it->seq);
+        seq->mtp = std::move(done.mtp);
         prefilling_.erase(it);
         std::lock_guard lock(worker_.mutex());
         ready_.emplace_back(std::move(seq), done.first_token);
@@ -544,7 +556,7 @@ void decode_instance::ship_fetched() {
       const auto prompt = static_cast<int64_t>(seq->spec.prompt.size());
       const auto& blocks = seq->table.blocks();
       const auto count = pool_.layout().blocks_for(prompt + generated_kv);
-      const kv_shipment what{m.key, seq->generated.front(), prompt, generated_kv};
+      const kv_shipment what{m.key, seq->generated.front(), prompt, generated_kv, &seq->mtp};
       status =
           ship_kv(*out_, from, what, std::span(blocks).first(static_cast<size_t>(count)), pool_);
       if (status != transport::send_status::ok)

@@ -95,7 +95,9 @@ std::optional<ep_membership> ep_membership_of(const transport::cluster_config& c
   for (int32_t r = 0; r < m.options.ranks; ++r)
     if (m.members[r] == instance.name) m.options.rank = r;
   // A prefill step packs up to the token budget; a decode step one token per sequence.
-  m.options.local_batch = decode ? serving.decode_max_batch : serving.prefill_token_budget;
+  // A decode step verifies each sequence's MTP drafts too: batch × (1 + drafts) rows.
+  m.options.local_batch = decode ? serving.decode_max_batch * (1 + serving.decode_mtp_drafts)
+                                 : serving.prefill_token_budget;
   // Microbatching and EPLB are decode mechanisms here (the paper's §4.2.3 and §4.2.4).
   m.options.microbatches = decode && serving.microbatch ? 2 : 1;
   m.options.redundant_per_rank = decode ? serving.redundant_experts : 0;

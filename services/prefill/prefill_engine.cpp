@@ -19,9 +19,11 @@ std::vector<prefill_chunk> pack_prefill(std::span<prefill_job* const> jobs, int6
   return chunks;
 }
 
-prefill_engine::prefill_engine(model::transformer& model, int64_t token_budget)
-    : model_(model), budget_(token_budget) {
+prefill_engine::prefill_engine(model::transformer& model, int64_t token_budget, bool with_mtp)
+    : model_(model), budget_(token_budget), with_mtp_(with_mtp) {
   if (token_budget <= 0) throw std::invalid_argument("prefill token budget must be positive");
+  if (with_mtp && model.weights().mtp.empty())
+    throw std::invalid_argument("prefill with MTP, but the weights have no MTP module loaded");
 }
 
 std::vector<prefill_output> prefill_engine::step(std::span<prefill_job* const> jobs,
@@ -39,6 +41,13 @@ std::vector<prefill_output> prefill_engine::step(std::span<prefill_job* const> j
     steps_.push_back({job.table, c.first_pos, c.n_tokens, model::attention_mode::prefill});
   }
   model_.forward(tokens_, steps_, pool, hidden_);
+  if (with_mtp_) {
+    std::vector<model::mtp_prefill_chunk> mtp_chunks;
+    for (size_t i = 0; i < chunks.size(); ++i)
+      mtp_chunks.push_back({steps_[i].table, jobs[chunks[i].job]->spec.prompt, chunks[i].first_pos,
+                            chunks[i].n_tokens});
+    model::mtp_prefill(model_, mtp_chunks, hidden_.data(), pool);
+  }
 
   // Only the last row of a completed prompt needs logits.
   const int64_t h = model_.config().hidden_size;
@@ -62,6 +71,10 @@ std::vector<prefill_output> prefill_engine::step(std::span<prefill_job* const> j
     const auto& s = out[i].job->spec;
     const kernels::sampling_params params{s.temperature, s.top_p, s.top_k, s.seed};
     out[i].first_token = kernels::sample(std::span(logits_.data() + i * vocab, vocab), params, 0);
+    if (with_mtp_)
+      out[i].mtp = model::mtp_state_after_prefill(static_cast<int64_t>(s.prompt.size()),
+                                                  std::span(last_rows_.data() + i * h, h),
+                                                  out[i].first_token);
   }
   return out;
 }

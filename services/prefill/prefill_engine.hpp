@@ -6,6 +6,7 @@
 // kernel is batch-invariant and prefill attends over the cached prefix.
 
 #include "model/kv_cache.hpp"
+#include "model/mtp.hpp"
 #include "model/transformer.hpp"
 #include "services/protocol/serving_messages.hpp"
 
@@ -35,11 +36,16 @@ std::vector<prefill_chunk> pack_prefill(std::span<prefill_job* const> jobs, int6
 struct prefill_output {
   prefill_job* job = nullptr;
   int32_t first_token = 0;
+  // With MTP: the row its first decode step computes before drafting (model/mtp.hpp).
+  model::mtp_state mtp;
 };
 
 class prefill_engine {
 public:
-  prefill_engine(model::transformer& model, int64_t token_budget);
+
+  // With `with_mtp` (the pool's layout has the MTP layer), every step also writes the MTP KV
+  // of the prompt positions it ran, and a completed prompt's output carries its MTP state.
+  prefill_engine(model::transformer& model, int64_t token_budget, bool with_mtp = false);
 
   // Runs one packed step over the front of `jobs`, advancing their `done`; returns the jobs
   // whose prompt is now complete, with their first token sampled as the reference engine does.
@@ -49,6 +55,7 @@ public:
 private:
   model::transformer& model_;
   int64_t budget_;
+  bool with_mtp_;
   std::vector<int32_t> tokens_;
   std::vector<model::sequence_step> steps_;
   std::vector<float> hidden_, last_rows_, logits_;

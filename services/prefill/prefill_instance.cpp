@@ -12,8 +12,9 @@ prefill_instance::prefill_instance(std::shared_ptr<const model::model_weights> w
                                    const serving_config& config,
                                    std::optional<ep_membership> membership)
     : config_(config), model_(weights),
-      pool_(model_.kv_layout(config.block_size, false), config.prefill_pool_blocks()),
-      engine_(model_, config.prefill_token_budget) {
+      pool_(model_.kv_layout(config.block_size, config.kv_with_mtp()),
+            config.prefill_pool_blocks()),
+      engine_(model_, config.prefill_token_budget, config.kv_with_mtp()) {
   protocol::register_serving_messages();
   if (membership) {
     group_ = std::make_unique<ep_rank>(weights, std::move(*membership));
@@ -187,8 +188,9 @@ void prefill_instance::drop_cancelled() {
     }
 }
 
-void prefill_instance::ship(queued& q, int32_t first_token) {
-  const kv_shipment what{q.job.key, first_token, static_cast<int64_t>(q.job.spec.prompt.size()), 0};
+void prefill_instance::ship(queued& q, const prefill_output& done) {
+  const kv_shipment what{q.job.key, done.first_token,
+                         static_cast<int64_t>(q.job.spec.prompt.size()), 0, &done.mtp};
   const auto status = ship_kv(*out_, q.decode, what, q.table.blocks(), pool_);
   if (status != transport::send_status::ok)
     out_->send("control", q.decode,
@@ -233,7 +235,7 @@ void prefill_instance::compute_round() {
   for (auto& done : done_jobs) {
     auto it =
         std::find_if(active_.begin(), active_.end(), [&](auto& q) { return &q->job == done.job; });
-    ship(**it, done.first_token);
+    ship(**it, done);
     store_new_blocks(**it); // after shipping: storing never delays the first token
     finish(**it);
     active_.erase(it);

@@ -58,7 +58,7 @@ private:
   // Moves queued prompts into the running set while the pool has room for them.
   void admit_queued();
   void drop_cancelled();
-  void ship(queued& q, int32_t first_token);
+  void ship(queued& q, const prefill_output& done);
   // Context cache: loads the longest cached prefix of newly admitted prompts, and stores the
   // blocks of a finished prompt that the pool lacked (after its KV has shipped).
   void load_cached_prefixes();

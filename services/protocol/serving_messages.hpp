@@ -286,10 +286,17 @@ struct kv_transfer {
   int64_t first_block = 0;
   int64_t block_count = 0;
   int64_t total_blocks = 0;
+  // With MTP ([decode] mtp), in the run of the first block: the main model's hidden states of
+  // the positions whose MTP row is not computed yet (for a prompt, its last one) and the token
+  // after each (model/mtp.hpp). Empty otherwise: the sequence decodes without drafts.
+  int64_t mtp_first_position = -1;
+  std::vector<int32_t> mtp_following;
+  std::vector<float> mtp_hidden; // [rows][hidden_size]
   uint64_t checksum = 0;        // services/serving/kv_checksum.hpp: over the fields above and data
   transport::shared_bytes data; // last: a spliced frame has no head part after it
   MSGPACK_DEFINE_MAP(key, first_token, prompt_tokens, generated_tokens, block_floats, first_block,
-                     block_count, total_blocks, checksum, data);
+                     block_count, total_blocks, mtp_first_position, mtp_following, mtp_hidden,
+                     checksum, data);
 };
 
 // To the draining decode instance a moved sequence's KV came from: it arrived whole, so the

@@ -30,6 +30,11 @@ transport::send_status ship_kv(transport::endpoint& out, const transport::peer_i
     kv.first_block = first;
     kv.block_count = count;
     kv.total_blocks = total;
+    if (first == 0 && what.mtp && !what.mtp->broken) {
+      kv.mtp_first_position = what.mtp->first_position;
+      kv.mtp_following = what.mtp->following;
+      kv.mtp_hidden = what.mtp->hidden;
+    }
     kv.data = transport::shared_bytes(std::move(bytes));
     kv.checksum = kv_transfer_checksum(kv);
     const auto status = send_with_backoff(out, "bulk", to, transport::make_envelope(std::move(kv)));

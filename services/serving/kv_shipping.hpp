@@ -5,6 +5,7 @@
 // max_run_bytes, copied once straight from the pool into the message.
 
 #include "model/kv_cache.hpp"
+#include "model/mtp.hpp"
 #include "services/protocol/serving_messages.hpp"
 #include "transport/endpoint.hpp"
 
@@ -17,6 +18,7 @@ struct kv_shipment {
   int32_t first_token = 0;
   int64_t prompt_tokens = 0;
   int64_t generated_tokens = 0; // whose KV follows the prompt's
+  const model::mtp_state* mtp = nullptr; // its rows go with the first block (kv_transfer)
 };
 
 inline constexpr size_t max_kv_run_bytes = size_t{16} << 20;

@@ -9,7 +9,8 @@
 
 namespace supernode::services {
 
-std::shared_ptr<const model::model_weights> shared_weights(const std::filesystem::path& dir,
-                                                           model::precision precision);
+// `with_mtp`: the MTP module too ([decode] mtp drafts with it; prefill writes its KV).
+std::shared_ptr<const model::model_weights>
+shared_weights(const std::filesystem::path& dir, model::precision precision, bool with_mtp);
 
 } // namespace supernode::services

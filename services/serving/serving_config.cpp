@@ -97,7 +97,15 @@ const std::vector<table>& serving_tables() {
                     .enumerated("drain", &serving_config::decode_drain,
                                 {{"migrate", drain_mode::migrate}, {"finish", drain_mode::finish}},
                                 "when scaled down (SIGTERM): move running sequences with their "
-                                "KV to another decode instance, or let them finish first"));
+                                "KV to another decode instance, or let them finish first")
+                    .integer("mtp", &serving_config::decode_mtp_drafts, 0, 8,
+                             "tokens the MTP module drafts per step for the main model to verify "
+                             "(speculative decoding; 0: off); the KV blocks then carry the MTP "
+                             "layer, so every role of the cluster must read the same value")
+                    .boolean("mtp_adaptive", &serving_config::decode_mtp_adaptive,
+                             "draft fewer tokens, or none, when measured step times and "
+                             "acceptance say verifying costs more than it yields, or the TPOT "
+                             "target of the planner's batch cap would be missed"));
     t.push_back(
         table("ep", "Expert parallelism: consecutive decode (prefill) instances form one "
                     "instance of this many ranks; expert_shard instances join the decode groups "
@@ -214,8 +222,9 @@ std::string serving_config::model_id() const {
 
 std::string serving_config::cache_model_key() const {
   ems::object_store folder(model_path, 0.0);
+  // Blocks with the MTP layer are another shape: never mixed with blocks without it.
   return ems::model_key(model_id(), ems::model_version(folder, "")) + "/" +
-         model::precision_name(precision);
+         model::precision_name(precision) + (kv_with_mtp() ? "/mtp" : "");
 }
 
 int64_t serving_config::prefill_pool_blocks() const {

@@ -15,6 +15,7 @@
 //   [scheduler] max_queued = 1024
 //   [prefill]   token_budget = 2048   kv_blocks = 0     # 0: enough for one budget of prompts
 //   [decode]    max_batch = 64   kv_blocks = 2048   drain = "migrate"   # or "finish"
+//               mtp = 0   mtp_adaptive = true
 //   [ep]        decode_ranks = 1  prefill_ranks = 1  microbatch = false
 //               redundant_experts = 0  eplb_interval = 0  op_timeout_ms = 30000
 //   [ems]       the memory pool and its caches: services/ems/ems_config.hpp
@@ -75,6 +76,12 @@ struct serving_config {
   int64_t decode_kv_blocks = 2048;
   // How a decode instance that is scaled down (SIGTERM) hands over its running sequences.
   drain_mode decode_drain = drain_mode::migrate;
+  // Speculative decoding with the model's MTP module: drafts per step (0: off) and whether a
+  // decode instance adapts the depth to what verification costs (services/decode/mtp_depth.hpp).
+  int64_t decode_mtp_drafts = 0;
+  bool decode_mtp_adaptive = true;
+  // The KV blocks of every pool of the cluster carry the MTP layer (prefill writes it).
+  bool kv_with_mtp() const { return decode_mtp_drafts > 0; }
 
   // Expert parallelism: consecutive decode (prefill) instances form one instance of this many
   // ranks; expert_shard instances join the decode groups (attention/MoE split).

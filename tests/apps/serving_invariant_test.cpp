@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 #include <thread>
+#include <tuple>
 
 using namespace supernode::testing;
 
@@ -23,7 +24,8 @@ std::vector<served_prompt> prompts(size_t n, int64_t salt) {
   return out;
 }
 
-class serving_invariant : public ::testing::TestWithParam<std::string> {};
+// A config of configs/, and the MTP drafts its decode instances make ([decode] mtp; 0: none).
+class serving_invariant : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
 
 void expect_reference_tokens_one_at_a_time_and_32_at_once(serving_cluster& cluster) {
   // One at a time, non-streamed and streamed.
@@ -56,8 +58,11 @@ void expect_reference_tokens_one_at_a_time_and_32_at_once(serving_cluster& clust
 } // namespace
 
 TEST_P(serving_invariant, greedy_tokens_equal_the_reference_one_at_a_time_and_32_at_once) {
-  serving_cluster cluster(GetParam(), tiny_model_dir());
-  ASSERT_TRUE(cluster.up()) << GetParam() << " did not start";
+  const auto& [config, mtp] = GetParam();
+  std::vector<std::array<std::string, 3>> edits;
+  if (mtp > 0) edits.push_back({"decode", "mtp", std::to_string(mtp)});
+  serving_cluster cluster(config, tiny_model_dir(), edits);
+  ASSERT_TRUE(cluster.up()) << config << " did not start";
   expect_reference_tokens_one_at_a_time_and_32_at_once(cluster);
 }
 
@@ -69,12 +74,18 @@ TEST(serving_invariant_tcp, greedy_tokens_equal_the_reference_with_both_zmq_plan
   expect_reference_tokens_one_at_a_time_and_32_at_once(cluster);
 }
 
+// Every shape without drafts and with two (the tiny model's random MTP module: nearly every
+// draft is rejected and rolled back, in every shape).
 INSTANTIATE_TEST_SUITE_P(configs, serving_invariant,
-                         ::testing::Values("local.toml", "pdc-1p1d.toml", "pdc-2p2d.toml",
-                                           "pdc-ems.toml", "lep-ep4.toml", "lep-ep8-threads.toml",
-                                           "split-attn-moe.toml"),
+                         ::testing::Combine(::testing::Values("local.toml", "pdc-1p1d.toml",
+                                                              "pdc-2p2d.toml", "pdc-ems.toml",
+                                                              "lep-ep4.toml", "lep-ep8-threads.toml",
+                                                              "split-attn-moe.toml"),
+                                            ::testing::Values(0, 2)),
                          [](const auto& info) {
-                           auto name = info.param.substr(0, info.param.find('.'));
+                           const auto& config = std::get<0>(info.param);
+                           auto name = config.substr(0, config.find('.'));
                            std::replace(name.begin(), name.end(), '-', '_');
-                           return name;
+                           const int mtp = std::get<1>(info.param);
+                           return mtp > 0 ? name + "_mtp" + std::to_string(mtp) : name;
                          });

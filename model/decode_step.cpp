@@ -1,0 +1,163 @@
+#include "model/decode_step.hpp"
+
+#include <algorithm>
+
+namespace supernode::model {
+
+namespace {
+bool sampled(const kernels::sampling_params& p) {
+  return p.temperature > 0.0f;
+}
+} // namespace
+
+void decode_stepper::draft(std::span<decode_sequence_step> sequences, kv_block_pool& pool) {
+  const int64_t h = model_.config().hidden_size, vocab = model_.config().vocab_size;
+  const size_t n = sequences.size();
+  drafts_.resize(n);
+  draft_probabilities_.resize(n);
+  for (size_t i = 0; i < n; ++i) drafts_[i].clear();
+  // Depth 0: each drafting sequence's MTP rows up to its latest position, in one MTP forward;
+  // the last row of each drafts its first token.
+  drafting_.clear();
+  tokens_.clear();
+  steps_.clear();
+  mtp_in_.clear();
+  for (size_t i = 0; i < n; ++i) {
+    auto& s = sequences[i];
+    if (!s.mtp || s.max_drafts <= 0 || s.feed.size() != 1 || s.mtp->broken ||
+        s.mtp->rows() == 0 || s.mtp->end_position() != s.table->tokens())
+      continue;
+    drafting_.push_back(i);
+    tokens_.insert(tokens_.end(), s.mtp->following.begin(), s.mtp->following.end());
+    mtp_in_.insert(mtp_in_.end(), s.mtp->hidden.begin(), s.mtp->hidden.end());
+    steps_.push_back({s.table, s.mtp->first_position, s.mtp->rows(), attention_mode::decode});
+  }
+  if (drafting_.empty()) return;
+  model_.mtp_forward(0, tokens_, mtp_in_.data(), steps_, pool, mtp_hidden_);
+  rows_.resize(drafting_.size() * h);
+  int64_t row = -1;
+  for (size_t a = 0; a < drafting_.size(); ++a) {
+    row += steps_[a].n_tokens;
+    std::copy_n(mtp_hidden_.data() + row * h, h, rows_.data() + a * h);
+  }
+  // Depth j drafts the token at index next_index + j; past the first, the MTP module runs again
+  // on its own output (as vLLM and SGLang apply DeepSeek's single MTP layer), one row each at
+  // position tokens() + j - 1, whose KV the next step's first rows overwrite.
+  std::vector<size_t> active = drafting_;
+  for (int64_t depth = 0;; ++depth) {
+    model_.mtp_logits(0, rows_.data(), static_cast<int64_t>(active.size()), mtp_logits_);
+    std::vector<size_t> deeper;
+    tokens_.clear();
+    steps_.clear();
+    mtp_in_.clear();
+    for (size_t a = 0; a < active.size(); ++a) {
+      auto& s = sequences[active[a]];
+      auto& probabilities = draft_probabilities_[active[a]];
+      std::span<float> q;
+      if (sampled(s.sampling)) {
+        probabilities.resize((depth + 1) * vocab);
+        q = std::span(probabilities).subspan(depth * vocab, vocab);
+      }
+      const int32_t d = kernels::sample_draft(
+          std::span(mtp_logits_.data() + a * vocab, vocab), s.sampling,
+          s.next_index + static_cast<uint64_t>(depth), q);
+      drafts_[active[a]].push_back(d);
+      if (depth + 1 < s.max_drafts) {
+        deeper.push_back(active[a]);
+        tokens_.push_back(d);
+        mtp_in_.insert(mtp_in_.end(), rows_.begin() + a * h, rows_.begin() + (a + 1) * h);
+        steps_.push_back({s.table, s.table->tokens() + depth, 1, attention_mode::decode});
+      }
+    }
+    if (deeper.empty()) return;
+    model_.mtp_forward(0, tokens_, mtp_in_.data(), steps_, pool, mtp_hidden_);
+    rows_ = mtp_hidden_;
+    active = std::move(deeper);
+  }
+}
+
+void decode_stepper::step(std::span<decode_sequence_step> sequences, kv_block_pool& pool,
+                          std::vector<decode_sequence_outcome>& out) {
+  const int64_t h = model_.config().hidden_size, vocab = model_.config().vocab_size;
+  const size_t n = sequences.size();
+  out.assign(n, {});
+  if (n == 0) return;
+  draft(sequences, pool);
+
+  // The verify forward: every sequence's feed and drafts, in the decode arithmetic.
+  tokens_.clear();
+  steps_.clear();
+  first_row_.resize(n);
+  int64_t row = 0;
+  bool one_row_each = true;
+  for (size_t i = 0; i < n; ++i) {
+    auto& s = sequences[i];
+    const auto m = static_cast<int64_t>(s.feed.size() + drafts_[i].size());
+    first_row_[i] = row;
+    tokens_.insert(tokens_.end(), s.feed.begin(), s.feed.end());
+    tokens_.insert(tokens_.end(), drafts_[i].begin(), drafts_[i].end());
+    steps_.push_back({s.table, s.table->tokens(), m, attention_mode::decode});
+    row += m;
+    one_row_each &= m == 1;
+  }
+  if (forward_)
+    forward_(tokens_, steps_, pool, hidden_);
+  else
+    model_.forward(tokens_, steps_, pool, hidden_);
+
+  // Logits of each sequence's last fed position and of its drafted ones.
+  const float* rows = hidden_.data();
+  int64_t logit_rows = static_cast<int64_t>(n);
+  if (!one_row_each) {
+    rows_.clear();
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t first = first_row_[i] + static_cast<int64_t>(sequences[i].feed.size()) - 1;
+      const int64_t count = 1 + static_cast<int64_t>(drafts_[i].size());
+      rows_.insert(rows_.end(), hidden_.begin() + first * h, hidden_.begin() + (first + count) * h);
+    }
+    rows = rows_.data();
+    logit_rows = static_cast<int64_t>(rows_.size()) / h;
+  }
+  model_.logits(rows, logit_rows, logits_);
+
+  const float* logits = logits_.data();
+  for (size_t i = 0; i < n; ++i) {
+    auto& s = sequences[i];
+    const auto& drafts = drafts_[i];
+    const auto d = static_cast<int64_t>(drafts.size());
+    auto& o = out[i];
+    o.drafted = d;
+    for (int64_t j = 0; j <= d; ++j) {
+      const auto target = std::span(logits + j * vocab, vocab);
+      const uint64_t index = s.next_index + static_cast<uint64_t>(j);
+      if (j == d) {
+        o.tokens.push_back(kernels::sample(target, s.sampling, index));
+        break;
+      }
+      std::span<const float> q;
+      if (sampled(s.sampling)) q = std::span(draft_probabilities_[i]).subspan(j * vocab, vocab);
+      const auto choice = kernels::verify_draft(target, q, drafts[j], s.sampling, index);
+      o.tokens.push_back(choice.token);
+      if (!choice.accepted) break;
+    }
+    logits += (1 + d) * vocab;
+    commit(s, hidden_.data() + first_row_[i] * h, o, d > 0);
+  }
+}
+
+void decode_stepper::commit(decode_sequence_step& s, const float* step_hidden,
+                            decode_sequence_outcome& out, bool drafted) {
+  const int64_t h = model_.config().hidden_size;
+  const auto fed = static_cast<int64_t>(s.feed.size());
+  const int64_t first = s.table->tokens(), accepted = out.accepted();
+  s.table->set_tokens(first + fed + accepted);
+  if (!s.mtp) return;
+  // Drafting computed the MTP rows up to the first fed position.
+  if (drafted) s.mtp->consumed(first);
+  for (int64_t r = 0; r < fed + accepted; ++r) {
+    const int32_t following = r + 1 < fed ? s.feed[r + 1] : out.tokens[r + 1 - fed];
+    s.mtp->append(first + r, step_hidden + r * h, h, following);
+  }
+}
+
+} // namespace supernode::model
