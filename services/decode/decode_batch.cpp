@@ -128,7 +128,10 @@ std::vector<protocol::token_update> decode_batch::step() {
     const auto& o = outcomes_[i];
     drafted_ += o.drafted;
     accepted_ += o.accepted();
-    if (depth_ && o.drafted > 0) depth_->record_sequence(o.drafted, o.accepted());
+    if (depth_ && o.drafted > 0) {
+      depth_->record_sequence(o.drafted, o.accepted());
+      ++drafting_steps_;
+    }
     protocol::token_update u;
     u.key = s.key;
     u.first_index = static_cast<int64_t>(s.generated.size());

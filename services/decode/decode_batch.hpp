@@ -96,9 +96,11 @@ public:
   void set_after_forward(written_fn f) { after_forward_ = std::move(f); }
 
   size_t size() const { return running_.size(); }
-  // Since start: MTP tokens drafted and accepted, and the depth of the last step.
+  // Since start: MTP tokens drafted and accepted, the sequence-steps that drafted, and the
+  // depth of the last step.
   int64_t drafted_tokens() const { return drafted_; }
   int64_t accepted_tokens() const { return accepted_; }
+  int64_t drafting_steps() const { return drafting_steps_; }
   int64_t last_depth() const { return last_depth_; }
   bool empty() const { return running_.empty(); }
 
@@ -117,7 +119,7 @@ private:
   std::unique_ptr<mtp_depth_policy> depth_; // set by set_mtp
   std::vector<model::decode_sequence_step> steps_;
   std::vector<model::decode_sequence_outcome> outcomes_;
-  int64_t drafted_ = 0, accepted_ = 0, last_depth_ = 0;
+  int64_t drafted_ = 0, accepted_ = 0, drafting_steps_ = 0, last_depth_ = 0;
 };
 
 } // namespace supernode::services

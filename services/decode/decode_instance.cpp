@@ -389,6 +389,10 @@ void decode_instance::on_tick(transport::endpoint& out) {
   r.waiting = waiting_.load();
   r.sequences_moved_in = moved_in_;
   r.sequences_moved_out = moved_out_;
+  r.mtp_drafted = mtp_drafted_.load();
+  r.mtp_accepted = mtp_accepted_.load();
+  r.mtp_drafting_steps = mtp_drafting_steps_.load();
+  r.mtp_depth = mtp_depth_.load();
   if (draining())
     r.unavailable = {protocol::serving_errc::shutting_down,
                      std::string("draining (") + to_string(static_cast<drain_mode>(drain_.load())) +
@@ -630,6 +634,10 @@ void decode_instance::compute_round() {
     // next round finds the group broken and ends them (their gateways place them again).
     out_->log().warn("decode step of {} sequences paused: {}", batch_.size(), e.what());
   }
+  mtp_drafted_ = batch_.drafted_tokens();
+  mtp_accepted_ = batch_.accepted_tokens();
+  mtp_drafting_steps_ = batch_.drafting_steps();
+  mtp_depth_ = batch_.last_depth();
   move_out(updates);
   send_updates(std::move(updates));
   // After the updates are sent: a drain that sees nothing running must not cut them off.

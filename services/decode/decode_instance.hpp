@@ -127,6 +127,8 @@ private:
   model::kv_block_pool pool_;
   mutable std::mutex pool_mutex_; // allocation state of pool_ (block contents need no lock)
   std::atomic<int64_t> blocks_released_{0};
+  // The batch's MTP counters, copied after each round for load reports (the actor's thread).
+  std::atomic<int64_t> mtp_drafted_{0}, mtp_accepted_{0}, mtp_drafting_steps_{0}, mtp_depth_{0};
   transport::endpoint* out_ = nullptr;
 
   // Actor thread only.

@@ -131,6 +131,25 @@ void render_cluster_metrics(metrics_registry& metrics, const cluster_snapshot& s
                           "Sequences a decode instance took over with their KV from a draining "
                           "one (in), or handed on with theirs (out), since it started",
                           static_cast<double>(n), {{"instance", s.name}, {"direction", direction}});
+    if (s.role == "decode" && (s.mtp_drafted > 0 || s.mtp_depth > 0)) {
+      metrics.set_gauge("supernode_mtp_drafted_tokens",
+                        "Tokens the MTP module drafted for verification, since start",
+                        static_cast<double>(s.mtp_drafted), l);
+      metrics.set_gauge("supernode_mtp_accepted_tokens",
+                        "Drafted tokens the main model accepted, since start",
+                        static_cast<double>(s.mtp_accepted), l);
+      metrics.set_gauge("supernode_mtp_mean_accepted_length",
+                        "Tokens a sequence emitted per step that drafted: 1 + accepted drafts",
+                        s.mtp_drafting_steps > 0
+                            ? 1.0 + static_cast<double>(s.mtp_accepted) /
+                                        static_cast<double>(s.mtp_drafting_steps)
+                            : 0.0,
+                        l);
+      metrics.set_gauge("supernode_mtp_depth",
+                        "Drafts per sequence in the last step (adaptive: lowered to 0 when "
+                        "verification costs more than it yields)",
+                        static_cast<double>(s.mtp_depth), l);
+    }
     metrics.set_gauge("supernode_instance_unavailable",
                       "1 when the instance takes no requests (its expert-parallel group broke)",
                       s.unavailable.ok() ? 0 : 1, l);

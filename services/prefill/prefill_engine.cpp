@@ -61,7 +61,7 @@ std::vector<prefill_output> prefill_engine::step(std::span<prefill_job* const> j
     if (job.remaining() == 0) {
       last_rows_.insert(last_rows_.end(), hidden_.begin() + (row - 1) * h,
                         hidden_.begin() + row * h);
-      out.push_back({&job, 0});
+      out.push_back({&job, 0, {}});
     }
   }
   if (out.empty()) return out;

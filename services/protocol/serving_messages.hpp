@@ -151,10 +151,15 @@ struct load_report {
   // decode: sequences that arrived with their KV from a draining instance, and that left with
   // theirs to another, since start.
   uint64_t sequences_moved_in = 0, sequences_moved_out = 0;
+  // decode with MTP ([decode] mtp): tokens drafted and accepted since start, the sequence-steps
+  // that drafted, and the depth of the last step (adaptive: 0 when drafting does not pay).
+  uint64_t mtp_drafted = 0, mtp_accepted = 0, mtp_drafting_steps = 0;
+  int64_t mtp_depth = 0;
   MSGPACK_DEFINE_MAP(role, kv_blocks_total, kv_blocks_released, kv_blocks_used,
                      prompt_tokens_completed, running, waiting, finished, planes, unavailable,
                      ep_stage_seconds, ep_forwards, cache, unexpected_messages, rejected_messages,
-                     sequences_moved_in, sequences_moved_out);
+                     sequences_moved_in, sequences_moved_out, mtp_drafted, mtp_accepted,
+                     mtp_drafting_steps, mtp_depth);
 };
 
 // Also sent to the decode instance of a placed request, and to a prefill instance.
@@ -233,10 +238,13 @@ struct instance_stats {
   std::map<std::string, uint64_t> unexpected_messages;      // see load_report
   std::map<std::string, uint64_t> rejected_messages;        // see load_report
   uint64_t sequences_moved_in = 0, sequences_moved_out = 0; // see load_report
+  uint64_t mtp_drafted = 0, mtp_accepted = 0, mtp_drafting_steps = 0; // see load_report
+  int64_t mtp_depth = 0;
   MSGPACK_DEFINE_MAP(name, role, alive, running, waiting, kv_blocks_used, kv_blocks_total,
                      outstanding_prompt_tokens, unavailable, ep_stage_seconds, ep_forwards, cache,
                      unexpected_messages, rejected_messages, sequences_moved_in,
-                     sequences_moved_out);
+                     sequences_moved_out, mtp_drafted, mtp_accepted, mtp_drafting_steps,
+                     mtp_depth);
 };
 
 struct cluster_stats {

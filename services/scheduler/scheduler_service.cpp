@@ -275,6 +275,10 @@ void scheduler_service::on_tick(transport::endpoint& out) {
     s.rejected_messages = last.rejected_messages;
     s.sequences_moved_in = last.sequences_moved_in;
     s.sequences_moved_out = last.sequences_moved_out;
+    s.mtp_drafted = last.mtp_drafted;
+    s.mtp_accepted = last.mtp_accepted;
+    s.mtp_drafting_steps = last.mtp_drafting_steps;
+    s.mtp_depth = last.mtp_depth;
     for (auto& t : last.planes) stats.planes.emplace_back(name, t);
     stats.instances.push_back(s);
     return stats.instances.back();

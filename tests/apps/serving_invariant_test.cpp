@@ -4,6 +4,7 @@
 // batch a request shares (one at a time, or 32 at once). Every zmq plane runs CurveZMQ, over ipc
 // in the configs and over tcp in the last test.
 
+#include "../support/eventually.hpp"
 #include "serving_fixture.hpp"
 #include "transport/free_ports.hpp"
 
@@ -64,6 +65,15 @@ TEST_P(serving_invariant, greedy_tokens_equal_the_reference_one_at_a_time_and_32
   serving_cluster cluster(config, tiny_model_dir(), edits);
   ASSERT_TRUE(cluster.up()) << config << " did not start";
   expect_reference_tokens_one_at_a_time_and_32_at_once(cluster);
+  if (mtp == 0) return;
+  // The decode instances did draft (and report it), so the tokens above went through verify
+  // and rollback.
+  double drafted = 0;
+  EXPECT_TRUE(supernode::testing::eventually([&] {
+    drafted = metric_sum(http_call(cluster.port(), "GET", "/metrics").body,
+                         "supernode_mtp_drafted_tokens");
+    return drafted > 0;
+  })) << "no MTP drafts reported on /metrics";
 }
 
 TEST(serving_invariant_tcp, greedy_tokens_equal_the_reference_with_both_zmq_planes_over_tcp) {
