@@ -42,6 +42,19 @@ void expect_reference_tokens(const serving_cluster& cluster, const std::vector<s
 
 } // namespace
 
+TEST(serving_ep, four_rank_processes_with_microbatching_and_mtp_give_the_reference_tokens) {
+  // Drafts verified through FusedDispatch/FusedCombine in two microbatches: each sequence's
+  // rows (its fed token and its drafts) stay in one microbatch.
+  serving_cluster cluster("lep-ep4.toml", tiny_model_dir(),
+                          {{"ep", "microbatch", "true"}, {"decode", "mtp", "2"}});
+  ASSERT_TRUE(cluster.up());
+  expect_reference_tokens(cluster, prompts(16, 3200, 8));
+  const auto [text, drafted] = poll_metrics(cluster.port(), [](const std::string& t) {
+    return metric_sum(t, "supernode_mtp_drafted_tokens") > 0; // on whichever ranks ran them
+  });
+  EXPECT_TRUE(drafted) << text;
+}
+
 TEST(serving_ep, four_rank_processes_with_microbatching_give_the_reference_tokens) {
   serving_cluster cluster("lep-ep4.toml", tiny_model_dir(), {{"ep", "microbatch", "true"}});
   ASSERT_TRUE(cluster.up());

@@ -140,3 +140,20 @@ TEST(serving_recovery, an_expert_shard_killed_mid_step_loses_no_request) {
     return read_logs(cluster.run_dir()).find("re-formed over 6 of 6 ranks") != std::string::npos;
   })) << read_logs(cluster.run_dir());
 }
+
+TEST(serving_recovery, a_decode_killed_while_drafting_with_mtp_loses_no_request) {
+  // [decode] mtp = 2: the requests resume on the other decode instance from their prefill's MTP
+  // state and keep drafting, with the reference engine's greedy tokens. Greedy only: with the
+  // standard speculative-sampling rule a sampled request keeps its distribution, not its draws.
+  serving_cluster cluster("pdc-2p2d.toml", tiny_model_dir(), {{"decode", "mtp", "2"}});
+  ASSERT_TRUE(cluster.up());
+  auto prompts = workload(8, 40, 120);
+  for (auto& p : prompts) p.temperature = 0.0f;
+  expect_no_request_lost(
+      cluster, prompts, [](const std::string& m) { return running_on(m, "decode-1") >= 2; },
+      [&] { ASSERT_EQ(::kill(pid_of(cluster, "decode-1"), SIGKILL), 0); });
+  const auto [text, drafted] = poll_metrics(cluster.port(), [](const std::string& m) {
+    return metric_sum(m, "supernode_mtp_drafted_tokens") > 0;
+  });
+  EXPECT_TRUE(drafted) << text;
+}
