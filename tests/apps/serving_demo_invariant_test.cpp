@@ -53,6 +53,53 @@ TEST_P(serving_demo_invariant, greedy_tokens_equal_the_reference_alone_and_toget
   }
 }
 
+TEST(serving_demo_mtp, drafts_are_accepted_and_max_tokens_and_stop_strings_land_inside_runs) {
+  // Prefill and decode disaggregated, two drafts every step (not adaptive): the trained MTP
+  // module's drafts of this repetitive text are mostly accepted, so a step emits runs of
+  // tokens, and a max_tokens or a stop string falls inside them. Tokens and text stay those
+  // of the reference engine without drafts.
+  serving_cluster cluster("pdc-1p1d.toml", demo_model_dir(),
+                          {{"decode", "mtp", "2"}, {"decode", "mtp_adaptive", "false"}});
+  ASSERT_TRUE(cluster.up());
+  auto tok = supernode::model::tokenizer::load(demo_model_dir());
+  const auto ids = tok.encode("In the beginning God created", true);
+  for (int32_t max_tokens : {1, 2, 5, 7, 40}) {
+    const served_prompt p{ids, max_tokens};
+    auto r = http_call(cluster.port(), "POST", "/v1/completions",
+                       completion_body(p, max_tokens % 2 == 1, "demo"));
+    auto got = answered_tokens(r);
+    ASSERT_TRUE(got) << r.status << " " << r.body << r.error;
+    EXPECT_EQ(*got, reference_tokens(p, demo_model_dir())) << max_tokens << " tokens";
+  }
+  const auto [text, accepted] = poll_metrics(cluster.port(), [](const std::string& m) {
+    return metric_sum(m, "supernode_mtp_accepted_tokens") > 10;
+  });
+  ASSERT_TRUE(accepted) << "the demo model's drafts were not accepted:\n" << text;
+
+  const served_prompt whole{ids, 40};
+  const auto want = tok.decode(reference_tokens(whole, demo_model_dir()), false, true);
+  for (const std::string stop : {"God", "your", ","}) {
+    const auto at = want.find(stop);
+    ASSERT_TRUE(at != std::string::npos && at > 0) << stop << " in " << want;
+    for (bool stream : {false, true}) {
+      auto body = nlohmann::json::parse(completion_body(whole, stream, "demo"));
+      body["stop"] = stop;
+      auto r = http_call(cluster.port(), "POST", "/v1/completions", body.dump());
+      ASSERT_EQ(r.status, 200u) << r.body;
+      std::string got;
+      if (stream) {
+        for (auto& e : sse_data(r.body)) {
+          if (e == "[DONE]") break;
+          got += nlohmann::json::parse(e)["choices"][0]["text"].get<std::string>();
+        }
+      } else {
+        got = nlohmann::json::parse(r.body)["choices"][0]["text"].get<std::string>();
+      }
+      EXPECT_EQ(got, want.substr(0, at)) << "stop " << stop << (stream ? " (stream)" : "");
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(configs, serving_demo_invariant,
                          ::testing::Values("local.toml", "pdc-1p1d.toml", "lep-ep4.toml"),
                          [](const auto& info) {
