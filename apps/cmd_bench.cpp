@@ -4,6 +4,7 @@
 #include "apps/bench/model_bench.hpp"
 #include "apps/bench/model_cache_bench.hpp"
 #include "apps/bench/moe_bench.hpp"
+#include "apps/bench/mtp_bench.hpp"
 #include "apps/bench/resume_bench.hpp"
 #include "apps/bench/scale_bench.hpp"
 #include "apps/bench/serve_bench.hpp"
@@ -25,6 +26,7 @@ int cmd_bench(cli_args& args) {
   if (what && *what == "cache") return run_cache_bench(args);
   if (what && *what == "model-cache") return run_model_cache_bench(args);
   if (what && *what == "resume") return run_resume_bench(args);
+  if (what && *what == "mtp") return run_mtp_bench(args);
   if (what && *what == "scale") return run_scale_bench(args);
   if (what && *what == "kernels") {
     // The kernel benchmark parses its own options: hand it the rest as argv.
@@ -50,7 +52,7 @@ int cmd_bench(cli_args& args) {
     return 0;
   }
   throw usage_error("expected `bench cache`, `bench kernels`, `bench model`, `bench model-cache`, "
-                    "`bench moe`, `bench resume`, "
+                    "`bench moe`, `bench mtp`, `bench resume`, "
                     "`bench planes`, `bench scale` or `bench serve` (`bench cache --help`, "
                     "`bench scale --help` and `bench serve --help` list their options)");
 }

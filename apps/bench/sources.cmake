@@ -14,6 +14,7 @@ target_sources(supernode PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/cache_bench_plot.cpp
   # `supernode bench resume`: a resumed request's time to its next token, recomputed or loaded
   ${CMAKE_CURRENT_LIST_DIR}/resume_bench.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/mtp_bench.cpp
   # `supernode bench scale`: the planner against fixed counts on a rate schedule
   ${CMAKE_CURRENT_LIST_DIR}/scale_bench.cpp
   ${CMAKE_CURRENT_LIST_DIR}/scale_bench_run.cpp
