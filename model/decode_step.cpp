@@ -17,29 +17,39 @@ void decode_stepper::draft(std::span<decode_sequence_step> sequences, kv_block_p
   draft_probabilities_.resize(n);
   for (size_t i = 0; i < n; ++i) drafts_[i].clear();
   // Depth 0: each drafting sequence's MTP rows up to its latest position, in one MTP forward;
-  // the last row of each drafts its first token.
+  // the last row of each drafts its first token. A sequence not drafting this step (the depth
+  // is 0, or it has one token left) has its rows computed too once it holds catch_up_rows of
+  // them, so what it keeps stays bounded and its MTP KV complete for when it drafts again.
   drafting_.clear();
+  computed_.assign(n, false);
   tokens_.clear();
   steps_.clear();
   mtp_in_.clear();
+  std::vector<int64_t> last_row; // of each drafting sequence in the MTP forward
+  int64_t rows = 0;
   for (size_t i = 0; i < n; ++i) {
     auto& s = sequences[i];
-    if (!s.mtp || s.max_drafts <= 0 || s.feed.size() != 1 || s.mtp->broken ||
-        s.mtp->rows() == 0 || s.mtp->end_position() != s.table->tokens())
+    if (!s.mtp || s.mtp->broken || s.mtp->rows() == 0 ||
+        s.mtp->end_position() != s.table->tokens())
       continue;
-    drafting_.push_back(i);
+    const bool drafts = s.max_drafts > 0 && s.feed.size() == 1;
+    if (!drafts && s.mtp->rows() < catch_up_rows) continue;
+    computed_[i] = true;
     tokens_.insert(tokens_.end(), s.mtp->following.begin(), s.mtp->following.end());
     mtp_in_.insert(mtp_in_.end(), s.mtp->hidden.begin(), s.mtp->hidden.end());
     steps_.push_back({s.table, s.mtp->first_position, s.mtp->rows(), attention_mode::decode});
+    rows += s.mtp->rows();
+    if (drafts) {
+      drafting_.push_back(i);
+      last_row.push_back(rows - 1);
+    }
   }
-  if (drafting_.empty()) return;
+  if (steps_.empty()) return;
   model_.mtp_forward(0, tokens_, mtp_in_.data(), steps_, pool, mtp_hidden_);
+  if (drafting_.empty()) return;
   rows_.resize(drafting_.size() * h);
-  int64_t row = -1;
-  for (size_t a = 0; a < drafting_.size(); ++a) {
-    row += steps_[a].n_tokens;
-    std::copy_n(mtp_hidden_.data() + row * h, h, rows_.data() + a * h);
-  }
+  for (size_t a = 0; a < drafting_.size(); ++a)
+    std::copy_n(mtp_hidden_.data() + last_row[a] * h, h, rows_.data() + a * h);
   // Depth j drafts the token at index next_index + j; past the first, the MTP module runs again
   // on its own output (as vLLM and SGLang apply DeepSeek's single MTP layer), one row each at
   // position tokens() + j - 1, whose KV the next step's first rows overwrite.
@@ -141,19 +151,19 @@ void decode_stepper::step(std::span<decode_sequence_step> sequences, kv_block_po
       if (!choice.accepted) break;
     }
     logits += (1 + d) * vocab;
-    commit(s, hidden_.data() + first_row_[i] * h, o, d > 0);
+    commit(s, hidden_.data() + first_row_[i] * h, o, computed_[i]);
   }
 }
 
 void decode_stepper::commit(decode_sequence_step& s, const float* step_hidden,
-                            decode_sequence_outcome& out, bool drafted) {
+                            decode_sequence_outcome& out, bool rows_computed) {
   const int64_t h = model_.config().hidden_size;
   const auto fed = static_cast<int64_t>(s.feed.size());
   const int64_t first = s.table->tokens(), accepted = out.accepted();
   s.table->set_tokens(first + fed + accepted);
   if (!s.mtp) return;
-  // Drafting computed the MTP rows up to the first fed position.
-  if (drafted) s.mtp->consumed(first);
+  // The draft phase computed the MTP rows up to the first fed position.
+  if (rows_computed) s.mtp->consumed(first);
   for (int64_t r = 0; r < fed + accepted; ++r) {
     const int32_t following = r + 1 < fed ? s.feed[r + 1] : out.tokens[r + 1 - fed];
     s.mtp->append(first + r, step_hidden + r * h, h, following);

@@ -58,7 +58,8 @@ private:
   // Fills drafts_/draft_probabilities_ for the sequences that draft; writes MTP KV only.
   void draft(std::span<decode_sequence_step> sequences, kv_block_pool& pool);
   void commit(decode_sequence_step& s, const float* step_hidden, decode_sequence_outcome& out,
-              bool drafted);
+              bool rows_computed);
+  static constexpr int64_t catch_up_rows = 8;
 
   transformer& model_;
   forward_fn forward_;
@@ -71,6 +72,7 @@ private:
   std::vector<sequence_step> steps_;
   std::vector<float> hidden_, rows_, logits_, mtp_in_, mtp_hidden_, mtp_logits_;
   std::vector<size_t> drafting_;
+  std::vector<bool> computed_; // per sequence: the draft phase computed its MTP rows
 };
 
 } // namespace supernode::model

@@ -103,9 +103,9 @@ const std::vector<table>& serving_tables() {
                              "(speculative decoding; 0: off); the KV blocks then carry the MTP "
                              "layer, so every role of the cluster must read the same value")
                     .boolean("mtp_adaptive", &serving_config::decode_mtp_adaptive,
-                             "draft fewer tokens, or none, when measured step times and "
-                             "acceptance say verifying costs more than it yields, or the TPOT "
-                             "target of the planner's batch cap would be missed"));
+                             "draft fewer tokens, or none, at batches where measured step "
+                             "times and acceptance say verifying costs more than it yields "
+                             "(docs/speculative-decoding.md)"));
     t.push_back(
         table("ep", "Expert parallelism: consecutive decode (prefill) instances form one "
                     "instance of this many ranks; expert_shard instances join the decode groups "

@@ -38,9 +38,12 @@ struct outcome {
 // the batch until it leaves, keeping the KV it had when it left. With `mirror`, every block
 // the decode arithmetic fills goes to its pool after the step that filled it, and a resumed
 // sequence loads what the pool has first (as a decode instance does).
-outcome run(const request_spec& spec, ems::context_cache_client* mirror = nullptr) {
+// With `mtp_drafts`, the batch drafts that many tokens every step (not adaptive), the prefill
+// writes the MTP KV and hands the sequence its MTP state.
+outcome run(const request_spec& spec, ems::context_cache_client* mirror = nullptr,
+            int64_t mtp_drafts = 0) {
   model::transformer m(supernode::testing::tiny_weights(model::precision::int8));
-  const auto layout = m.kv_layout(block_size, false);
+  const auto layout = m.kv_layout(block_size, mtp_drafts > 0);
   const auto prompt = static_cast<int64_t>(spec.prompt.size());
   model::kv_block_pool pool(layout, layout.blocks_for(prompt + spec.max_tokens));
   outcome out;
@@ -54,11 +57,12 @@ outcome run(const request_spec& spec, ems::context_cache_client* mirror = nullpt
   });
   if (mirror)
     batch.set_after_forward([&](decode_sequence& s) { mirror_full_blocks(s, *mirror, pool); });
+  batch.set_mtp(mtp_drafts, false);
   auto seq = std::make_unique<decode_sequence>();
   seq->key = {"gateway-0", 1};
   seq->spec = spec;
   seq->table.reserve(pool, prompt + spec.max_tokens);
-  prefill_engine prefill(m, 2048);
+  prefill_engine prefill(m, 2048, mtp_drafts > 0);
   prefill_job job;
   job.key = seq->key;
   job.spec = spec;
@@ -66,7 +70,10 @@ outcome run(const request_spec& spec, ems::context_cache_client* mirror = nullpt
   std::vector<prefill_job*> jobs{&job};
   int32_t first = -1;
   while (job.remaining() > 0)
-    for (auto& done : prefill.step(jobs, pool)) first = done.first_token;
+    for (auto& done : prefill.step(jobs, pool)) {
+      first = done.first_token;
+      seq->mtp = std::move(done.mtp);
+    }
   auto take = [&](const protocol::token_update& u) {
     if (!u.tokens.empty()) out.first_index.push_back(u.first_index);
     out.tokens.insert(out.tokens.end(), u.tokens.begin(), u.tokens.end());
@@ -178,6 +185,21 @@ void expect_resumes_from_the_pool(const request_spec& spec) {
 }
 
 } // namespace
+
+TEST(decode_resume, with_mtp_drafts_the_continuation_equals_the_run_without) {
+  // Drafting from the prefill's MTP state, the resumed sequence feeds its generated span in one
+  // step, then drafts from the rows that step gave: its tokens are those of the uninterrupted
+  // run without drafts (KV is compared without MTP above: drafts write the MTP layer's slots).
+  const auto spec = long_prompt(0.0f);
+  const auto whole = run(spec);
+  ASSERT_EQ(run(spec, nullptr, 2).tokens, whole.tokens);
+  for (int64_t k : {int64_t{1}, int64_t{10}, int64_t{17}, int64_t{spec.max_tokens - 1}}) {
+    const auto resumed = run(resumed_after(spec, whole, k), nullptr, 2);
+    std::vector<int32_t> joined(whole.tokens.begin(), whole.tokens.begin() + k);
+    joined.insert(joined.end(), resumed.tokens.begin(), resumed.tokens.end());
+    EXPECT_EQ(joined, whole.tokens) << "resumed after " << k;
+  }
+}
 
 TEST(decode_resume, greedy_continuation_and_kv_equal_the_uninterrupted_run) {
   expect_resumes_exactly(long_prompt(0.0f));

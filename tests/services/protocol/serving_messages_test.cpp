@@ -97,6 +97,10 @@ load_report report() {
   r.rejected_messages = {{"not_from_placed_decode", 2}};
   r.sequences_moved_in = 3;
   r.sequences_moved_out = 4;
+  r.mtp_drafted = 90;
+  r.mtp_accepted = 61;
+  r.mtp_drafting_steps = 45;
+  r.mtp_depth = 2;
   return r;
 }
 
@@ -145,6 +149,10 @@ instance_stats instance(const std::string& name) {
   s.rejected_messages = {{"leave_for_another", 1}};
   s.sequences_moved_in = 5;
   s.sequences_moved_out = 6;
+  s.mtp_drafted = 80;
+  s.mtp_accepted = 51;
+  s.mtp_drafting_steps = 40;
+  s.mtp_depth = 1;
   return s;
 }
 
@@ -174,6 +182,9 @@ kv_transfer kv(size_t bytes = 48 << 10) {
   k.first_block = 1;
   k.block_count = 2;
   k.total_blocks = 3;
+  k.mtp_first_position = 39;
+  k.mtp_following = {1234};
+  k.mtp_hidden = {0.5f, -1.25f, 3.0f};
   k.checksum = 0x5eed'0000'c0ffee17;
   k.data = patterned_bytes(bytes, 17);
   return k;
