@@ -237,7 +237,8 @@ int run_node(const transport::cluster_config& cluster, const services::serving_c
   std::shared_ptr<const model::model_weights> kept_weights;
   if ((own_role == "prefill" || own_role == "decode") &&
       switchable(own_role == "prefill" ? "decode" : "prefill").empty())
-    kept_weights = services::shared_weights(effective.model_path, effective.precision, effective.kv_with_mtp());
+    kept_weights = services::shared_weights(effective.model_path, effective.precision,
+                                            effective.kv_with_mtp());
 
   // A fenced instance (peers declared it down after a hang and recovered its work) ends the
   // process with EX_TEMPFAIL: its supervisor restarts it as a new incarnation, with none of

@@ -29,8 +29,7 @@ void decode_stepper::draft(std::span<decode_sequence_step> sequences, kv_block_p
   int64_t rows = 0;
   for (size_t i = 0; i < n; ++i) {
     auto& s = sequences[i];
-    if (!s.mtp || s.mtp->broken || s.mtp->rows() == 0 ||
-        s.mtp->end_position() != s.table->tokens())
+    if (!s.mtp || s.mtp->broken || s.mtp->rows() == 0 || s.mtp->end_position() != s.table->tokens())
       continue;
     const bool drafts = s.max_drafts > 0 && s.feed.size() == 1;
     if (!drafts && s.mtp->rows() < catch_up_rows) continue;
@@ -68,9 +67,9 @@ void decode_stepper::draft(std::span<decode_sequence_step> sequences, kv_block_p
         probabilities.resize((depth + 1) * vocab);
         q = std::span(probabilities).subspan(depth * vocab, vocab);
       }
-      const int32_t d = kernels::sample_draft(
-          std::span(mtp_logits_.data() + a * vocab, vocab), s.sampling,
-          s.next_index + static_cast<uint64_t>(depth), q);
+      const int32_t d =
+          kernels::sample_draft(std::span(mtp_logits_.data() + a * vocab, vocab), s.sampling,
+                                s.next_index + static_cast<uint64_t>(depth), q);
       drafts_[active[a]].push_back(d);
       if (depth + 1 < s.max_drafts) {
         deeper.push_back(active[a]);

@@ -39,9 +39,8 @@ struct decode_sequence_outcome {
 
 class decode_stepper {
 public:
-  using forward_fn =
-      std::function<void(std::span<const int32_t>, std::span<const sequence_step>,
-                         kv_block_pool&, std::vector<float>&)>;
+  using forward_fn = std::function<void(std::span<const int32_t>, std::span<const sequence_step>,
+                                        kv_block_pool&, std::vector<float>&)>;
   explicit decode_stepper(transformer& model) : model_(model) {}
   // Replaces model.forward for the main model (microbatch pipelining runs it on two threads);
   // the MTP module runs on `model`, its experts on this rank.

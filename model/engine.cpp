@@ -125,8 +125,8 @@ reference_engine::generate_batch(std::span<const generation_request> requests) {
       results[i].finish_reason = "length";
       continue;
     }
-    accept(i, kernels::sample(std::span(logits.data() + i * vocab, vocab), requests[i].sampling,
-                              0));
+    accept(i,
+           kernels::sample(std::span(logits.data() + i * vocab, vocab), requests[i].sampling, 0));
     if (mtp)
       drafters[i] = mtp_state_after_prefill(steps[i].n_tokens,
                                             std::span(last_rows.data() + i * h, h), next[i]);

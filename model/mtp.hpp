@@ -19,7 +19,7 @@ namespace supernode::model {
 // token that follows each.
 struct mtp_state {
   int64_t first_position = -1; // of row 0 (or of the next row); -1: no row yet
-  std::vector<float> hidden;  // [rows][hidden_size]
+  std::vector<float> hidden;   // [rows][hidden_size]
   std::vector<int32_t> following;
   // A gap in the rows (the sequence's KV came from where its hidden states did not, as a
   // request resumed from mirrored KV): it decodes on without drafts, with the same tokens.

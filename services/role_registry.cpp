@@ -21,16 +21,16 @@ role_instance make_role(const role_context& c) {
   if (role == "gateway") return std::make_shared<gateway_service>(c.serving);
   if (role == "prefill") {
     c.serving.check_sizes_against_model(); // before the weights and the KV pool are allocated
-    auto weights = shared_weights(c.serving.model_path, c.serving.precision,
-                                  c.serving.kv_with_mtp());
+    auto weights =
+        shared_weights(c.serving.model_path, c.serving.precision, c.serving.kv_with_mtp());
     auto group =
         ep_membership_of(c.cluster, c.serving, c.instance, weights->config, weights->prec, c.log);
     return std::make_shared<prefill_instance>(weights, c.serving, std::move(group));
   }
   if (role == "decode") {
     c.serving.check_sizes_against_model(); // before the weights and the KV pool are allocated
-    auto weights = shared_weights(c.serving.model_path, c.serving.precision,
-                                  c.serving.kv_with_mtp());
+    auto weights =
+        shared_weights(c.serving.model_path, c.serving.precision, c.serving.kv_with_mtp());
     auto group =
         ep_membership_of(c.cluster, c.serving, c.instance, weights->config, weights->prec, c.log);
     return std::make_shared<decode_instance>(weights, c.serving, std::move(group));
@@ -40,8 +40,8 @@ role_instance make_role(const role_context& c) {
   if (role == "mp_server")
     return std::make_shared<ems::mp_server>(c.cluster, c.instance.name, c.serving.ems);
   if (role == "expert_shard") {
-    auto weights = shared_weights(c.serving.model_path, c.serving.precision,
-                                  c.serving.kv_with_mtp());
+    auto weights =
+        shared_weights(c.serving.model_path, c.serving.precision, c.serving.kv_with_mtp());
     auto group =
         ep_membership_of(c.cluster, c.serving, c.instance, weights->config, weights->prec, c.log);
     if (!group) throw std::runtime_error(c.instance.name + ": an expert shard needs decode ranks");

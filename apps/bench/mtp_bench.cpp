@@ -26,8 +26,7 @@ std::vector<std::vector<int32_t>> bench_prompts(const model::tokenizer& tok, int
         "学而时习之，不亦说乎？"}) {
     auto ids = tok.encode(text, true);
     std::vector<int32_t> p;
-    while (static_cast<int64_t>(p.size()) < tokens)
-      p.insert(p.end(), ids.begin(), ids.end());
+    while (static_cast<int64_t>(p.size()) < tokens) p.insert(p.end(), ids.begin(), ids.end());
     p.resize(tokens);
     out.push_back(std::move(p));
   }
@@ -35,8 +34,8 @@ std::vector<std::vector<int32_t>> bench_prompts(const model::tokenizer& tok, int
 }
 
 struct run_figures {
-  double seconds = 0;  // decode time (the batch's)
-  int64_t tokens = 0;  // decoded after the first, over the batch
+  double seconds = 0; // decode time (the batch's)
+  int64_t tokens = 0; // decoded after the first, over the batch
   int64_t drafted = 0, accepted = 0;
   std::vector<std::vector<int32_t>> outputs;
 };
@@ -109,9 +108,9 @@ int run_mtp_bench(cli_args& args) {
           static_cast<double>(f.tokens) - static_cast<double>(f.accepted); // one emitted each
       std::printf("%6lld %6lld %9.0f%% %10.2f %9.2f %12.0f %9.2fx %10s\n",
                   static_cast<long long>(batch), static_cast<long long>(k),
-                  f.drafted > 0 ? 100.0 * static_cast<double>(f.accepted) /
-                                      static_cast<double>(f.drafted)
-                                : 0.0,
+                  f.drafted > 0
+                      ? 100.0 * static_cast<double>(f.accepted) / static_cast<double>(f.drafted)
+                      : 0.0,
                   static_cast<double>(f.tokens) / sequence_steps,
                   1e3 * f.seconds / (static_cast<double>(f.tokens) / static_cast<double>(batch)),
                   rate, rate / base_rate, k == best ? "<- picks" : "");

@@ -106,7 +106,9 @@ std::vector<protocol::token_update> decode_batch::step() {
   steps_.clear();
   for (auto& s : running_) {
     const auto generated = static_cast<int64_t>(s->generated.size());
-    steps_.push_back({&s->table, s->feed, depth_ ? &s->mtp : nullptr,
+    steps_.push_back({&s->table,
+                      s->feed,
+                      depth_ ? &s->mtp : nullptr,
                       std::min(depth, s->spec.max_tokens - generated - 1),
                       {s->spec.temperature, s->spec.top_p, s->spec.top_k, s->spec.seed},
                       static_cast<uint64_t>(generated)});
@@ -116,9 +118,9 @@ std::vector<protocol::token_update> decode_batch::step() {
   const auto started = std::chrono::steady_clock::now();
   stepper_.step(steps_, pool_, outcomes_);
   if (depth_)
-    depth_->record_step(batch, depth,
-                        std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
-                            .count());
+    depth_->record_step(
+        batch, depth,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   last_depth_ = depth;
   if (after_forward_)
     for (auto& s : running_) after_forward_(*s);

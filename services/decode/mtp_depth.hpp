@@ -12,8 +12,8 @@
 // `explore_every`-th step tries another one, so the figures follow the load. No threads: the
 // decode instance's compute thread owns it.
 
-#include <map>
 #include <cstdint>
+#include <map>
 #include <utility>
 #include <vector>
 

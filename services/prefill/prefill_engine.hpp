@@ -42,7 +42,6 @@ struct prefill_output {
 
 class prefill_engine {
 public:
-
   // With `with_mtp` (the pool's layout has the MTP layer), every step also writes the MTP KV
   // of the prompt positions it ran, and a completed prompt's output carries its MTP state.
   prefill_engine(model::transformer& model, int64_t token_budget, bool with_mtp = false);

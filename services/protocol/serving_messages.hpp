@@ -235,16 +235,15 @@ struct instance_stats {
   std::vector<double> ep_stage_seconds; // see load_report
   uint64_t ep_forwards = 0;
   cache_stats cache;
-  std::map<std::string, uint64_t> unexpected_messages;      // see load_report
-  std::map<std::string, uint64_t> rejected_messages;        // see load_report
-  uint64_t sequences_moved_in = 0, sequences_moved_out = 0; // see load_report
+  std::map<std::string, uint64_t> unexpected_messages;                // see load_report
+  std::map<std::string, uint64_t> rejected_messages;                  // see load_report
+  uint64_t sequences_moved_in = 0, sequences_moved_out = 0;           // see load_report
   uint64_t mtp_drafted = 0, mtp_accepted = 0, mtp_drafting_steps = 0; // see load_report
   int64_t mtp_depth = 0;
   MSGPACK_DEFINE_MAP(name, role, alive, running, waiting, kv_blocks_used, kv_blocks_total,
                      outstanding_prompt_tokens, unavailable, ep_stage_seconds, ep_forwards, cache,
                      unexpected_messages, rejected_messages, sequences_moved_in,
-                     sequences_moved_out, mtp_drafted, mtp_accepted, mtp_drafting_steps,
-                     mtp_depth);
+                     sequences_moved_out, mtp_drafted, mtp_accepted, mtp_drafting_steps, mtp_depth);
 };
 
 struct cluster_stats {
@@ -300,8 +299,8 @@ struct kv_transfer {
   int64_t mtp_first_position = -1;
   std::vector<int32_t> mtp_following;
   std::vector<float> mtp_hidden; // [rows][hidden_size]
-  uint64_t checksum = 0;        // services/serving/kv_checksum.hpp: over the fields above and data
-  transport::shared_bytes data; // last: a spliced frame has no head part after it
+  uint64_t checksum = 0;         // services/serving/kv_checksum.hpp: over the fields above and data
+  transport::shared_bytes data;  // last: a spliced frame has no head part after it
   MSGPACK_DEFINE_MAP(key, first_token, prompt_tokens, generated_tokens, block_floats, first_block,
                      block_count, total_blocks, mtp_first_position, mtp_following, mtp_hidden,
                      checksum, data);

@@ -14,8 +14,8 @@ uint64_t kv_transfer_checksum(const protocol::kv_transfer& kv) {
       std::to_string(kv.block_floats) + "/" + std::to_string(kv.first_block) + "/" +
       std::to_string(kv.block_count) + "/" + std::to_string(kv.total_blocks) + "/" +
       std::to_string(kv.mtp_first_position) + "/" +
-      std::to_string(ems::block_checksum("mtp_following", "",
-                                         std::as_bytes(std::span(kv.mtp_following)))) +
+      std::to_string(
+          ems::block_checksum("mtp_following", "", std::as_bytes(std::span(kv.mtp_following)))) +
       "/" +
       std::to_string(
           ems::block_checksum("mtp_hidden", "", std::as_bytes(std::span(kv.mtp_hidden))));

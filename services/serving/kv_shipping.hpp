@@ -17,7 +17,7 @@ struct kv_shipment {
   protocol::request_key key;
   int32_t first_token = 0;
   int64_t prompt_tokens = 0;
-  int64_t generated_tokens = 0; // whose KV follows the prompt's
+  int64_t generated_tokens = 0;          // whose KV follows the prompt's
   const model::mtp_state* mtp = nullptr; // its rows go with the first block (kv_transfer)
 };
 

@@ -86,16 +86,16 @@ TEST(serving_invariant_tcp, greedy_tokens_equal_the_reference_with_both_zmq_plan
 
 // Every shape without drafts and with two (the tiny model's random MTP module: nearly every
 // draft is rejected and rolled back, in every shape).
-INSTANTIATE_TEST_SUITE_P(configs, serving_invariant,
-                         ::testing::Combine(::testing::Values("local.toml", "pdc-1p1d.toml",
-                                                              "pdc-2p2d.toml", "pdc-ems.toml",
-                                                              "lep-ep4.toml", "lep-ep8-threads.toml",
-                                                              "split-attn-moe.toml"),
-                                            ::testing::Values(0, 2)),
-                         [](const auto& info) {
-                           const auto& config = std::get<0>(info.param);
-                           auto name = config.substr(0, config.find('.'));
-                           std::replace(name.begin(), name.end(), '-', '_');
-                           const int mtp = std::get<1>(info.param);
-                           return mtp > 0 ? name + "_mtp" + std::to_string(mtp) : name;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    configs, serving_invariant,
+    ::testing::Combine(::testing::Values("local.toml", "pdc-1p1d.toml", "pdc-2p2d.toml",
+                                         "pdc-ems.toml", "lep-ep4.toml", "lep-ep8-threads.toml",
+                                         "split-attn-moe.toml"),
+                       ::testing::Values(0, 2)),
+    [](const auto& info) {
+      const auto& config = std::get<0>(info.param);
+      auto name = config.substr(0, config.find('.'));
+      std::replace(name.begin(), name.end(), '-', '_');
+      const int mtp = std::get<1>(info.param);
+      return mtp > 0 ? name + "_mtp" + std::to_string(mtp) : name;
+    });

@@ -11,4 +11,3 @@ TEST(mtp, greedy_tokens_equal_decoding_without_drafts_on_the_trained_demo_model)
   expect_same_tokens_at_every_depth(demo_weights(model::precision::int8), &accepted);
   EXPECT_GT(accepted, 0) << "the trained MTP module's drafts are never accepted";
 }
-

@@ -11,10 +11,9 @@
 #include "mtp_tokens.hpp"
 #include "tiny_model.hpp"
 
-#include <gtest/gtest.h>
-
 #include <cmath>
 #include <cstring>
+#include <gtest/gtest.h>
 #include <map>
 
 using namespace supernode;
@@ -45,8 +44,8 @@ TEST(mtp, verifying_several_positions_gives_the_bits_of_one_token_steps) {
   kv_block_table one_by_one, together;
   prefilled(one_by_one);
   for (size_t i = 0; i < next.size(); ++i) {
-    std::vector<sequence_step> s{{&one_by_one, n + static_cast<int64_t>(i), 1,
-                                  attention_mode::decode}};
+    std::vector<sequence_step> s{
+        {&one_by_one, n + static_cast<int64_t>(i), 1, attention_mode::decode}};
     t.forward(std::span(&next[i], 1), s, pool, hidden);
     step_hidden.insert(step_hidden.end(), hidden.begin(), hidden.end());
   }
@@ -85,7 +84,8 @@ TEST(mtp, rolled_back_kv_is_as_if_the_rejected_drafts_never_existed) {
     std::vector<float> hidden, logits;
     t.forward(prompt, s, pool, hidden);
     table.set_tokens(n);
-    if (mtp) mtp_prefill(t, std::vector{mtp_prefill_chunk{&table, prompt, 0, n}}, hidden.data(), pool);
+    if (mtp)
+      mtp_prefill(t, std::vector{mtp_prefill_chunk{&table, prompt, 0, n}}, hidden.data(), pool);
     t.logits(hidden.data() + (n - 1) * h, 1, logits);
     const int32_t first = kernels::argmax(logits);
     if (mtp) *mtp = mtp_state_after_prefill(n, std::span(hidden.data() + (n - 1) * h, h), first);
@@ -99,8 +99,12 @@ TEST(mtp, rolled_back_kv_is_as_if_the_rejected_drafts_never_existed) {
   int64_t rejected_steps = 0;
   while (static_cast<int64_t>(spec.size()) < tokens) {
     std::vector<decode_sequence_step> s{
-        {&spec_table, std::span(&spec.back(), 1), &spec_mtp,
-         std::min<int64_t>(3, tokens - static_cast<int64_t>(spec.size()) - 1), {}, spec.size()}};
+        {&spec_table,
+         std::span(&spec.back(), 1),
+         &spec_mtp,
+         std::min<int64_t>(3, tokens - static_cast<int64_t>(spec.size()) - 1),
+         {},
+         spec.size()}};
     spec_stepper.step(s, pool, out);
     rejected_steps += out[0].accepted() < out[0].drafted;
     spec.insert(spec.end(), out[0].tokens.begin(), out[0].tokens.end());
@@ -131,8 +135,8 @@ TEST(mtp, rolled_back_kv_is_as_if_the_rejected_drafts_never_existed) {
 TEST(mtp, speculative_sampling_emits_the_target_distribution) {
   const std::vector<float> target{2.0f, 1.5f, 0.2f, -1.0f, 0.9f, 1.1f, -0.5f, 0.0f};
   const std::vector<float> draft{0.1f, 2.5f, 1.0f, 0.5f, -2.0f, 1.1f, 0.3f, -1.0f};
-  for (const auto& params : {kernels::sampling_params{1.0f, 1.0f, 0, 0},
-                             kernels::sampling_params{0.7f, 0.9f, 6, 0}}) {
+  for (const auto& params :
+       {kernels::sampling_params{1.0f, 1.0f, 0, 0}, kernels::sampling_params{0.7f, 0.9f, 6, 0}}) {
     std::vector<float> p(target.size()), q(draft.size());
     kernels::sampling_probabilities(target, params, p);
     std::vector<double> count(target.size(), 0.0);

@@ -27,7 +27,7 @@ inline std::vector<generation_request> requests(int64_t n, int64_t salt) {
 }
 
 inline std::vector<generation_result> run(std::shared_ptr<const model_weights> w, int64_t drafts,
-                                   const std::vector<generation_request>& rs, bool batched) {
+                                          const std::vector<generation_request>& rs, bool batched) {
   engine_options o;
   o.mtp_drafts = drafts;
   o.max_context = 512;
@@ -40,7 +40,7 @@ inline std::vector<generation_result> run(std::shared_ptr<const model_weights> w
 }
 
 inline void expect_same_tokens_at_every_depth(std::shared_ptr<const model_weights> w,
-                                       int64_t* accepted_at_1) {
+                                              int64_t* accepted_at_1) {
   const auto rs = requests(8, 5);
   const auto want = run(w, 0, rs, false);
   for (int64_t drafts : {1, 2, 3})

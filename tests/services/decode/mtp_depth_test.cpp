@@ -4,9 +4,8 @@
 
 #include "services/decode/mtp_depth.hpp"
 
-#include <gtest/gtest.h>
-
 #include <functional>
+#include <gtest/gtest.h>
 #include <map>
 
 using supernode::services::mtp_depth_policy;
@@ -49,11 +48,11 @@ TEST(mtp_depth, without_adaptation_every_step_drafts_the_configured_depth) {
 TEST(mtp_depth, drafts_where_it_pays_and_stops_where_verification_costs_more) {
   mtp_depth_policy p(2, true);
   // Batch 1: a step is bandwidth-bound, a draft adds 10 % per depth; 90 % accepted.
-  const auto small =
-      drive(p, 1, 200, [](int64_t k) { return 1e-3 * (1.0 + 0.1 * static_cast<double>(k)); }, 0.9);
+  const auto small = drive(
+      p, 1, 200, [](int64_t k) { return 1e-3 * (1.0 + 0.1 * static_cast<double>(k)); }, 0.9);
   // Batch 64: compute-bound, each verified row costs as much as a sequence's token.
-  const auto large =
-      drive(p, 64, 200, [](int64_t k) { return 64e-3 * (1.0 + static_cast<double>(k)); }, 0.9);
+  const auto large = drive(
+      p, 64, 200, [](int64_t k) { return 64e-3 * (1.0 + static_cast<double>(k)); }, 0.9);
   EXPECT_GT(small.at(2), 150) << "batch 1 should draft two";
   EXPECT_GT(large.at(0), 150) << "batch 64 should not draft";
   EXPECT_EQ(p.depth(1), 2);
