@@ -24,6 +24,12 @@ int cmd_generate(cli_args& args) {
   model::engine_options eo;
   eo.block_size = args.take_int("--block-size", 16, 1, 4096);
   eo.mtp_drafts = args.take_int("--mtp", 0, 0, 8);
+  if (const auto rule = args.take("--mtp-sampling")) {
+    if (*rule != "reproducible" && *rule != "standard")
+      throw usage_error("--mtp-sampling takes reproducible or standard, not " + *rule);
+    eo.mtp_acceptance = *rule == "standard" ? model::draft_acceptance::standard
+                                            : model::draft_acceptance::reproducible;
+  }
   const bool json = args.take_flag("--json");
   args.expect_consumed("generate");
 

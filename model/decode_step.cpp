@@ -5,8 +5,9 @@
 namespace supernode::model {
 
 namespace {
-bool sampled(const kernels::sampling_params& p) {
-  return p.temperature > 0.0f;
+// Sampled with the min(1, p/q) rule: the draft distributions are kept for verification.
+bool standard_sampled(const decode_sequence_step& s) {
+  return s.sampling.temperature > 0.0f && s.acceptance == draft_acceptance::standard;
 }
 } // namespace
 
@@ -62,14 +63,18 @@ void decode_stepper::draft(std::span<decode_sequence_step> sequences, kv_block_p
     for (size_t a = 0; a < active.size(); ++a) {
       auto& s = sequences[active[a]];
       auto& probabilities = draft_probabilities_[active[a]];
-      std::span<float> q;
-      if (sampled(s.sampling)) {
+      const auto draft_logits = std::span(mtp_logits_.data() + a * vocab, vocab);
+      const uint64_t index = s.next_index + static_cast<uint64_t>(depth);
+      int32_t d = 0;
+      if (standard_sampled(s)) {
         probabilities.resize((depth + 1) * vocab);
-        q = std::span(probabilities).subspan(depth * vocab, vocab);
+        d = kernels::sample_draft(draft_logits, s.sampling, index,
+                                  std::span(probabilities).subspan(depth * vocab, vocab));
+      } else {
+        // The target's own draw at this index, from the same uniform: the two draws are
+        // coupled, so a draft distribution close to the target's mostly gives its token.
+        d = kernels::sample(draft_logits, s.sampling, index);
       }
-      const int32_t d =
-          kernels::sample_draft(std::span(mtp_logits_.data() + a * vocab, vocab), s.sampling,
-                                s.next_index + static_cast<uint64_t>(depth), q);
       drafts_[active[a]].push_back(d);
       if (depth + 1 < s.max_drafts) {
         deeper.push_back(active[a]);
@@ -143,9 +148,15 @@ void decode_stepper::step(std::span<decode_sequence_step> sequences, kv_block_po
         o.tokens.push_back(kernels::sample(target, s.sampling, index));
         break;
       }
-      std::span<const float> q;
-      if (sampled(s.sampling)) q = std::span(draft_probabilities_[i]).subspan(j * vocab, vocab);
-      const auto choice = kernels::verify_draft(target, q, drafts[j], s.sampling, index);
+      kernels::speculative_choice choice;
+      if (standard_sampled(s)) {
+        choice = kernels::verify_draft(target,
+                                       std::span(draft_probabilities_[i]).subspan(j * vocab, vocab),
+                                       drafts[j], s.sampling, index);
+      } else {
+        const int32_t token = kernels::sample(target, s.sampling, index);
+        choice = {token, token == drafts[j]};
+      }
       o.tokens.push_back(choice.token);
       if (!choice.accepted) break;
     }

@@ -20,6 +20,13 @@
 
 namespace supernode::model {
 
+// How a sampled sequence's drafts are accepted (greedy ones: exactly when they are the
+// argmax, either way). `reproducible`: a draft is accepted when it equals the token sample()
+// draws at its index, so seeded sampling gives the tokens of decoding without drafts at any
+// depth, batch or resume point. `standard`: the min(1, p/q) rule, which accepts more
+// drafts and keeps each token's distribution, not its draws.
+enum class draft_acceptance : uint8_t { reproducible, standard };
+
 struct decode_sequence_step {
   kv_block_table* table = nullptr; // tokens(): the position of feed[0]
   std::span<const int32_t> feed;   // not empty
@@ -29,6 +36,7 @@ struct decode_sequence_step {
   int64_t max_drafts = 0;
   kernels::sampling_params sampling;
   uint64_t next_index = 0; // index among the generated tokens of the first token this yields
+  draft_acceptance acceptance = draft_acceptance::reproducible;
 };
 
 struct decode_sequence_outcome {

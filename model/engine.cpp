@@ -148,7 +148,7 @@ reference_engine::generate_batch(std::span<const generation_request> requests) {
       const auto generated = static_cast<int64_t>(results[i].tokens.size());
       step_of.push_back({&tables[i], std::span(&next[i], 1), mtp ? &drafters[i] : nullptr,
                          std::min(options_.mtp_drafts, r.max_tokens - generated - 1), r.sampling,
-                         static_cast<uint64_t>(generated)});
+                         static_cast<uint64_t>(generated), options_.mtp_acceptance});
     }
     if (active.empty()) break;
     stepper_.step(step_of, pool_, outcomes);

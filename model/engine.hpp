@@ -46,6 +46,8 @@ struct engine_options {
   int64_t max_context = 4096;
   // MTP drafts per decode step (0: none); needs weights loaded with their MTP module.
   int64_t mtp_drafts = 0;
+  // How sampled requests accept drafts (decode_step.hpp): reproducible keeps seeded draws.
+  draft_acceptance mtp_acceptance = draft_acceptance::reproducible;
 };
 
 class reference_engine {

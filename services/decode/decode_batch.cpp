@@ -12,8 +12,9 @@ decode_batch::decode_batch(model::transformer& model, model::kv_block_pool& pool
                            release_fn release)
     : model_(model), pool_(pool), release_(std::move(release)), stepper_(model) {}
 
-void decode_batch::set_mtp(int64_t max_drafts, bool adaptive) {
+void decode_batch::set_mtp(int64_t max_drafts, bool adaptive, model::draft_acceptance acceptance) {
   depth_ = max_drafts > 0 ? std::make_unique<mtp_depth_policy>(max_drafts, adaptive) : nullptr;
+  acceptance_ = acceptance;
 }
 
 bool decode_batch::accept(decode_sequence& s, int32_t token, protocol::token_update& u) const {
@@ -111,7 +112,8 @@ std::vector<protocol::token_update> decode_batch::step() {
                       depth_ ? &s->mtp : nullptr,
                       std::min(depth, s->spec.max_tokens - generated - 1),
                       {s->spec.temperature, s->spec.top_p, s->spec.top_k, s->spec.seed},
-                      static_cast<uint64_t>(generated)});
+                      static_cast<uint64_t>(generated),
+                      acceptance_});
   }
   // All or nothing: when the forward throws (an expert-parallel group broke), the sequences
   // are as before and the step can run again (the KV it wrote is rewritten identically).

@@ -66,7 +66,8 @@ public:
   protocol::token_update join(std::unique_ptr<decode_sequence> s, int32_t first_token);
   // Speculative decoding: up to `max_drafts` MTP drafts per sequence and step, adapted to
   // measured costs when `adaptive` (mtp_depth.hpp). The pool's layout must carry the MTP layer.
-  void set_mtp(int64_t max_drafts, bool adaptive);
+  void set_mtp(int64_t max_drafts, bool adaptive,
+               model::draft_acceptance acceptance = model::draft_acceptance::reproducible);
   // One step for every running sequence: one token each, or with MTP the accepted drafts and
   // the token after them (a resumed sequence drafts from its second step); finished ones leave
   // the batch. When the forward
@@ -117,6 +118,7 @@ private:
   std::vector<std::unique_ptr<decode_sequence>> running_;
   model::decode_stepper stepper_;
   std::unique_ptr<mtp_depth_policy> depth_; // set by set_mtp
+  model::draft_acceptance acceptance_ = model::draft_acceptance::reproducible;
   std::vector<model::decode_sequence_step> steps_;
   std::vector<model::decode_sequence_outcome> outcomes_;
   int64_t drafted_ = 0, accepted_ = 0, drafting_steps_ = 0, last_depth_ = 0;

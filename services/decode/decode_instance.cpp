@@ -22,7 +22,7 @@ decode_instance::decode_instance(std::shared_ptr<const model::model_weights> wei
       prefill_(model_, config.prefill_token_budget, config.kv_with_mtp()) {
   protocol::register_serving_messages();
   protocol::register_ems_messages(); // ring views reach every pool client, mirroring or not
-  batch_.set_mtp(config.decode_mtp_drafts, config.decode_mtp_adaptive);
+  batch_.set_mtp(config.decode_mtp_drafts, config.decode_mtp_adaptive, config.decode_mtp_sampling);
   if (membership) {
     group_ = std::make_unique<ep_rank>(weights, std::move(*membership));
     model_.set_routed_experts(group_.get());

@@ -105,7 +105,15 @@ const std::vector<table>& serving_tables() {
                     .boolean("mtp_adaptive", &serving_config::decode_mtp_adaptive,
                              "draft fewer tokens, or none, at batches where measured step "
                              "times and acceptance say verifying costs more than it yields "
-                             "(docs/speculative-decoding.md)"));
+                             "(docs/speculative-decoding.md)")
+                    .enumerated("mtp_sampling", &serving_config::decode_mtp_sampling,
+                                {{"reproducible", model::draft_acceptance::reproducible},
+                                 {"standard", model::draft_acceptance::standard}},
+                                "how sampled requests accept drafts: reproducible (a draft is "
+                                "accepted when it is the token sampling draws there, so seeded "
+                                "requests give the same tokens with drafts or without, at any "
+                                "batch and after a resume) or standard (min(1, p/q): more "
+                                "accepted, the same distribution, other draws)"));
     t.push_back(
         table("ep", "Expert parallelism: consecutive decode (prefill) instances form one "
                     "instance of this many ranks; expert_shard instances join the decode groups "

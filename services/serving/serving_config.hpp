@@ -15,12 +15,13 @@
 //   [scheduler] max_queued = 1024
 //   [prefill]   token_budget = 2048   kv_blocks = 0     # 0: enough for one budget of prompts
 //   [decode]    max_batch = 64   kv_blocks = 2048   drain = "migrate"   # or "finish"
-//               mtp = 0   mtp_adaptive = true
+//               mtp = 0   mtp_adaptive = true   mtp_sampling = "reproducible"  # or "standard"
 //   [ep]        decode_ranks = 1  prefill_ranks = 1  microbatch = false
 //               redundant_experts = 0  eplb_interval = 0  op_timeout_ms = 30000
 //   [ems]       the memory pool and its caches: services/ems/ems_config.hpp
 //   [planner]   the SLO planner, off by default: services/planner/planner_config.hpp
 
+#include "model/decode_step.hpp"
 #include "model/linear.hpp"
 #include "services/ems/ems_config.hpp"
 #include "services/planner/planner_config.hpp"
@@ -80,6 +81,7 @@ struct serving_config {
   // decode instance adapts the depth to what verification costs (services/decode/mtp_depth.hpp).
   int64_t decode_mtp_drafts = 0;
   bool decode_mtp_adaptive = true;
+  model::draft_acceptance decode_mtp_sampling = model::draft_acceptance::reproducible;
   // The KV blocks of every pool of the cluster carry the MTP layer (prefill writes it).
   bool kv_with_mtp() const { return decode_mtp_drafts > 0; }
 

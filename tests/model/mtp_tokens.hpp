@@ -1,6 +1,7 @@
 #pragma once
-// Greedy decoding with MTP drafts at every depth, one request at a time and batched, against
-// decoding without: the check mtp_test runs on the tiny model and mtp_demo_test on the demo one.
+// Decoding with MTP drafts at every depth, one request at a time and batched, against decoding
+// without: greedy requests, and seeded sampled ones under the reproducible acceptance rule: the
+// check mtp_test runs on the tiny model and mtp_demo_test on the demo one.
 
 #include "model/engine.hpp"
 #include "tiny_model.hpp"
@@ -21,6 +22,7 @@ inline std::vector<generation_request> requests(int64_t n, int64_t salt) {
     r.prompt = test_prompt(3 + (i * 11) % 40, salt + i);
     r.max_tokens = static_cast<int32_t>(1 + (i * 5) % 23);
     r.stop_at_eos = i % 2 == 0;
+    if (i % 3 == 1) r.sampling = {0.8f, 0.95f, 0, static_cast<uint64_t>(40 + i)}; // seeded
     out.push_back(std::move(r));
   }
   return out;
