@@ -125,10 +125,10 @@ private:
       out_ << "    networks: [planes]\n";
   }
 
-  // Swarm's form of restart, replicas and resources. The endpoint stays swarm's virtual IP: a
-  // service's name resolves while its task restarts, where with dnsrr every peer's reconnects
-  // would wait on lookups of a name gone from DNS (heartbeats late, a fencing cascade). Its
-  // task binds at its own address (its hostname in /etc/hosts), which the virtual IP reaches.
+  // Swarm's form of restart, replicas and resources. The endpoint stays swarm's virtual IP, so
+  // a service's name resolves while its task restarts (with dnsrr it leaves DNS, and peers'
+  // reconnects wait on lookups of it); a task binds at its own address (its hostname in
+  // /etc/hosts), which the virtual IP reaches.
   void deploy(int replicas, const char* condition, int threads) {
     out_ << "    deploy:\n"
          << "      replicas: " << replicas << "\n"
