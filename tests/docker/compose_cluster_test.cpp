@@ -10,6 +10,7 @@
 // Skipped only when no docker engine can be started here.
 
 #include "../apps/serving_fixture.hpp"
+#include "../support/eventually.hpp"
 #include "compose_cluster.hpp"
 #include "model/tokenizer.hpp"
 #include "services/cluster/cluster_file.hpp"
