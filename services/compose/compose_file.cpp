@@ -125,13 +125,14 @@ private:
       out_ << "    networks: [planes]\n";
   }
 
-  // Swarm's form of restart, replicas and resources. The endpoint stays swarm's virtual IP, so
-  // a service's name resolves while its task restarts (with dnsrr it leaves DNS, and peers'
-  // reconnects wait on lookups of it); a task binds at its own address (its hostname in
-  // /etc/hosts), which the virtual IP reaches.
+  // Swarm's form of restart, replicas and resources. `endpoint_mode: dnsrr`: a service's name
+  // resolves to its task's own address, or to nothing while none runs, so a peer's zmq connect
+  // fails at once and is retried; through a virtual IP with no task behind it the connect waits
+  // on TCP's SYN retries, for longer than the heartbeat bound.
   void deploy(int replicas, const char* condition, int threads) {
     out_ << "    deploy:\n"
          << "      replicas: " << replicas << "\n"
+         << "      endpoint_mode: dnsrr\n"
          << "      restart_policy:\n"
          << "        condition: " << condition << "\n";
     if (threads > 0)
@@ -417,6 +418,12 @@ std::string bridge_config_text(const std::string& config_text, const cluster_con
     text = transport::set_toml_key(text, table, "host", "\"{process}\"");
     text = transport::set_toml_key(text, table, "base_port", std::to_string(base_port));
     base_port += 1000;
+  }
+  if (shm_planes_too) {
+    // Swarm starts tasks seconds apart, with no depends_on: members that wait 500 ms for a peer
+    // never heard yet declare it down and fence it, and each restart fences the others again.
+    text = transport::set_toml_key(text, "cluster", "heartbeat_ms", std::to_string(500));
+    text = transport::set_toml_key(text, "cluster", "missed_heartbeats", std::to_string(30));
   }
   return text;
 }

@@ -51,7 +51,8 @@ std::string compose_yaml(const transport::cluster_config& cluster, const compose
 // For --network bridge: the config text with the zmq planes on tcp between service names
 // (host "{process}": each instance binds and is reached at its own service's name); shm planes
 // stay, through the shared IPC namespace. For swarm (`shm_planes_too`), the shm planes become
-// zmq tcp planes as well: swarm services share no IPC namespace.
+// zmq tcp planes as well (swarm services share no IPC namespace), and the heartbeat bound is
+// 15 s (500 ms x 30): swarm starts tasks seconds apart.
 std::string bridge_config_text(const std::string& config_text,
                                const transport::cluster_config& cluster,
                                bool shm_planes_too = false);

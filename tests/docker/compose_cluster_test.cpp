@@ -286,13 +286,7 @@ std::string stack_leftovers(const std::string& stack) {
   return left;
 }
 
-// Disabled: the stack deploys and every task starts, but on this machine's single-node swarm the
-// instances stop hearing each other's heartbeats over the overlay network (> 5 s even with
-// heartbeat_ms = 250, missed_heartbeats = 20), fence one another and restart in a loop; the same
-// config (shm planes on tcp) on the bridge network is healthy. docs/docker.md, "Docker Swarm".
-// Run it with --gtest_also_run_disabled_tests once that is found.
-TEST_F(compose_test,
-       DISABLED_swarm_stack_of_pdc_2p2d_serves_the_reference_tokens_and_leaves_nothing) {
+TEST_F(compose_test, swarm_stack_of_pdc_2p2d_serves_the_reference_tokens_and_leaves_nothing) {
   const single_node_swarm swarm;
   ASSERT_EQ(swarm.error(), "");
   const auto dir = test_dir("swarm");

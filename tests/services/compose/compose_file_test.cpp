@@ -194,7 +194,7 @@ TEST(ComposeFile, SwarmHasDeployKeysAnOverlayNetworkAndNoSharedNamespaces) {
   const auto cluster = transport::cluster_config::parse(shape, "shape");
   const auto swarm = compose_yaml(cluster, options_for("swarm"));
   const auto decode = service_block(swarm, "decode-0");
-  EXPECT_NE(decode.find("    deploy:\n      replicas: 1\n"
+  EXPECT_NE(decode.find("    deploy:\n      replicas: 1\n      endpoint_mode: dnsrr\n"
                         "      restart_policy:\n        condition: none\n"
                         "      resources:\n        limits:\n          cpus: \"2\"\n"),
             std::string::npos)
@@ -218,6 +218,8 @@ TEST(ComposeFile, SwarmConfigPutsTheShmPlanesOnTcpToo) {
       bridge_config_text(shape, cluster, /*shm_planes_too=*/true), "swarmed");
   const auto& ub = swarmed.planes.at("ub");
   EXPECT_EQ(ub.kind, "zmq");
+  EXPECT_EQ(swarmed.heartbeat_interval, std::chrono::milliseconds(500));
+  EXPECT_EQ(swarmed.missed_heartbeats, 30);
   EXPECT_EQ(
       swarmed.address(swarmed.instance("decode-1"), ub, "dispatch").rfind("tcp://decode-1:", 0),
       0u);
