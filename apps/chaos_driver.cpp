@@ -25,11 +25,45 @@ pid_t live_pid(const std::filesystem::path& pid_file) {
   return pid;
 }
 
+// A process's arguments, from /proc/PID/cmdline (NUL-separated); empty when it is gone.
+std::vector<std::string> arguments_of(const std::filesystem::path& proc_dir) {
+  std::ifstream in(proc_dir / "cmdline", std::ios::binary);
+  std::vector<std::string> args;
+  for (std::string arg; std::getline(in, arg, '\0');) args.push_back(arg);
+  return args;
+}
+
+// `supernode role PROCESS [...] --id INDEX`, as cluster up and the compose files start a slot.
+bool runs_slot(const std::vector<std::string>& args, const chaos::resolved_target& slot) {
+  if (args.size() < 3 || args[1] != "role" || args[2] != slot.process) return false;
+  for (size_t i = 3; i + 1 < args.size(); ++i)
+    if (args[i] == "--id") return args[i + 1] == std::to_string(slot.index);
+  return slot.index == 0; // role's --id defaults to 0
+}
+
 } // namespace
 
-chaos_driver::chaos_driver(std::vector<chaos::fired_fault> faults, std::filesystem::path pid_dir,
+slot_pid_finder pids_from_files(std::filesystem::path pid_dir) {
+  return [dir = std::move(pid_dir)](const chaos::resolved_target& slot) {
+    return live_pid(dir / (slot.slot + ".pid"));
+  };
+}
+
+slot_pid_finder pids_from_proc() {
+  return [](const chaos::resolved_target& slot) -> pid_t {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+      const auto name = entry.path().filename().string();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      if (runs_slot(arguments_of(entry.path()), slot)) return static_cast<pid_t>(std::stol(name));
+    }
+    return 0;
+  };
+}
+
+chaos_driver::chaos_driver(std::vector<chaos::fired_fault> faults, slot_pid_finder pid_of,
                            std::vector<lg::http_url> gateways)
-    : faults_(std::move(faults)), pid_dir_(std::move(pid_dir)), gateways_(std::move(gateways)) {}
+    : faults_(std::move(faults)), pid_of_(std::move(pid_of)), gateways_(std::move(gateways)) {}
 
 chaos_driver::~chaos_driver() {
   finish(std::chrono::seconds(0));
@@ -97,10 +131,9 @@ void chaos_driver::fire(const action& a) {
     f.fired_s = f.spec.at_s; // the window opens on the processes' own clocks
     return;
   }
-  const auto pid_file = pid_dir_ / (f.target->slot + ".pid");
-  const pid_t pid = live_pid(pid_file);
+  const pid_t pid = pid_of_(*f.target);
   if (pid == 0) {
-    f.note = "not fired: no live process in " + pid_file.string();
+    f.note = "not fired: no live process of slot " + f.target->slot;
     return;
   }
   if (::kill(pid, a.signal) != 0) {

@@ -1,6 +1,6 @@
 #pragma once
 // The running side of `supernode chaos`: a thread that fires each process fault of the plan at
-// its time (SIGKILL, or SIGSTOP then SIGCONT, to the pid its pid file holds at that moment) and
+// its time (SIGKILL, or SIGSTOP then SIGCONT, to the pid the slot's process has at that moment) and
 // a thread that samples the gateway's view of every instance (supernode_instance_alive on
 // /metrics) so the report can say when a fault was noticed and when it healed. Plane faults fire
 // themselves inside the processes (transport/fault_injection.hpp); the driver only notes when
@@ -12,6 +12,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <sys/types.h>
@@ -20,9 +21,17 @@
 
 namespace supernode::apps {
 
+// Where a process fault finds its process: the pid a slot's process has now, 0 when none lives.
+using slot_pid_finder = std::function<pid_t(const services::chaos::resolved_target&)>;
+// A supervised cluster's: the pid file the supervisor keeps (<run_dir>/pids/<slot>.pid).
+slot_pid_finder pids_from_files(std::filesystem::path pid_dir);
+// Any cluster whose processes this one sees (a compose cluster's chaos service shares their PID
+// namespace): the process running `supernode role PROCESS ... --id INDEX`, found in /proc.
+slot_pid_finder pids_from_proc();
+
 class chaos_driver {
 public:
-  chaos_driver(std::vector<services::chaos::fired_fault> faults, std::filesystem::path pid_dir,
+  chaos_driver(std::vector<services::chaos::fired_fault> faults, slot_pid_finder pid_of,
                std::vector<services::loadgen::http_url> gateways);
   ~chaos_driver(); // finish() if not called
   chaos_driver(const chaos_driver&) = delete;
@@ -57,7 +66,7 @@ private:
   bool settled() const; // under mutex_
 
   std::vector<services::chaos::fired_fault> faults_;
-  std::filesystem::path pid_dir_;
+  slot_pid_finder pid_of_;
   std::vector<services::loadgen::http_url> gateways_;
   std::chrono::steady_clock::time_point origin_;
 

@@ -58,8 +58,13 @@ wrong or repeated. Plans: configs/faults/*.toml (the format is in services/chaos
   --timeout-s T          per-request deadline (default 120)
   --recovery-wait-s T    after the load, wait up to T s for every instance to be alive again
                          so recovery times are measured (default 30)
+  --attach               the cluster already runs (a compose cluster's chaos service): neither
+                         bring it up nor down, find its gateways from the config and its
+                         processes in /proc (kill and stop faults only: plane and storage
+                         faults reach processes through their environment when they start)
   --dry-run              print each fault with its resolved target and start nothing
   --json                 print the report as one JSON object
+  --report FILE          also write the JSON report to FILE
   --svg FILE             write the timeline (throughput and TTFT over time, faults marked)
 
 Exit status 0 when no request failed, mismatched or got a token twice; 1 otherwise; 2 on bad
@@ -72,8 +77,8 @@ struct chaos_options {
   lg::workload_spec workload;
   int64_t concurrency = 8, retries = 0;
   double timeout_s = 120, recovery_wait_s = 30;
-  bool json = false, dry_run = false;
-  std::optional<std::string> svg;
+  bool json = false, dry_run = false, attach = false;
+  std::optional<std::string> svg, report;
 };
 
 chaos_options parse_options(cli_args& args) {
@@ -102,7 +107,9 @@ chaos_options parse_options(cli_args& args) {
   o.recovery_wait_s = args.take_double("--recovery-wait-s", 30, 0, 1e6);
   o.json = args.take_flag("--json");
   o.dry_run = args.take_flag("--dry-run");
+  o.attach = args.take_flag("--attach");
   o.svg = args.take("--svg");
+  o.report = args.take("--report");
   args.expect_consumed("chaos");
   return o;
 }
@@ -186,6 +193,32 @@ std::vector<lg::http_url> gateway_urls(const serving_setup& setup) {
   return urls;
 }
 
+// A running cluster's gateways, from its config: gateway N listens on [gateway] port + N.
+std::vector<lg::http_url> configured_gateway_urls(const serving_setup& setup) {
+  if (setup.serving.http_port == 0)
+    throw usage_error("--attach needs the gateways' ports: [gateway] port is 0 (any free port)");
+  std::vector<lg::http_url> urls;
+  for (const auto& i : setup.cluster.instances()) {
+    if (i.role != "gateway") continue;
+    lg::http_url url;
+    url.host = setup.serving.http_host == "0.0.0.0" ? "127.0.0.1" : setup.serving.http_host;
+    url.port = std::to_string(setup.serving.http_port + static_cast<int>(urls.size()));
+    urls.push_back(url);
+  }
+  if (urls.empty()) throw usage_error(setup.source + " has no gateway to send the load to");
+  return urls;
+}
+
+// With --attach the processes started without the plan, so only signals reach them.
+void require_process_faults(const std::vector<chaos::fired_fault>& faults) {
+  for (const auto& f : faults)
+    if (!chaos::is_process_fault(f.spec.kind))
+      throw usage_error("fault " + std::to_string(f.spec.index) + " (" +
+                        chaos::to_string(f.spec.kind) +
+                        "): with --attach only kill and stop faults fire; plane and storage "
+                        "faults reach the processes through their environment when they start");
+}
+
 double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -227,9 +260,11 @@ struct run_record {
 run_record run_under_faults(const serving_setup& setup, const chaos_options& o,
                             const std::vector<lg::planned_request>& plan,
                             std::vector<chaos::fired_fault> faults, const fs::path& plane_plan) {
-  const auto urls = gateway_urls(setup);
+  const auto urls = o.attach ? configured_gateway_urls(setup) : gateway_urls(setup);
   const auto model = lg::fetch_served_model(urls[0], 30).id;
-  chaos_driver driver(std::move(faults), setup.cluster.run_dir / "pids", urls);
+  chaos_driver driver(std::move(faults),
+                      o.attach ? pids_from_proc() : pids_from_files(setup.cluster.run_dir / "pids"),
+                      urls);
   run_record out;
   lg::run_options ro;
   ro.url = urls[0];
@@ -283,6 +318,7 @@ int cmd_chaos(cli_args& args) {
     throw usage_error(e.what());
   }
   auto faults = resolve_plan(plan, setup.cluster, o.workload.seed);
+  if (o.attach) require_process_faults(faults);
   if (o.dry_run) {
     for (const auto& f : faults)
       std::printf("fault %zu: %s at %g s on %s\n", f.spec.index, chaos::to_string(f.spec.kind),
@@ -312,7 +348,10 @@ int cmd_chaos(cli_args& args) {
     ::unsetenv(transport::fault_plan_env);
 
   run_record run;
-  {
+  if (o.attach) {
+    const stdout_to_stderr report_only_on_stdout;
+    run = run_under_faults(setup, o, workload, std::move(faults), fs::path());
+  } else {
     const stdout_to_stderr report_only_on_stdout;
     on_stop_signal down_on_stop([&] { cluster_down(setup, std::chrono::seconds(10)); });
     if (cluster_up(setup, o.config) != 0) return 1;
@@ -330,14 +369,14 @@ int cmd_chaos(cli_args& args) {
   auto report = chaos::make_chaos_report(run.load.outcomes, reference, records);
   report.resumes = chaos::resume_stats_of(lg::metrics_snapshot(run.gateway_metrics));
 
-  if (o.json) {
-    auto j = chaos::to_json(report);
-    j["duration_s"] = run.load.duration_s;
-    j["events_log"] = fs::exists(events_file);
-    emit_report(j.dump(2) + "\n", std::nullopt);
-  } else {
+  auto j = chaos::to_json(report);
+  j["duration_s"] = run.load.duration_s;
+  j["events_log"] = fs::exists(events_file);
+  if (o.json)
+    emit_report(j.dump(2) + "\n", o.report);
+  else
     std::fputs(chaos::to_text(report).c_str(), stdout);
-  }
+  if (o.report && !o.json) write_text_file(*o.report, j.dump(2) + "\n");
   if (o.svg)
     write_text_file(*o.svg, chaos::render_timeline_svg(run.load.outcomes, report.faults,
                                                        "supernode chaos: " + o.faults,

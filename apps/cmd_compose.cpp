@@ -17,18 +17,19 @@ void write_file(const std::filesystem::path& file, const std::string& text) {
 
 } // namespace
 
-// `supernode compose --config FILE [--network host|bridge] [--image NAME] [--models DIR]
+// `supernode compose --config FILE [--network host|bridge|swarm] [--image NAME] [--models DIR]
 // [--out FILE]`: services/compose/compose_project.hpp.
 int cmd_compose(cli_args& args) {
   services::compose::compose_request request;
   auto config = args.take("--config");
   if (!config)
-    throw usage_error("expected `compose --config FILE [--network host|bridge] [--image NAME] "
-                      "[--models DIR] [--out FILE]`");
+    throw usage_error(
+        "expected `compose --config FILE [--network host|bridge|swarm] [--image NAME] "
+        "[--models DIR] [--out FILE]`");
   request.config = *config;
   request.network = args.take_or("--network", request.network);
-  if (request.network != "host" && request.network != "bridge")
-    throw usage_error("--network is host or bridge, not '" + request.network + "'");
+  if (request.network != "host" && request.network != "bridge" && request.network != "swarm")
+    throw usage_error("--network is host, bridge or swarm, not '" + request.network + "'");
   request.image = args.take_or("--image", request.image);
   request.models = args.take_or("--models", request.models.string());
   if (auto out = args.take("--out")) request.out = *out;

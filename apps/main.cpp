@@ -38,7 +38,7 @@ commands:
               [--max-tokens M] [--seed S] [--json] [--svg FILE]
               a fault-injection run: a load under the plan's faults (configs/faults/),
               every token checked against the reference engine (`supernode chaos --help`)
-  compose     --config FILE [--network host|bridge] [--image NAME] [--models DIR] [--out FILE]
+  compose     --config FILE [--network host|bridge|swarm] [--image NAME] [--models DIR] [--out FILE]
               a docker-compose file for FILE's shape (docker/compose/, docs/docker.md)
   health      --config FILE (--instance NAME | --process KIND)
               exit 0 when that instance's process here is serving (compose healthchecks)

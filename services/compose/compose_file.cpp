@@ -54,6 +54,19 @@ std::string flow_list(std::vector<std::string> items) {
   return out;
 }
 
+// Swarm's restart_policy condition for a config's restart mode.
+const char* swarm_restart_of(transport::restart_mode mode) {
+  switch (mode) {
+  case transport::restart_mode::always:
+    return "any";
+  case transport::restart_mode::on_failure:
+    return "on-failure";
+  case transport::restart_mode::never:
+    break;
+  }
+  return "none";
+}
+
 const char* restart_of(transport::restart_mode mode) {
   switch (mode) {
   case transport::restart_mode::always:
@@ -82,7 +95,7 @@ std::string volume_name(const std::string& instance) {
 class writer {
 public:
   writer(const cluster_config& cluster, const compose_options& options)
-      : cluster_(cluster), options_(options),
+      : cluster_(cluster), options_(options), swarm_(options.network == "swarm"),
         config_in_image_(std::string(image_home) + "/configs/" +
                          std::filesystem::path(options.config_file).filename().string()) {}
 
@@ -91,14 +104,15 @@ public:
          << "# Cluster " << cluster_.name << ", " << options_.network
          << " networking (docs/docker.md). Regenerate after a change to the config.\n"
          << "services:\n";
-    namespaces_service();
-    run_dir_service();
+    if (!swarm_) namespaces_service();
+    if (!swarm_ || has_ssd_tiers()) run_dir_service();
     for (auto& kind : cluster_.processes)
       for (int i = 0; i < kind.count; ++i) slot_service_of(kind, i);
     for (auto& kind : cluster_.processes)
       if (cluster::join_refusal(cluster_, options_.decode_ranks, options_.prefill_ranks, kind.name)
               .empty())
         joined_service_of(kind);
+    if (!swarm_) chaos_service();
     volumes();
     return out_.str();
   }
@@ -109,6 +123,22 @@ private:
       out_ << "    network_mode: host\n";
     else
       out_ << "    networks: [planes]\n";
+  }
+
+  // Swarm's form of restart, replicas and resources. `endpoint_mode: dnsrr`: a service's name
+  // resolves to its task's own address, or to nothing while none runs, so a peer's zmq connect
+  // fails at once and is retried; through a virtual IP with no task behind it the connect waits
+  // on TCP's SYN retries, for longer than the heartbeat bound.
+  void deploy(int replicas, const char* condition, int threads) {
+    out_ << "    deploy:\n"
+         << "      replicas: " << replicas << "\n"
+         << "      endpoint_mode: dnsrr\n"
+         << "      restart_policy:\n"
+         << "        condition: " << condition << "\n";
+    if (threads > 0)
+      out_ << "      resources:\n"
+           << "        limits:\n"
+           << "          cpus: \"" << threads << "\"\n";
   }
 
   void namespaces_service() {
@@ -126,6 +156,13 @@ private:
     out_ << "    restart: always\n";
   }
 
+  bool has_ssd_tiers() const {
+    for (auto& kind : cluster_.processes)
+      for (int i = 0; i < kind.count; ++i)
+        if (!ssd_tiers_of(cluster_, kind, i).empty()) return true;
+    return false;
+  }
+
   void run_dir_service() {
     std::vector<std::string> dirs{cluster_.run_dir.string()};
     for (auto& kind : cluster_.processes)
@@ -139,10 +176,16 @@ private:
          << "  run-dir:\n"
          << "    image: " << options_.image << "\n"
          << "    user: \"0\"\n"
-         << "    entrypoint: " << flow_list(command) << "\n"
-         << "    network_mode: none\n"
-         << "    restart: \"no\"\n"
-         << "    volumes:\n";
+         << "    entrypoint: " << flow_list(command) << "\n";
+    if (swarm_) {
+      // No depends_on in swarm: an MP server that starts first finds its tier root's, exits and
+      // is started again by its restart policy.
+      deploy(1, "none", 0);
+    } else {
+      out_ << "    network_mode: none\n"
+           << "    restart: \"no\"\n";
+    }
+    out_ << "    volumes:\n";
     volume_mounts(dirs_to_tiers(dirs));
   }
 
@@ -164,17 +207,22 @@ private:
   }
 
   void common(const process_config& kind, const std::vector<std::string>& command,
-              const std::vector<std::string>& health_instance, const std::string& hostname) {
+              const std::vector<std::string>& health_instance, const std::string& hostname,
+              int replicas) {
     out_ << "    image: " << options_.image << "\n"
          << "    command: " << flow_list(command) << "\n";
     if (!hostname.empty()) out_ << "    hostname: " << hostname << "\n";
     network_of();
-    out_ << "    ipc: service:namespaces\n"
-         << "    pid: service:namespaces\n"
-         << "    restart: " << restart_of(kind.restart) << "\n";
     const int threads = kind.threads > 0 ? kind.threads : static_cast<int>(kind.cpus.size());
-    if (threads > 0) out_ << "    cpus: " << threads << "\n";
-    if (!kind.cpus.empty()) {
+    if (swarm_) {
+      deploy(replicas, swarm_restart_of(kind.restart), threads);
+    } else {
+      out_ << "    ipc: service:namespaces\n"
+           << "    pid: service:namespaces\n"
+           << "    restart: " << restart_of(kind.restart) << "\n";
+      if (threads > 0) out_ << "    cpus: " << threads << "\n";
+    }
+    if (!kind.cpus.empty() && !swarm_) {
       std::vector<std::string> cpus;
       for (int c : kind.cpus) cpus.push_back(std::to_string(c));
       out_ << "    cpuset: " << yaml_quoted(joined(cpus, ",")) << "\n";
@@ -196,15 +244,31 @@ private:
     return {"CMD", "supernode", "health", "--config", config_in_image_, "--instance", instance};
   }
 
-  void mounts(const std::vector<std::string>& tiers) {
+  void config_and_models() {
     out_ << "    volumes:\n"
          << "      - " << options_.config_file << ":" << config_in_image_ << ":ro\n"
          << "      - ${SUPERNODE_MODELS:-" << options_.models_dir << "}:" << image_home
          << "/models:ro\n";
+  }
+
+  void mounts(const std::vector<std::string>& tiers) {
+    config_and_models();
     volume_mounts(tiers);
+    if (swarm_)
+      // Swarm has no shm_size: the MP servers' DRAM tiers need more than docker's 64 MB.
+      out_ << "      - type: tmpfs\n"
+           << "        target: /dev/shm\n"
+           << "        tmpfs:\n"
+           << "          size: " << shm_bytes() << "\n";
+  }
+
+  long long shm_bytes() const {
+    const std::string& size = options_.shm_size; // "<N>gb"
+    return std::stoll(size) << 30;
   }
 
   void depends(const std::vector<std::string>& healthy) {
+    if (swarm_) return; // swarm ignores depends_on: restart policies order the start
     out_ << "    depends_on:\n"
          << "      run-dir:\n"
          << "        condition: service_completed_successfully\n"
@@ -220,7 +284,7 @@ private:
     const std::string name = slot_service(kind, index);
     out_ << "  " << name << ":\n";
     common(kind, {kind.name, "--config", config_in_image_, "--id", std::to_string(index)},
-           health_of(instances.front().name), options_.network == "bridge" ? name : "");
+           health_of(instances.front().name), options_.network == "host" ? "" : name, 1);
     mounts(ssd_tiers_of(cluster_, kind, index));
     depends({});
     slots_.push_back(name);
@@ -232,15 +296,69 @@ private:
     std::vector<std::string> seeds;
     for (auto& i : cluster_.instances())
       if (i.role == "scheduler" || i.role == "gateway") seeds.push_back(i.name);
-    out_ << "  # More " << kind.name << " instances: docker-compose up -d --scale "
-         << dns_name(kind.name) << "=N\n"
-         << "  " << dns_name(kind.name) << ":\n"
-         << "    scale: 0\n";
+    if (swarm_)
+      out_ << "  # More " << kind.name << " instances: docker service scale STACK_"
+           << dns_name(kind.name) << "=N\n";
+    else
+      out_ << "  # More " << kind.name << " instances: docker-compose up -d --scale "
+           << dns_name(kind.name) << "=N\n";
+    out_ << "  " << dns_name(kind.name) << ":\n";
+    if (!swarm_) out_ << "    scale: 0\n";
     common(kind, {kind.name, "--config", config_in_image_, "--join", joined(seeds, ",")},
-           {"CMD", "supernode", "health", "--config", config_in_image_, "--process", kind.name},
-           "");
+           {"CMD", "supernode", "health", "--config", config_in_image_, "--process", kind.name}, "",
+           0);
     mounts({});
     depends(slots_);
+  }
+
+  // `supernode chaos --attach` against this cluster. It joins the instances' PID namespace and
+  // faults their processes with signals (a SIGKILL is a crash the restart policy answers; a
+  // `docker kill` through the engine would be a manual stop, never restarted), and reaches the
+  // gateways where clients do: the host's loopback, or gateway-0's on a bridge network. Root in
+  // its container: the report folder docker makes for a missing bind mount is root's.
+  void chaos_service() {
+    const std::string reports = std::string(image_home) + "/chaos-reports";
+    const std::string faults = std::string(image_home) + "/faults";
+    out_ << "  # A fault plan against the running cluster, its JSON report in "
+            "$SUPERNODE_CHAOS_REPORTS:\n"
+         << "  #   SUPERNODE_CHAOS_PLAN=kill-decode.toml docker-compose run --rm chaos\n"
+         << "  #   docker-compose run --rm chaos --faults " << faults
+         << "/stop-decode.toml --num-prompts 100\n"
+         << "  chaos:\n"
+         << "    image: " << options_.image << "\n"
+         << "    profiles: [chaos]\n"
+         << "    user: \"0\"\n"
+         << "    entrypoint: "
+         << flow_list({"supernode", "chaos", "--attach", "--config", config_in_image_, "--model",
+                       model_in_image(), "--json", "--report",
+                       reports + "/${SUPERNODE_CHAOS_REPORT:-chaos-report.json}"})
+         << "\n"
+         << "    command: "
+         << flow_list({"--faults", faults + "/${SUPERNODE_CHAOS_PLAN:-kill-decode.toml}"}) << "\n";
+    if (options_.network == "host")
+      out_ << "    network_mode: host\n";
+    else
+      out_ << "    network_mode: service:" << first_gateway_service() << "\n";
+    out_ << "    pid: service:namespaces\n"
+         << "    restart: \"no\"\n";
+    config_and_models();
+    out_ << "      - ${SUPERNODE_FAULTS:-" << options_.faults_dir << "}:" << faults << ":ro\n"
+         << "      - ${SUPERNODE_CHAOS_REPORTS:-./chaos-reports}:" << reports << "\n";
+    depends(slots_);
+  }
+
+  // The model folder as the instances see it. Named outright for the chaos service's reference
+  // engine: `models/demo` alone makes chaos look for (or make) the demo model elsewhere.
+  std::string model_in_image() const {
+    const std::filesystem::path path(options_.model_path);
+    return path.is_absolute() ? path.string() : (std::filesystem::path(image_home) / path).string();
+  }
+
+  std::string first_gateway_service() const {
+    for (auto& kind : cluster_.processes)
+      if (std::find(kind.roles.begin(), kind.roles.end(), "gateway") != kind.roles.end())
+        return slot_service(kind, 0);
+    throw std::invalid_argument("cluster " + cluster_.name + " has no gateway");
   }
 
   void volumes() {
@@ -248,13 +366,27 @@ private:
       out_ << "networks:\n"
            << "  planes:\n"
            << "    driver: bridge\n";
-    out_ << "volumes:\n"
-         << "  run: {}\n";
+    if (swarm_)
+      out_ << "networks:\n"
+           << "  planes:\n"
+           << "    driver: overlay\n"
+           << "    attachable: true\n";
+    out_ << "volumes:\n";
+    if (swarm_)
+      // Made as the image's user's: no depends_on orders a chown before the instances start.
+      out_ << "  run:\n"
+           << "    driver_opts:\n"
+           << "      type: tmpfs\n"
+           << "      device: tmpfs\n"
+           << "      o: \"uid=" << image_uid << ",gid=" << image_uid << ",mode=0700\"\n";
+    else
+      out_ << "  run: {}\n";
     for (auto& tier : tiers_) out_ << "  " << volume_name(tier) << ": {}\n";
   }
 
   const cluster_config& cluster_;
   const compose_options& options_;
+  const bool swarm_;
   const std::string config_in_image_;
   std::ostringstream out_;
   std::vector<std::string> slots_;
@@ -264,23 +396,34 @@ private:
 } // namespace
 
 std::string compose_yaml(const cluster_config& cluster, const compose_options& options) {
-  if (options.network != "host" && options.network != "bridge")
-    throw std::invalid_argument("--network is host or bridge, not '" + options.network + "'");
+  if (options.network != "host" && options.network != "bridge" && options.network != "swarm")
+    throw std::invalid_argument("--network is host, bridge or swarm, not '" + options.network +
+                                "'");
   return writer(cluster, options).yaml();
 }
 
-std::string bridge_config_text(const std::string& config_text, const cluster_config& cluster) {
-  std::string text = "# Generated by `supernode compose --network bridge` from the config "
-                     "below; do not edit.\n" +
-                     config_text;
+std::string bridge_config_text(const std::string& config_text, const cluster_config& cluster,
+                               bool shm_planes_too) {
+  std::string text = std::string("# Generated by `supernode compose --network ") +
+                     (shm_planes_too ? "swarm" : "bridge") +
+                     "` from the config below; do not edit.\n" + config_text;
   int base_port = 20000; // clear of the gateway's HTTP port and of ephemeral ports
   for (auto& [name, plane] : cluster.planes) {
-    if (plane.kind != "zmq") continue;
     const std::string table = "planes." + name;
+    if (plane.kind == "shm" && shm_planes_too)
+      text = transport::set_toml_key(text, table, "kind", "\"zmq\"");
+    else if (plane.kind != "zmq")
+      continue;
     text = transport::set_toml_key(text, table, "transport", "\"tcp\"");
     text = transport::set_toml_key(text, table, "host", "\"{process}\"");
     text = transport::set_toml_key(text, table, "base_port", std::to_string(base_port));
     base_port += 1000;
+  }
+  if (shm_planes_too) {
+    // Swarm starts tasks seconds apart, with no depends_on: members that wait 500 ms for a peer
+    // never heard yet declare it down and fence it, and each restart fences the others again.
+    text = transport::set_toml_key(text, "cluster", "heartbeat_ms", std::to_string(500));
+    text = transport::set_toml_key(text, "cluster", "missed_heartbeats", std::to_string(30));
   }
   return text;
 }

@@ -22,11 +22,13 @@
 namespace supernode::services::compose {
 
 struct compose_options {
-  std::string network = "host";           // host | bridge
+  std::string network = "host";           // host | bridge | swarm
   std::string image = "supernode:latest"; // built by scripts/docker-build.sh
   // Paths as the compose file names them (relative to its folder, or absolute).
   std::string config_file;                 // the TOML to mount
   std::string models_dir;                  // mounted at /srv/supernode/models
+  std::string faults_dir;                  // the chaos service's fault plans (configs/faults)
+  std::string model_path = "models/demo";  // the config's [model] path, relative to image_home
   std::string command_line;                // how the file was made, for its header
   int drain_grace_seconds = 70;            // stop_grace_period of instances that drain on SIGTERM
   std::string shm_size = "4gb";            // the shared /dev/shm of the namespaces service
@@ -39,13 +41,20 @@ inline constexpr const char* image_home = "/srv/supernode";
 inline constexpr int image_uid = 10001;
 
 // The compose file (Compose Specification, as docker-compose 1.29 and `docker stack` read it).
-// Throws std::invalid_argument for a network other than host or bridge.
+// host and bridge: for docker-compose, with a `chaos` service under the `chaos` profile that runs
+// `supernode chaos --attach` in the instances' PID namespace. swarm: for `docker stack deploy`,
+// on an overlay network, `deploy:` keys instead of docker-compose's scale/restart/cpus, and no
+// shared namespaces, depends_on or chaos service (swarm has none of them).
+// Throws std::invalid_argument for a network other than host, bridge or swarm.
 std::string compose_yaml(const transport::cluster_config& cluster, const compose_options& options);
 
 // For --network bridge: the config text with the zmq planes on tcp between service names
-// (host "{process}": each instance binds and is reached at its own service's name), the
-// gateway listening on every interface of its container.
+// (host "{process}": each instance binds and is reached at its own service's name); shm planes
+// stay, through the shared IPC namespace. For swarm (`shm_planes_too`), the shm planes become
+// zmq tcp planes as well (swarm services share no IPC namespace), and the heartbeat bound is
+// 15 s (500 ms x 30): swarm starts tasks seconds apart.
 std::string bridge_config_text(const std::string& config_text,
-                               const transport::cluster_config& cluster);
+                               const transport::cluster_config& cluster,
+                               bool shm_planes_too = false);
 
 } // namespace supernode::services::compose

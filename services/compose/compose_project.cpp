@@ -33,17 +33,18 @@ std::string command_line(const compose_request& request) {
 }
 
 compose_output make_compose(const compose_request& request) {
-  if (request.network == "bridge" && !request.out)
-    throw std::invalid_argument("compose --network bridge needs --out FILE: the config it mounts "
-                                "is written beside it");
+  const bool own_config = request.network == "bridge" || request.network == "swarm";
+  if (own_config && !request.out)
+    throw std::invalid_argument("compose --network " + request.network +
+                                " needs --out FILE: the config it mounts is written beside it");
   const std::string text = transport::read_config_file(request.config);
   const auto file = cluster_file::parse(text, request.config.string());
   const fs::path folder = request.out ? request.out->parent_path() : fs::path(".");
   compose_output out;
   fs::path mounted = request.config;
-  if (request.network == "bridge") {
-    out.bridge_config = folder / (request.config.stem().string() + ".bridge.toml");
-    out.bridge_config_text = bridge_config_text(text, file.cluster);
+  if (own_config) {
+    out.bridge_config = folder / (request.config.stem().string() + "." + request.network + ".toml");
+    out.bridge_config_text = bridge_config_text(text, file.cluster, request.network == "swarm");
     cluster_file::parse(out.bridge_config_text, out.bridge_config.string()); // still valid
     mounted = out.bridge_config;
   }
@@ -52,6 +53,8 @@ compose_output make_compose(const compose_request& request) {
   options.image = request.image;
   options.config_file = relative_to(mounted, folder);
   options.models_dir = relative_to(request.models, folder);
+  options.faults_dir = relative_to(request.config.parent_path() / "faults", folder);
+  options.model_path = file.serving.model_path.string();
   options.command_line = command_line(request);
   options.decode_ranks = file.serving.decode_ranks;
   options.prefill_ranks = file.serving.prefill_ranks;

@@ -1,7 +1,8 @@
 #pragma once
-// What `supernode compose` writes for one config: the compose file and, for bridge networking,
+// What `supernode compose` writes for one config: the compose file and, for bridge and swarm,
 // the config it mounts instead (bridge_config_text), beside the compose file. Paths inside the
-// compose file are relative to its folder, so the files under docker/compose/ work from a
+// compose file are relative to its folder (the chaos service's fault plans: the config's
+// folder's faults/), so the files under docker/compose/ work from a
 // checkout anywhere; without --out they are relative to the current folder.
 
 #include <filesystem>
@@ -20,7 +21,9 @@ struct compose_request {
 
 struct compose_output {
   std::string yaml;
-  std::filesystem::path bridge_config; // empty for host networking
+  // The config the file mounts instead of request.config (bridge and swarm: <stem>.<network>.toml
+  // beside it); empty for host networking.
+  std::filesystem::path bridge_config;
   std::string bridge_config_text;
 };
 

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <fcntl.h>
 #include <sched.h>
 #include <sstream>
@@ -37,10 +38,17 @@ std::string docker_unavailable() {
   return why.empty() ? "scripts/dockerd-up.sh failed" : why;
 }
 
+std::string test_image() {
+  const char* image = std::getenv("SUPERNODE_DOCKER_IMAGE");
+  return image && *image ? image : "supernode:latest";
+}
+
 std::string build_image() {
-  if (shell("docker image inspect supernode:latest >/dev/null 2>&1") == 0) return "";
+  if (shell("docker image inspect '" + test_image() + "' >/dev/null 2>&1") == 0) return "";
   std::string log;
-  if (shell(std::string(SUPERNODE_SOURCE_DIR) + "/scripts/docker-build.sh 2>&1", &log) == 0)
+  if (shell(std::string(SUPERNODE_SOURCE_DIR) + "/scripts/docker-build.sh --image '" +
+                test_image() + "' 2>&1",
+            &log) == 0)
     return "";
   return log.size() > 4000 ? log.substr(log.size() - 4000) : log;
 }

@@ -18,6 +18,8 @@ std::string committed_compose_file(const std::string& name);
 
 // Why docker cannot run here ("" when it can): the engine could not be started.
 std::string docker_unavailable();
+// The image the tests run: $SUPERNODE_DOCKER_IMAGE, or supernode:latest.
+std::string test_image();
 // Builds the image when the engine lacks it (.ci/run builds it before the tests, so a source
 // change is in it); "" or what failed.
 std::string build_image();

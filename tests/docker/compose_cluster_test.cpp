@@ -4,10 +4,13 @@
 // committed file) become healthy and serve the reference engine's greedy tokens (6 prompts one
 // at a time, 32 at once); under a 100-request load a killed decode container is restarted by
 // the engine with nothing lost, and decode scaled to 3 joined instances and back to 1 loses
-// nothing; each leaves no container, volume or network behind. Skipped only when no docker
-// engine can be started here.
+// nothing; each leaves no container, volume or network behind. The chaos profile of pdc-2p2d
+// kills a decode under its load with nothing lost, and its JSON report reads back; pdc-2p2d
+// deployed as a swarm stack serves the reference tokens and leaves nothing behind either.
+// Skipped only when no docker engine can be started here.
 
 #include "../apps/serving_fixture.hpp"
+#include "../support/eventually.hpp"
 #include "compose_cluster.hpp"
 #include "model/tokenizer.hpp"
 #include "services/cluster/cluster_file.hpp"
@@ -20,6 +23,8 @@
 #include <fstream>
 #include <gtest/gtest.h>
 #include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 using namespace supernode::testing;
@@ -103,22 +108,32 @@ std::vector<std::string> under_load(uint16_t port, int total, int concurrency, i
   return wrong;
 }
 
-// configs/pdc-ems.toml with a free gateway port, and its host-networking compose file beside
-// it, in a folder of the test's own; returns the compose file.
-std::string pdc_ems_on_a_port_of_its_own(const std::filesystem::path& dir, int port) {
+// configs/<shape>.toml with a free gateway port, and its compose file for `network` (of the
+// test's image) beside it, in a folder of the test's own; returns the compose file.
+std::string shape_on_a_port_of_its_own(const std::string& shape, const std::filesystem::path& dir,
+                                       int port, const std::string& network = "host") {
   namespace compose = supernode::services::compose;
   std::filesystem::create_directories(dir);
-  const auto config = dir / "pdc-ems.toml";
-  supernode::services::cluster::cluster_file::read(std::string(SUPERNODE_SOURCE_DIR) +
-                                                   "/configs/pdc-ems.toml")
+  const auto config = dir / (shape + ".toml");
+  supernode::services::cluster::cluster_file::read(std::string(SUPERNODE_SOURCE_DIR) + "/configs/" +
+                                                   shape + ".toml")
       .set("gateway", "port", std::to_string(port))
       .write(config);
   compose::compose_request request;
   request.config = config;
+  request.network = network;
+  request.image = test_image();
   request.models = models_dir();
-  request.out = dir / "pdc-ems.host.yml";
-  std::ofstream(*request.out) << compose::make_compose(request).yaml;
+  request.out = dir / (shape + "." + network + ".yml");
+  const auto made = compose::make_compose(request);
+  std::ofstream(*request.out) << made.yaml;
+  if (!made.bridge_config.empty()) std::ofstream(made.bridge_config) << made.bridge_config_text;
   return request.out->string();
+}
+
+std::filesystem::path test_dir(const std::string& name) {
+  return std::filesystem::path(SUPERNODE_BINARY_DIR) / "docker-test" /
+         (name + "-" + std::to_string(getpid()));
 }
 
 class compose_test : public ::testing::Test {
@@ -133,11 +148,10 @@ protected:
 };
 
 TEST_F(compose_test, pdc_ems_host_networking_serves_survives_a_killed_decode_and_scales) {
-  const auto dir = std::filesystem::path(SUPERNODE_BINARY_DIR) / "docker-test" /
-                   ("ems-" + std::to_string(getpid()));
+  const auto dir = test_dir("ems");
   const int port = supernode::transport::free_tcp_port_range(1, 8000);
   compose_cluster cluster("sntest-ems-" + std::to_string(getpid()),
-                          pdc_ems_on_a_port_of_its_own(dir, port), models_dir());
+                          shape_on_a_port_of_its_own("pdc-ems", dir, port), models_dir());
   ASSERT_EQ(cluster.up(), "");
   ASSERT_TRUE(cluster.healthy(start_timeout)) << cluster.logs();
   {
@@ -185,6 +199,157 @@ TEST_F(compose_test, pdc_2p2d_bridge_networking_serves_the_reference_tokens) {
   // The gateway listens on its container's loopback: the client goes there.
   in_network_of(cluster.main_pid(gateway[0]), [] { expect_reference_tokens(8000); });
   EXPECT_EQ(cluster.down(), "") << "left behind";
+}
+
+TEST_F(compose_test, chaos_profile_kills_a_decode_under_load_and_loses_nothing) {
+  const auto dir = test_dir("chaos");
+  const int port = supernode::transport::free_tcp_port_range(1, 8000);
+  compose_cluster cluster("sntest-chaos-" + std::to_string(getpid()),
+                          shape_on_a_port_of_its_own("pdc-2p2d", dir, port), models_dir());
+  // The compose file mounts the plans beside its config (faults/) into the chaos service.
+  std::filesystem::create_directories(dir / "faults");
+  std::ofstream(dir / "faults" / "kill-decode-soon.toml") << "[[fault]]\n"
+                                                             "at_s = 1.0\n"
+                                                             "kind = \"kill\"\n"
+                                                             "target = \"decode-1\"\n";
+  ASSERT_EQ(cluster.up(), "");
+  ASSERT_TRUE(cluster.healthy(start_timeout)) << cluster.logs();
+  std::string out;
+  const int status = cluster.compose("run --rm -T chaos --faults "
+                                     "/srv/supernode/faults/kill-decode-soon.toml "
+                                     "--num-prompts 120 --concurrency 8 --max-tokens 16",
+                                     &out);
+  // The report, where the compose file's default bind mount puts it.
+  std::ifstream report_file(dir / "chaos-reports" / "chaos-report.json");
+  ASSERT_TRUE(report_file.good()) << "exit " << status << ", no report\n" << out << cluster.logs();
+  const auto report = nlohmann::json::parse(report_file);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_EQ(report.at("requests"), 120);
+  EXPECT_EQ(report.at("succeeded"), 120) << report.dump(2);
+  EXPECT_EQ(report.at("failed"), 0);
+  EXPECT_EQ(report.at("mismatched"), 0);
+  EXPECT_EQ(report.at("duplicated_tokens"), 0);
+  ASSERT_EQ(report.at("faults").size(), 1u);
+  const auto& fault = report.at("faults")[0];
+  EXPECT_EQ(fault.at("kind"), "kill");
+  EXPECT_FALSE(fault.contains("note")) << fault.dump(); // a note says why it did not fire
+  // The load goes on for seconds after the kill: the gateway sees decode-1 go and come back.
+  EXPECT_TRUE(fault.at("detected_s").is_number()) << fault.dump();
+  EXPECT_TRUE(fault.at("recovered_s").is_number()) << fault.dump();
+  std::printf("[ info ] chaos profile: decode-1 killed at %.1f s, %d of 120 succeeded, "
+              "detected %s s, recovered %s s\n",
+              fault.at("at_s").get<double>(), report.at("succeeded").get<int>(),
+              fault.at("detected_s").dump().c_str(), fault.at("recovered_s").dump().c_str());
+  EXPECT_EQ(cluster.down(), "") << "left behind";
+  std::filesystem::remove_all(dir);
+}
+
+// Takes part in a single-node swarm for the test's length: makes one on loopback when the
+// engine is in none, and leaves it at the end only then.
+class single_node_swarm {
+public:
+  single_node_swarm() {
+    std::string state;
+    shell("docker info -f '{{.Swarm.LocalNodeState}}'", &state);
+    if (state.rfind("active", 0) == 0) return;
+    std::string out;
+    if (shell("docker swarm init --advertise-addr 127.0.0.1 2>&1", &out) != 0)
+      error_ = "docker swarm init: " + out;
+    else
+      created_ = true;
+  }
+  ~single_node_swarm() {
+    if (!created_) return;
+    shell("docker swarm leave --force >/dev/null 2>&1");
+    // swarm init made it; leaving keeps it
+    shell("docker network rm docker_gwbridge >/dev/null 2>&1");
+  }
+  single_node_swarm(const single_node_swarm&) = delete;
+  single_node_swarm& operator=(const single_node_swarm&) = delete;
+  const std::string& error() const { return error_; }
+
+private:
+  bool created_ = false;
+  std::string error_;
+};
+
+// What of a stack is still there: its services, containers, networks and volumes.
+std::string stack_leftovers(const std::string& stack) {
+  std::string left;
+  for (const char* kind : {"service ls", "ps -a", "network ls", "volume ls"}) {
+    std::string out;
+    shell(std::string("docker ") + kind + " -q --filter label=com.docker.stack.namespace=" + stack +
+              " 2>/dev/null",
+          &out);
+    if (!out.empty()) left += std::string(kind) + ": " + out;
+  }
+  return left;
+}
+
+TEST_F(compose_test, swarm_stack_of_pdc_2p2d_serves_the_reference_tokens_and_leaves_nothing) {
+  const single_node_swarm swarm;
+  ASSERT_EQ(swarm.error(), "");
+  const auto dir = test_dir("swarm");
+  // The committed pdc-2p2d.swarm.yml as the generator makes it, of the test's image (port 8000
+  // is the gateway container's own loopback's, so no other cluster collides with it).
+  const auto file = shape_on_a_port_of_its_own("pdc-2p2d", dir, 8000, "swarm");
+  const std::string stack = "sntest-swarm-" + std::to_string(getpid());
+  const std::string env = "SUPERNODE_MODELS='" + models_dir() + "' ";
+  std::string out;
+  ASSERT_EQ(shell(env + "docker stack deploy -c '" + file + "' " + stack + " 2>&1", &out), 0)
+      << out;
+  const auto removed = [&] {
+    shell("docker stack rm " + stack + " >/dev/null 2>&1");
+    // The stack's volumes outlive it; they go once its containers have.
+    eventually(
+        [&] {
+          std::string containers;
+          shell("docker ps -aq --filter label=com.docker.stack.namespace=" + stack, &containers);
+          return containers.empty();
+        },
+        std::chrono::seconds(120), std::chrono::milliseconds(500));
+    shell("docker volume ls -q --filter label=com.docker.stack.namespace=" + stack +
+          " | xargs -r docker volume rm >/dev/null 2>&1");
+    return eventually([&] { return stack_leftovers(stack).empty(); }, std::chrono::seconds(60),
+                      std::chrono::milliseconds(500));
+  };
+  // Every slot's task running and healthy (run-dir's has done its work and exited).
+  const bool healthy = eventually(
+      [&] {
+        std::string replicas, states;
+        shell("docker stack services " + stack + " --format '{{.Name}} {{.Replicas}}'", &replicas);
+        std::istringstream lines(replicas);
+        int slots = 0;
+        for (std::string name, count; lines >> name >> count;) {
+          if (name == stack + "_run-dir" || count == "0/0") continue;
+          if (count != "1/1") return false;
+          ++slots;
+        }
+        shell("docker ps -q --filter label=com.docker.stack.namespace=" + stack +
+                  " | xargs -r docker inspect -f '{{if .State.Health}}{{.State.Health.Status}}"
+                  "{{end}}'",
+              &states);
+        return slots == 5 /* gateway-0, prefill-0 and -1, decode-0 and -1 */ &&
+               states.find("starting") == std::string::npos &&
+               states.find("unhealthy") == std::string::npos;
+      },
+      start_timeout, std::chrono::milliseconds(1000));
+  if (!healthy) {
+    shell("docker stack ps --no-trunc " + stack + " 2>&1", &out);
+    ADD_FAILURE() << "the stack did not become healthy\n" << out;
+  } else {
+    std::string gateway;
+    shell("docker ps -q --filter label=com.docker.swarm.service.name=" + stack + "_gateway-0",
+          &gateway);
+    gateway = gateway.substr(0, gateway.find('\n'));
+    ASSERT_FALSE(gateway.empty());
+    std::string pid;
+    shell("docker inspect -f '{{.State.Pid}}' " + gateway, &pid);
+    // The gateway listens on its container's loopback, as on a bridge network.
+    in_network_of(std::atoi(pid.c_str()), [] { expect_reference_tokens(8000); });
+  }
+  EXPECT_TRUE(removed()) << "left behind: " << stack_leftovers(stack);
+  std::filesystem::remove_all(dir);
 }
 
 } // namespace

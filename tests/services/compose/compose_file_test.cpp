@@ -55,6 +55,7 @@ compose_options options_for(const std::string& network) {
   o.network = network;
   o.config_file = "../../configs/shape.toml";
   o.models_dir = "../../models";
+  o.faults_dir = "../../configs/faults";
   o.command_line = "supernode compose --config configs/shape.toml";
   return o;
 }
@@ -158,6 +159,75 @@ TEST(ComposeFile, BridgeConfigPutsEveryInstanceOnTcpAtItsServiceName) {
   EXPECT_NE(vpc.base_port, rdma.base_port);
 }
 
+TEST(ComposeFile, ChaosServiceUnderItsProfileSignalsThroughTheSharedPidNamespace) {
+  const auto cluster = transport::cluster_config::parse(shape, "shape");
+  const auto host = compose_yaml(cluster, options_for("host"));
+  const auto chaos = service_block(host, "chaos");
+  EXPECT_NE(chaos.find("profiles: [chaos]\n"), std::string::npos) << host;
+  EXPECT_NE(
+      chaos.find(R"(entrypoint: ["supernode", "chaos", "--attach", "--config", )"
+                 R"("/srv/supernode/configs/shape.toml", "--model", "/srv/supernode/models/demo", )"
+                 R"("--json", "--report", )"
+                 R"("/srv/supernode/chaos-reports/${SUPERNODE_CHAOS_REPORT:-)"
+                 R"(chaos-report.json}"])"),
+      std::string::npos)
+      << chaos;
+  EXPECT_NE(chaos.find("pid: service:namespaces\n"), std::string::npos) << chaos;
+  EXPECT_NE(chaos.find("network_mode: host\n"), std::string::npos) << chaos;
+  EXPECT_NE(chaos.find("- ${SUPERNODE_FAULTS:-../../configs/faults}:/srv/supernode/faults:ro\n"),
+            std::string::npos)
+      << chaos;
+  EXPECT_NE(chaos.find("- ${SUPERNODE_CHAOS_REPORTS:-./chaos-reports}:"
+                       "/srv/supernode/chaos-reports\n"),
+            std::string::npos)
+      << chaos;
+  EXPECT_NE(chaos.find("      decode-1:\n        condition: service_healthy\n"), std::string::npos)
+      << chaos;
+  // On a bridge network the gateway listens on its container's loopback: chaos joins it there.
+  const auto bridge = compose_yaml(cluster, options_for("bridge"));
+  EXPECT_NE(service_block(bridge, "chaos").find("network_mode: service:gateway-0\n"),
+            std::string::npos)
+      << bridge;
+}
+
+TEST(ComposeFile, SwarmHasDeployKeysAnOverlayNetworkAndNoSharedNamespaces) {
+  const auto cluster = transport::cluster_config::parse(shape, "shape");
+  const auto swarm = compose_yaml(cluster, options_for("swarm"));
+  const auto decode = service_block(swarm, "decode-0");
+  EXPECT_NE(decode.find("    deploy:\n      replicas: 1\n      endpoint_mode: dnsrr\n"
+                        "      restart_policy:\n        condition: none\n"
+                        "      resources:\n        limits:\n          cpus: \"2\"\n"),
+            std::string::npos)
+      << decode;
+  EXPECT_NE(decode.find("hostname: decode-0\n"), std::string::npos) << decode;
+  EXPECT_NE(decode.find("networks: [planes]\n"), std::string::npos) << decode;
+  EXPECT_NE(decode.find("target: /dev/shm\n"), std::string::npos) << decode;
+  EXPECT_NE(service_block(swarm, "ems-1").find("condition: any\n"), std::string::npos);
+  EXPECT_NE(service_block(swarm, "decode").find("replicas: 0\n"), std::string::npos) << swarm;
+  for (const char* absent : {"ipc:", "pid:", "depends_on:", "scale:", "cpuset:", "restart: ",
+                             "network_mode: host", "\n  namespaces:", "\n  chaos:"})
+    EXPECT_EQ(swarm.find(absent), std::string::npos) << absent << "\n" << swarm;
+  EXPECT_NE(swarm.find("\nnetworks:\n  planes:\n    driver: overlay\n    attachable: true\n"),
+            std::string::npos)
+      << swarm;
+}
+
+TEST(ComposeFile, SwarmConfigPutsTheShmPlanesOnTcpToo) {
+  const auto cluster = transport::cluster_config::parse(shape, "shape");
+  const auto swarmed = transport::cluster_config::parse(
+      bridge_config_text(shape, cluster, /*shm_planes_too=*/true), "swarmed");
+  const auto& ub = swarmed.planes.at("ub");
+  EXPECT_EQ(ub.kind, "zmq");
+  EXPECT_EQ(swarmed.heartbeat_interval, std::chrono::milliseconds(500));
+  EXPECT_EQ(swarmed.missed_heartbeats, 30);
+  EXPECT_EQ(
+      swarmed.address(swarmed.instance("decode-1"), ub, "dispatch").rfind("tcp://decode-1:", 0),
+      0u);
+  const auto bridged =
+      transport::cluster_config::parse(bridge_config_text(shape, cluster), "bridged");
+  EXPECT_EQ(bridged.planes.at("ub").kind, "shm");
+}
+
 TEST(ComposeProject, PathsAreRelativeToTheComposeFile) {
   const auto dir =
       std::filesystem::temp_directory_path() / ("compose-test-" + std::to_string(getpid()));
@@ -176,6 +246,12 @@ TEST(ComposeProject, PathsAreRelativeToTheComposeFile) {
       << made.yaml;
   EXPECT_NE(made.yaml.find("- ${SUPERNODE_MODELS:-../../models}:/srv/supernode/models:ro\n"),
             std::string::npos);
+  EXPECT_NE(
+      made.yaml.find("- ${SUPERNODE_FAULTS:-../../configs/faults}:/srv/supernode/faults:ro\n"),
+      std::string::npos);
+  request.network = "swarm";
+  request.out = dir / "docker" / "compose" / "shape.swarm.yml";
+  EXPECT_EQ(make_compose(request).bridge_config, dir / "docker" / "compose" / "shape.swarm.toml");
   std::filesystem::remove_all(dir);
 }
 
