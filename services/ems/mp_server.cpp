@@ -92,10 +92,6 @@ void mp_server::on(const transport::peer_id& from, const pr::ems_ring_view& v,
     if (off) { // drained once what is queued or still put here has gone to the owners
       handover_.forward_to(version, v.vnodes, copies_, v.servers);
       pump_handover();
-      // From here puts are refused, so the idle state read now covers every block stored
-      // here: none is acknowledged in the moment before the process exits, its forward lost.
-      handover_idle_ = handover_.idle();
-      closed_ = true;
       return;
     }
     // A change at or below this version is over: what it had not handed over stays here only.
@@ -178,14 +174,11 @@ void mp_server::drain(drain_mode) {
       std::chrono::steady_clock::now() + handover_timeout_ + std::chrono::seconds(5);
   drain_deadline_ns_ = deadline.time_since_epoch().count();
   // Never on a ring (still starting, or the controller never answered): nothing to hand over.
-  if (!on_ring_) {
-    left_ = true;
-    closed_ = true;
-  }
+  if (!on_ring_) left_ = true;
 }
 
 bool mp_server::drained() const {
-  if (left_ && closed_ && handover_idle_) return true;
+  if (left_ && handover_idle_) return true;
   // No published ring without this server in time (the controller gone): its blocks stay here.
   return leaving_ &&
          std::chrono::steady_clock::now().time_since_epoch().count() > drain_deadline_ns_.load();
@@ -244,9 +237,6 @@ void mp_server::serve(const transport::peer_id& from, const pr::ems_put& p, bool
     r.errors.assign(p.keys.size(), {pr::ems_errc::malformed_request,
                                     "malformed ems_put: " + std::to_string(p.keys.size()) +
                                         " keys but " + std::to_string(p.sizes.size()) + " sizes"});
-  } else if (closed_) {
-    r.errors.assign(p.keys.size(), {pr::ems_errc::server_unreachable,
-                                    instance_ + " has left the ring: put to the ring's owners"});
   } else {
     uint64_t at = 0;
     const auto data = p.data.bytes();

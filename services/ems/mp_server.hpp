@@ -110,11 +110,7 @@ private:
   int32_t copies_;                             // [ems] replicas
   // Drain: asked (any thread), then off the ring as the controller published it (actor thread).
   std::atomic<bool> leaving_{false}, on_ring_{false}, left_{false};
-  std::atomic<bool> handover_idle_{true}; // storage thread: nothing queued or unanswered
-  // Off the ring, a leaving server closes (storage thread) once it has queued what it forwards:
-  // later puts are refused (their clients count them failed) instead of stored and
-  // acknowledged in the moment before the process exits, where their forward would be lost.
-  std::atomic<bool> closed_{false};
+  std::atomic<bool> handover_idle_{true};     // storage thread: nothing queued or unanswered
   std::atomic<int64_t> drain_deadline_ns_{0}; // steady clock
   block_handover handover_;                   // storage thread
   transport::peer_id handover_controller_;    // storage thread: who asked for the hand-over
