@@ -46,12 +46,23 @@ void mtp_prefill(transformer& model, std::span<const mtp_prefill_chunk> chunks,
   model.mtp_forward(0, next, rows.data(), steps, pool, mtp_hidden);
 }
 
+mtp_state mtp_state_of_rows(int64_t first_position, std::span<const int32_t> following,
+                            std::span<const float> hidden, int64_t hidden_size) {
+  mtp_state s;
+  if (hidden.size() != following.size() * static_cast<size_t>(hidden_size)) {
+    s.broken = true;
+    return s;
+  }
+  for (size_t r = 0; r < following.size(); ++r)
+    s.append(first_position + static_cast<int64_t>(r), hidden.data() + r * hidden_size, hidden_size,
+             following[r]);
+  return s;
+}
+
 mtp_state mtp_state_after_prefill(int64_t prompt_tokens, std::span<const float> last_hidden,
                                   int32_t first_token) {
-  mtp_state s;
-  s.append(prompt_tokens - 1, last_hidden.data(), static_cast<int64_t>(last_hidden.size()),
-           first_token);
-  return s;
+  return mtp_state_of_rows(prompt_tokens - 1, std::span(&first_token, 1), last_hidden,
+                           static_cast<int64_t>(last_hidden.size()));
 }
 
 } // namespace supernode::model

@@ -48,6 +48,11 @@ struct mtp_prefill_chunk {
 void mtp_prefill(transformer& model, std::span<const mtp_prefill_chunk> chunks,
                  const float* main_hidden, kv_block_pool& pool);
 
+// A state holding rows from `first_position` on (as kv_transfer carries them); broken when
+// the sizes disagree.
+mtp_state mtp_state_of_rows(int64_t first_position, std::span<const int32_t> following,
+                            std::span<const float> hidden, int64_t hidden_size);
+
 // The state a sequence starts decoding with after its prompt of `prompt_tokens`: the last
 // prompt position's hidden state, waiting for its first token.
 mtp_state mtp_state_after_prefill(int64_t prompt_tokens, std::span<const float> last_hidden,

@@ -256,13 +256,9 @@ void decode_instance::on(const transport::peer_id& from,
       ++w.blocks_received;
       fresh = true;
     }
-  if (fresh && !kv.mtp_following.empty()) {
-    w.seq->mtp = {};
-    for (size_t r = 0; r < kv.mtp_following.size(); ++r)
-      w.seq->mtp.append(kv.mtp_first_position + static_cast<int64_t>(r),
-                        kv.mtp_hidden.data() + r * model_.config().hidden_size,
-                        model_.config().hidden_size, kv.mtp_following[r]);
-  }
+  if (fresh && !kv.mtp_following.empty())
+    w.seq->mtp = model::mtp_state_of_rows(kv.mtp_first_position, kv.mtp_following, kv.mtp_hidden,
+                                          model_.config().hidden_size);
   if (fresh) w.seq->kv_runs.push_back(std::move(run)); // a repeated run brings nothing new
   if (w.blocks_received < static_cast<int64_t>(w.received.size())) return;
   // The holder of a moving sequence may let its KV go now.
