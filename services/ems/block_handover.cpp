@@ -28,7 +28,13 @@ hash_ring ring_of(int32_t vnodes, const std::vector<std::string>& servers) {
 }
 
 void block_handover::begin(const pr::ems_ring_target& target, const block_store& store) {
-  // A change still running is replaced: planning every block again covers its unsent ones.
+  // A change still running is replaced: planning every block again covers its unsent ones,
+  // except those this server holds without owning them (put here during that change by a
+  // client with the older ring): those go to their owners under the new target.
+  std::vector<std::pair<std::string, std::string>> carried;
+  if (change_)
+    for (auto& [where, keys] : change_->queue)
+      for (auto& [key, initial] : keys) carried.emplace_back(where.second, key);
   change_.emplace();
   change_->target = target;
   change_->current = ring_of(target.vnodes, target.current_servers);
@@ -36,15 +42,26 @@ void block_handover::begin(const pr::ems_ring_target& target, const block_store&
   change_->started = std::chrono::steady_clock::now();
   for (auto& usage : store.usage())
     for (auto& key : store.keys(usage.ns)) plan(usage.ns, key, true);
+  const auto copies = static_cast<size_t>(std::max(1, target.copies));
+  for (auto& [ns, key] : carried) {
+    if (!handover_destinations(change_->current, change_->next, copies, self_, ns, key).empty())
+      continue; // planned above
+    for (auto& to : change_->next.owners(ns, key, copies))
+      if (to != self_) queue_to(to, ns, key, true);
+  }
 }
 
 void block_handover::plan(const std::string& ns, const std::string& key, bool initial) {
   const auto copies = static_cast<size_t>(std::max(1, change_->target.copies));
-  for (auto& to : handover_destinations(change_->current, change_->next, copies, self_, ns, key)) {
-    change_->queue[{to, ns}].emplace_back(key, initial);
-    ++change_->planned;
-    change_->initial_left += initial ? 1 : 0;
-  }
+  for (auto& to : handover_destinations(change_->current, change_->next, copies, self_, ns, key))
+    queue_to(to, ns, key, initial);
+}
+
+void block_handover::queue_to(const std::string& to, const std::string& ns, const std::string& key,
+                              bool initial) {
+  change_->queue[{to, ns}].emplace_back(key, initial);
+  ++change_->planned;
+  change_->initial_left += initial ? 1 : 0;
 }
 
 void block_handover::note_put(const std::string& ns, const std::string& key) {
@@ -80,6 +97,7 @@ std::optional<handover_batch> block_handover::next_batch(block_store& store) {
     return b;
   }
   std::erase_if(change_->queue, [](auto& q) { return q.second.empty(); });
+  close_if_done();
   return std::nullopt;
 }
 
@@ -92,6 +110,11 @@ void block_handover::answered(uint64_t version, uint64_t planned, uint64_t store
   change_->initial_left -= std::min(change_->initial_left, planned);
   change_->sent += stored;
   change_->failed += failed;
+  close_if_done();
+}
+
+void block_handover::close_if_done() {
+  if (change_ && change_->published && change_->in_flight == 0 && queued() == 0) change_.reset();
 }
 
 uint64_t block_handover::queued() const {
@@ -108,9 +131,10 @@ bool block_handover::take_finished() {
 
 uint64_t block_handover::end(uint64_t published_version) {
   if (!change_ || change_->target.version > published_version) return 0;
+  change_->published = true;
+  change_->reported = true; // the controller no longer waits for it
   const uint64_t left = queued();
-  totals_.blocks_failed += left;
-  change_.reset();
+  close_if_done();
   return left;
 }
 
@@ -121,6 +145,7 @@ void block_handover::forward_to(uint64_t version, int32_t vnodes, int32_t copies
     change_->started = std::chrono::steady_clock::now();
   }
   change_->reported = true; // the controller is done with this server
+  change_->published = false; // open until the process exits: stale clients' puts go on
   change_->target = {};
   change_->target.copies = copies;
   change_->target.version = version;

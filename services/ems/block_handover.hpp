@@ -54,7 +54,9 @@ public:
       : self_(std::move(self)), batch_bytes_(batch_bytes) {}
 
   // Plans the change `target` over every block `store` holds. A change that was still running
-  // is replaced: the new plan covers its unsent blocks again (against the new target).
+  // is replaced: the new plan covers its unsent blocks again (against the new target), and
+  // blocks it still had queued go to their owners under the new target even where this
+  // server does not own them now (a put that landed here during the last change).
   void begin(const protocol::ems_ring_target& target, const block_store& store);
   // A block stored while a change runs: it goes too when it moves.
   void note_put(const std::string& ns, const std::string& key);
@@ -69,8 +71,11 @@ public:
   // caller reports done). Blocks put during the change go on being forwarded meanwhile, but a
   // steady put load must not keep the change from ending.
   bool take_finished();
-  // The controller published ring `published_version`: a change at or below it is over, and
-  // the blocks it had not handed over are lost to the cache (counted failed). The count.
+  // The controller published ring `published_version`: a change at or below it is over for
+  // the controller. What it still has queued or unanswered (puts that landed during the
+  // change, or blocks a timed-out change had not sent) goes on to their owners, and the change
+  // closes once idle: a block this server acknowledged is never dropped while it lives. The
+  // count still to go.
   uint64_t end(uint64_t published_version);
   // For a server the published ring `servers` no longer has, until it exits: blocks still
   // queued, and blocks put here by clients that had the older ring, go to their owners on it.
@@ -81,6 +86,8 @@ public:
 
   void count_received(uint64_t blocks) { totals_.blocks_in += blocks; }
   bool active() const { return change_.has_value(); }
+  // The running change was reported finished (take_finished answered true once).
+  bool finished_reported() const { return change_ && change_->reported && !change_->published; }
   uint64_t version() const { return change_ ? change_->target.version : 0; }
   // Blocks this change has planned, acknowledged and failed so far, and how long it has run.
   uint64_t planned() const { return change_ ? change_->planned : 0; }
@@ -99,10 +106,13 @@ private:
     uint64_t initial_left = 0; // planned at the start and not answered yet
     int in_flight = 0;
     bool reported = false;
+    bool published = false; // the controller is past it: closes once idle
     std::chrono::steady_clock::time_point started;
   };
   void plan(const std::string& ns, const std::string& key, bool initial);
+  void queue_to(const std::string& to, const std::string& ns, const std::string& key, bool initial);
   uint64_t queued() const;
+  void close_if_done(); // a published change with nothing left
 
   std::string self_;
   size_t batch_bytes_;

@@ -73,6 +73,8 @@ void mp_controller::on_member_event(const transport::membership_event& event,
   const bool up = event.what == transport::membership_event::kind::joined;
   if (is_server(event.peer, out)) {
     if (up) {
+      // Restarted while a change waits for it: it has lost the target, and plans it again.
+      if (change_ && change_->waiting.count(event.peer)) send_target(out, &event.peer);
       server_up(event.peer, "joined (" + event.reason + ")", out);
       return;
     }
@@ -155,7 +157,7 @@ void mp_controller::begin_change(transport::endpoint& out) {
   send_target(out);
 }
 
-void mp_controller::send_target(transport::endpoint& out) {
+void mp_controller::send_target(transport::endpoint& out, const transport::peer_id* only) {
   pr::ems_ring_target t;
   t.version = epoch_ + change_->version;
   t.vnodes = ring_.vnodes_per_server();
@@ -163,6 +165,10 @@ void mp_controller::send_target(transport::endpoint& out) {
   t.current_servers = ring_.servers();
   t.servers = change_->target.servers();
   const auto message = transport::make_envelope(std::move(t));
+  if (only) {
+    out.send_retrying("ems", *only, message);
+    return;
+  }
   for (auto& s : change_->waiting) out.send_retrying("ems", s, message);
 }
 
@@ -385,6 +391,8 @@ void mp_controller::on_tick(transport::endpoint& out) {
   if (change_ && std::chrono::steady_clock::now() - change_->started >=
                      std::chrono::milliseconds(config_.handover_timeout_ms))
     finish_change(out, true);
+  else if (change_ && ticks_ % target_resend_ticks == 0)
+    send_target(out);
   // Joins and leaves asked for since the last change go together (a scale-down drains all its
   // servers at once).
   begin_change(out);

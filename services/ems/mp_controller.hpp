@@ -72,6 +72,9 @@ public:
   std::map<std::string, model_index_entry> model_index() const;
 
   static constexpr int settle_ticks = 10;
+  // A running change's target goes again to the servers that have not answered it, this often:
+  // a target sent as a server restarted can land on its old connection and be lost.
+  static constexpr int target_resend_ticks = 10;
 
 private:
   struct waiter {
@@ -111,7 +114,8 @@ private:
                  transport::endpoint& out);
   // Starts the change the joins and leaves asked for make, when none runs.
   void begin_change(transport::endpoint& out);
-  void send_target(transport::endpoint& out);
+  // To every server the change waits for, or to `only`.
+  void send_target(transport::endpoint& out, const transport::peer_id* only = nullptr);
   // Publishes the change's target: what the servers handed over, or all there is past the timeout.
   void finish_change(transport::endpoint& out, bool timed_out);
   // Marks `m` ready with what makes it and wakes its waiters.

@@ -61,7 +61,7 @@ void mp_server::start(transport::endpoint& out) {
                   std::lock_guard lock(stats_mutex_);
                   stats_ = store_->stats();
                   handover_totals_ = handover_.totals();
-                  handover_idle_ = handover_.idle();
+                  handover_idle_ = handover_.idle() && held_acks_.empty();
                 });
 }
 
@@ -90,15 +90,18 @@ void mp_server::on(const transport::peer_id& from, const pr::ems_ring_view& v,
     for (auto& [ns, bytes] : quotas) store_->set_quota(ns, bytes);
     const auto version = v.version;
     if (off) { // drained once what is queued or still put here has gone to the owners
+      forwarding_ = true;
       handover_.forward_to(version, v.vnodes, copies_, v.servers);
       pump_handover();
       return;
     }
-    // A change at or below this version is over: what it had not handed over stays here only.
-    if (const auto left = handover_.end(version))
-      out_->log().warn("ring version {} published with {} blocks not handed over: lost to the "
-                       "cache",
-                       version, left);
+    // A change at or below this version is over for the controller; what it still has queued
+    // (puts that landed during it, or blocks a timed-out change had not sent) goes on.
+    if (const auto left = handover_.end(version)) {
+      out_->log().info("ring version {} published with {} blocks still to hand over", version,
+                       left);
+      pump_handover();
+    }
   });
   if (v.incarnation != 0 && v.incarnation != reported_incarnation_) {
     reported_incarnation_ = v.incarnation; // a controller this server has not told yet
@@ -113,6 +116,12 @@ void mp_server::on(const transport::peer_id& from, const pr::ems_ring_target& t,
   if (t.version <= ring_version_) return; // published already
   enqueue([this, t, from] {
     handover_controller_ = from;
+    // The controller sends a target again until this server answers it: a change already
+    // running goes on, and one already finished says so again (that answer may be lost).
+    if (handover_.active() && handover_.version() == t.version) {
+      if (handover_.finished_reported()) send_handover_done();
+      return;
+    }
     handover_.begin(t, *store_);
     out_->log().info("ring change to version {}: handing {} blocks over", t.version,
                      handover_.planned());
@@ -122,14 +131,33 @@ void mp_server::on(const transport::peer_id& from, const pr::ems_ring_target& t,
 
 void mp_server::pump_handover() {
   while (auto batch = handover_.next_batch(*store_)) send_handover_batch(std::move(*batch));
+  release_held_acks();
   if (!handover_.take_finished()) return;
   out_->log().info("handed {} blocks over for ring version {} in {} ms ({} failed)",
                    handover_.change_sent(), handover_.version(), handover_.elapsed().count(),
                    handover_.change_failed());
+  send_handover_done();
+}
+
+void mp_server::send_handover_done() {
   out_->send_retrying(
       "ems", handover_controller_,
       transport::make_envelope(pr::ems_handover_done{handover_.version(), handover_.change_sent(),
                                                      handover_.change_failed()}));
+}
+
+void mp_server::release_held_acks() {
+  if (held_acks_.empty() || !handover_.idle()) return;
+  for (auto& held : held_acks_) {
+    // A batch failed since: which of its blocks is not known, so none of these is claimed.
+    if (handover_.totals().blocks_failed > held.failed_before)
+      for (auto& e : held.reply.errors)
+        if (e.ok())
+          e = {pr::ems_errc::server_unreachable,
+               instance_ + " left the ring and could not forward the block to its owner"};
+    reply(held.to, transport::make_envelope(std::move(held.reply)));
+  }
+  held_acks_.clear();
 }
 
 void mp_server::send_handover_batch(handover_batch batch) {
@@ -254,6 +282,11 @@ void mp_server::serve(const transport::peer_id& from, const pr::ems_put& p, bool
       if (handed_over) handover_.count_received(1);
       handover_.note_put(p.ns, p.keys[i]); // a block a running change moves goes too
     }
+  }
+  if (forwarding_ && p.request_id != 0) {
+    held_acks_.push_back({from, std::move(r), handover_.totals().blocks_failed});
+    pump_handover();
+    return;
   }
   if (handover_.active()) pump_handover();
   if (p.request_id != 0) reply(from, transport::make_envelope(std::move(r)));

@@ -91,8 +91,11 @@ private:
   // controller incarnation `incarnation`.
   protocol::ems_server_report report(uint64_t incarnation, bool full);
   void enqueue_report(bool full);
-  // Storage thread: sends the hand-over's next batches, and reports a finished one.
+  // Storage thread: sends the hand-over's next batches, reports a finished one, and sends the
+  // acknowledgements held back while forwarding once nothing is unanswered.
   void pump_handover();
+  void release_held_acks();
+  void send_handover_done();
   void send_handover_batch(handover_batch batch);
 
   std::string instance_;
@@ -114,6 +117,16 @@ private:
   std::atomic<int64_t> drain_deadline_ns_{0}; // steady clock
   block_handover handover_;                   // storage thread
   transport::peer_id handover_controller_;    // storage thread: who asked for the hand-over
+  // Storage thread. Off the ring, a put from a client with the older ring is acknowledged only
+  // once it reached its owner: this process may exit at any moment after it is idle, and an
+  // acknowledgement must never name a block that dies with it.
+  bool forwarding_ = false;
+  struct held_ack {
+    transport::peer_id to;
+    protocol::ems_put_reply reply;
+    uint64_t failed_before; // the hand-over's failed blocks when it was held
+  };
+  std::vector<held_ack> held_acks_;
 
   // Requests for the storage thread, under worker_.mutex().
   std::deque<std::function<void()>> requests_;

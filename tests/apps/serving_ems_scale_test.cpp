@@ -197,9 +197,12 @@ TEST(serving_ems_scale, mp_servers_two_to_three_to_one_under_load_keep_their_blo
   EXPECT_GT(join_rate, 0.5);
   EXPECT_GT(leave_rate, 0.5);
 
-  const auto metrics = http_call(cluster.port(), "GET", "/metrics").body;
-  EXPECT_GT(handed_over(metrics, "mp_server-2", "in"), 0) << metrics;
-  EXPECT_GT(handed_over(metrics, "mp_server-0", "in"), 0) << metrics;
+  // The counts reach /metrics with each server's next load report, a heartbeat or two after
+  // the controller logged the change.
+  const auto [metrics, counted_in] = poll_metrics(cluster.port(), [](const std::string& m) {
+    return handed_over(m, "mp_server-2", "in") > 0 && handed_over(m, "mp_server-0", "in") > 0;
+  });
+  EXPECT_TRUE(counted_in) << "blocks handed over to mp_server-2 and mp_server-0: " << metrics;
   const auto now = phases(cluster);
   EXPECT_EQ(now.at("ems-0"), "serving");
   EXPECT_EQ(now.at("ems-1"), "down");
@@ -209,7 +212,16 @@ TEST(serving_ems_scale, mp_servers_two_to_three_to_one_under_load_keep_their_blo
   // more hits all its whole blocks (a put the pool refused or never answered was not
   // acknowledged: its block may be missing).
   const auto sent = load.sent();
-  const auto before_reread = cache_counts_now(cluster);
+  // The baseline once /metrics counts every lookup the load made (one per request): the
+  // prefill instances' counters arrive with their load reports, a heartbeat or two late, and a
+  // late lookup of the load counted as one of the reread's would stand in for a reread hit.
+  const double load_requests =
+      static_cast<double>(load.answered() + load.failed() + load.mismatched());
+  const auto [settled_text, settled] = poll_metrics(cluster.port(), [&](const std::string& m) {
+    return cache_counts_of(m).lookups >= start.lookups + load_requests;
+  });
+  ASSERT_TRUE(settled) << settled_text;
+  const auto before_reread = cache_counts_of(settled_text);
   for (auto& p : sent) {
     const auto r = http_call(cluster.port(), "POST", "/v1/completions", completion_body(p));
     ASSERT_EQ(answered_tokens(r), reference_tokens(p)) << r.status << " " << r.body;

@@ -146,13 +146,56 @@ TEST(block_handover, one_server_hands_its_moved_blocks_to_the_new_owners_store_i
   EXPECT_EQ(handover.end(7), 0u);
   EXPECT_FALSE(handover.active());
 
-  // A change published before its blocks left: what was not handed over is counted lost.
+  // A change published before its blocks left (the controller's timeout): this server still
+  // lives, so what it had not handed over goes on to the owners, and the change then closes.
   handover.begin(target_of(9, {"a", "b", "c"}, {"b", "c"}), from);
   const auto planned = handover.planned();
   EXPECT_EQ(planned, owned.size() - expected) << "a leaves: all it owns under {a, b, c}";
   EXPECT_EQ(handover.end(8), 0u) << "an older ring does not end the change";
   EXPECT_EQ(handover.end(9), planned);
-  EXPECT_EQ(handover.totals().blocks_failed, planned);
+  EXPECT_TRUE(handover.active()) << "blocks are still queued";
+  EXPECT_FALSE(handover.take_finished()) << "the controller is past this change";
+  uint64_t forwarded = 0;
+  while (auto b = handover.next_batch(from)) {
+    forwarded += b->put.keys.size();
+    handover.answered(9, b->planned, b->put.keys.size(), 0);
+  }
+  EXPECT_EQ(forwarded, planned);
+  EXPECT_EQ(handover.totals().blocks_failed, 0u);
+  EXPECT_FALSE(handover.active()) << "a published change closes once idle";
+  std::filesystem::remove_all(dir);
+}
+
+TEST(block_handover, a_put_during_a_change_still_reaches_its_owner_when_the_next_change_begins) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("supernode-handover-carry-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  ems::block_store from(store_in(dir / "a"));
+  const auto before = ems::ring_of(64, {"a", "b"});
+  const auto joined = ems::ring_of(64, {"a", "b", "c"});
+  // A key "a" owns under {a, b} and "c" owns under {a, b, c}: put at "a" during the join by a
+  // client with the older ring.
+  std::string key;
+  for (int i = 0; key.empty(); ++i)
+    if (auto k = "k-" + std::to_string(i);
+        before.owner("ctx", k) == "a" && joined.owner("ctx", k) == "c")
+      key = k;
+  ems::block_handover handover("a");
+  handover.begin(target_of(3, {"a", "b"}, {"a", "b", "c"}), from);
+  EXPECT_TRUE(handover.take_finished()) << "nothing was planned at the start";
+  ASSERT_TRUE(from.put("ctx", key, value_of(64, 1)));
+  handover.note_put("ctx", key);
+  // The next change begins before that block left: under {a, b, c} "a" does not own it, but
+  // it is still the only holder, so it goes to its owner under the new target.
+  handover.begin(target_of(4, {"a", "b", "c"}, {"b", "c"}), from);
+  std::vector<std::string> sent;
+  while (auto b = handover.next_batch(from)) {
+    for (auto& k : b->put.keys)
+      if (k == key) sent.push_back(b->to);
+    handover.answered(4, b->planned, b->put.keys.size(), 0);
+  }
+  const auto after = ems::ring_of(64, {"b", "c"});
+  EXPECT_EQ(sent, std::vector<std::string>{after.owner("ctx", key)});
   std::filesystem::remove_all(dir);
 }
 
@@ -202,6 +245,10 @@ public:
   }
   names ring() {
     return controller_.locked([](ems::mp_controller& c) { return c.ring().servers(); });
+  }
+  void forget_target(const std::string& name) {
+    std::lock_guard lock(mutex_);
+    targets_.erase(name);
   }
 
 private:
@@ -321,4 +368,31 @@ TEST(ems_handover, a_pool_goes_from_two_to_three_to_one_server_keeping_every_blo
   pool.kill_server("mp_server-2");
   every_block_at_its_owner("after mp_server-1 and -2 left");
   EXPECT_EQ(totals(0).blocks_failed, 0u);
+}
+
+TEST(mp_controller_handover, a_server_that_lost_the_target_gets_it_again_until_it_answers) {
+  scripted_pool pool;
+  pool.send("mp_server-0", pr::ems_ring_request{0});
+  pool.send("mp_server-1", pr::ems_ring_request{0});
+  ASSERT_TRUE(eventually(
+      [&] { return pool.controller().locked([](ems::mp_controller& c) { return c.settled(); }); },
+      10s));
+  pool.start("mp_server-2");
+  pool.send("mp_server-2", pr::ems_ring_request{0});
+  for (auto* s : {"mp_server-0", "mp_server-1", "mp_server-2"})
+    ASSERT_TRUE(eventually([&] { return pool.target_of(s).has_value(); }, 10s)) << s;
+  const auto join = *pool.target_of("mp_server-2");
+  // mp_server-0 and -1 answer; mp_server-2's copy was lost (it restarted as it arrived).
+  pool.send("mp_server-0", pr::ems_handover_done{join.version, 3, 0});
+  pool.send("mp_server-1", pr::ems_handover_done{join.version, 4, 0});
+  pool.forget_target("mp_server-2");
+  pool.forget_target("mp_server-0");
+  ASSERT_TRUE(eventually([&] { return pool.target_of("mp_server-2").has_value(); }, 5s))
+      << "the change's target goes again to the server it still waits for";
+  EXPECT_EQ(pool.target_of("mp_server-2")->version, join.version);
+  pool.send("mp_server-2", pr::ems_handover_done{join.version, 0, 0});
+  ASSERT_TRUE(eventually(
+      [&] { return pool.ring() == names{"mp_server-0", "mp_server-1", "mp_server-2"}; }, 5s));
+  EXPECT_FALSE(pool.target_of("mp_server-0").has_value())
+      << "a server that answered is not sent the target again";
 }
