@@ -5,6 +5,21 @@
 
 #include "kernels/arch/x86/avx2_kernels.hpp"
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+
+namespace supernode::kernels::avx512 {
+// GCC 12 warns that _mm512_cvtepi32_ps's _mm512_undefined_ps pass-through "may be used
+// uninitialized"; it is never read (no mask), so the warning is silenced here and only here.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+inline __m512 to_float(__m512i v) {
+  return _mm512_cvtepi32_ps(v);
+}
+#pragma GCC diagnostic pop
+} // namespace supernode::kernels::avx512
+#endif
+
 namespace supernode::kernels::avx512_vnni {
 
 // As avx2::gemm_int8_block, on the same packed weights, with the same results bit for bit.
@@ -24,8 +39,8 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t n);
 
 namespace supernode::kernels::amx {
 
-// As avx2::gemm_int8_block. Rows in whole tiles of 16 run on AMX, the rest on the AVX-512 VNNI
-// block. The first call on a thread loads the tile configuration; the process must have been
+// As avx2::gemm_int8_block. Rows in whole tiles of 16 run on AMX; the rest as one zero-padded
+// tile, or on the AVX-512 VNNI block when they are few. The first call on a thread loads the tile configuration; the process must have been
 // granted the tile state (kernel_isa does that when it reports amx as supported).
 void gemm_int8_block(const avx2::int8_operands& o, int64_t m0, int64_t m1, int64_t g0, int64_t g1);
 

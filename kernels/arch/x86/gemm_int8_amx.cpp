@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <immintrin.h>
+#include <vector>
 
 namespace supernode::kernels::amx {
 
@@ -80,6 +81,10 @@ static_assert(sizeof(tile_config) == 64);
 
 // Loads the configuration on a thread's first call, and again only if something else on the
 // thread (oneDNN's AMX kernels in the benchmark) has loaded its own or released the tiles since.
+// Rows short of a tile from this many on go through AMX as one zero-padded tile, fewer through
+// the AVX-512 VNNI block (the same bits either way: every sum is exact).
+constexpr int64_t pad_rows_from = 10;
+
 void ensure_configured() {
   static const tile_config wanted;
   tile_config current;
@@ -89,12 +94,31 @@ void ensure_configured() {
 } // namespace
 
 void gemm_int8_block(const avx2::int8_operands& o, int64_t m0, int64_t m1, int64_t g0, int64_t g1) {
-  const int64_t tiled = (m1 - m0) / amx_driver::tile_rows * amx_driver::tile_rows;
+  constexpr int64_t tile_rows = amx_driver::tile_rows;
+  const int64_t tiled = (m1 - m0) / tile_rows * tile_rows, rest = m1 - m0 - tiled;
   if (tiled > 0) {
     ensure_configured();
     amx_driver::rows_block<amx_tiles>(o, m0, m0 + tiled, g0, g1);
   }
-  if (m0 + tiled < m1) avx512_vnni::gemm_int8_block(o, m0 + tiled, m1, g0, g1);
+  if (rest == 0) return;
+  if (rest < pad_rows_from) return avx512_vnni::gemm_int8_block(o, m0 + tiled, m1, g0, g1);
+  // The rows short of a tile, copied into one zero-padded tile: a tile of AMX products beats
+  // `rest` rows of VNNI from pad_rows_from rows on (bench kernels, m = 8).
+  thread_local std::vector<int8_t> x_rows;
+  x_rows.assign(static_cast<size_t>(tile_rows * o.k_padded), 0);
+  alignas(64) float x_scales[tile_rows] = {};
+  for (int64_t r = 0; r < rest; ++r) {
+    std::memcpy(x_rows.data() + r * o.k_padded, o.x + (m0 + tiled + r) * o.ldx,
+                static_cast<size_t>(o.k_padded));
+    x_scales[r] = o.x_scale[m0 + tiled + r];
+  }
+  avx2::int8_operands padded = o;
+  padded.x = x_rows.data();
+  padded.ldx = o.k_padded;
+  padded.x_scale = x_scales;
+  padded.y = o.y + (m0 + tiled) * o.ldy;
+  ensure_configured();
+  amx_driver::rows_block<amx_tiles>(padded, 0, tile_rows, g0, g1, rest);
 }
 
 } // namespace supernode::kernels::amx

@@ -14,7 +14,7 @@
 // 64 k), 6-7 weights (16 runs of 4 k x 16 channels). That B layout is a panel pair of the packed
 // weights read at the group's run stride, so weights are loaded straight from int8_weight.
 
-#include "kernels/arch/x86/avx2_kernels.hpp"
+#include "kernels/arch/x86/avx512_kernels.hpp"
 
 #include <cstring>
 
@@ -69,35 +69,51 @@ void load_w(const int8_t* p, int64_t stride) {
   if constexpr (C + 1 < CT) load_w<Tiles, C + 1, CT>(p, stride);
 }
 
-// Accumulator (R, C) to y: rows m + 16R .., channels col0 + 16C .., at most `ncols` - 16C of
-// them, as (float(acc) * x_scale) * w_scale like gemm_int8_reference.
+// Accumulator (R, C) to y: rows m + 16R .., below `rows_end`, channels col0 + 16C .., at most
+// `ncols` - 16C of them, as (float(acc) * x_scale) * w_scale like gemm_int8_reference. Two
+// rounded multiplies per element in that order on every path, so the vector epilogue (where the
+// unit is compiled for AVX-512) gives the scalar one's bits.
 template<class Tiles, int R, int C>
-void store_rows(const int8_operands& o, int64_t m, int64_t col0, int64_t ncols, scratch& s) {
+void store_rows(const int8_operands& o, int64_t m, int64_t rows_end, int64_t col0, int64_t ncols,
+                scratch& s) {
   Tiles::template store<R * 2 + C>(s.acc, tile_cols * sizeof(int32_t));
   const int64_t c0 = col0 + C * tile_cols, n = min64(tile_cols, ncols - C * tile_cols);
-  for (int64_t r = 0; r < tile_rows; ++r) {
+  const int64_t rows = min64(tile_rows, rows_end - (m + R * tile_rows));
+#if defined(__AVX512F__)
+  const __mmask16 lanes = static_cast<__mmask16>((1u << n) - 1u);
+  const __m512 ws = _mm512_maskz_loadu_ps(lanes, o.w_scale + c0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t row = m + R * tile_rows + r;
+    const __m512 acc = avx512::to_float(_mm512_load_si512(s.acc + r * tile_cols));
+    const __m512 v = _mm512_mul_ps(_mm512_mul_ps(acc, _mm512_set1_ps(o.x_scale[row])), ws);
+    _mm512_mask_storeu_ps(o.y + row * o.ldy + c0, lanes, v);
+  }
+#else
+  for (int64_t r = 0; r < rows; ++r) {
     const int64_t row = m + R * tile_rows + r;
     const float xs = o.x_scale[row];
     float* y = o.y + row * o.ldy + c0;
     for (int64_t c = 0; c < n; ++c)
       y[c] = static_cast<float>(s.acc[r * tile_cols + c]) * xs * o.w_scale[c0 + c];
   }
+#endif
 }
 
 template<class Tiles, int RT, int CT, int R = 0, int C = 0>
-void store_all(const int8_operands& o, int64_t m, int64_t col0, int64_t ncols, scratch& s) {
-  store_rows<Tiles, R, C>(o, m, col0, ncols, s);
+void store_all(const int8_operands& o, int64_t m, int64_t rows_end, int64_t col0, int64_t ncols,
+               scratch& s) {
+  if (m + R * tile_rows < rows_end) store_rows<Tiles, R, C>(o, m, rows_end, col0, ncols, s);
   if constexpr (C + 1 < CT)
-    store_all<Tiles, RT, CT, R, C + 1>(o, m, col0, ncols, s);
+    store_all<Tiles, RT, CT, R, C + 1>(o, m, rows_end, col0, ncols, s);
   else if constexpr (R + 1 < RT)
-    store_all<Tiles, RT, CT, R + 1, 0>(o, m, col0, ncols, s);
+    store_all<Tiles, RT, CT, R + 1, 0>(o, m, rows_end, col0, ncols, s);
 }
 
 // RT row tiles (16 rows each, from m) x CT weight tiles (16 channels each) of one panel group,
 // over the whole K.
 template<class Tiles, int RT, int CT>
-void group_tiles(const int8_operands& o, int64_t m, const int8_t* base, int64_t wstride,
-                 int64_t col0, int64_t ncols, scratch& s) {
+void group_tiles(const int8_operands& o, int64_t m, int64_t rows_end, const int8_t* base,
+                 int64_t wstride, int64_t col0, int64_t ncols, scratch& s) {
   const int64_t kq = o.k_padded / kg, steps = kq / tile_runs, tail = kq % tile_runs;
   const int8_t* x = o.x + m * o.ldx;
   zero_tiles<Tiles, 0, RT * 2>();
@@ -123,14 +139,17 @@ void group_tiles(const int8_operands& o, int64_t m, const int8_t* base, int64_t 
     if constexpr (CT == 2) Tiles::template load<w_tile + 1>(s.w_tail[1], tile_bytes);
     for_each_product<Tiles, RT, CT>();
   }
-  store_all<Tiles, RT, CT>(o, m, col0, ncols, s);
+  store_all<Tiles, RT, CT>(o, m, rows_end, col0, ncols, s);
 }
 
-// Rows [m0, m1), a whole number of 16-row tiles, against panel groups [g0, g1). Groups outside,
-// row tiles inside: a group's weights (32 channels x K) stay in L2 while every row pair of the
-// block passes over them.
+// Rows [m0, m1), a whole number of 16-row tiles, against panel groups [g0, g1); rows from
+// `rows_end` on (padding, when x was copied into whole tiles) are computed but not stored.
+// Groups outside, row tiles inside: a group's weights (32 channels x K) stay in L2 while every
+// row pair of the block passes over them.
 template<class Tiles>
-void rows_block(const int8_operands& o, int64_t m0, int64_t m1, int64_t g0, int64_t g1) {
+void rows_block(const int8_operands& o, int64_t m0, int64_t m1, int64_t g0, int64_t g1,
+                int64_t rows_end = -1) {
+  if (rows_end < 0) rows_end = m1;
   scratch s;
   for (int64_t g = g0; g < g1; ++g) {
     const int64_t gp = min64(gpn, o.panels - g * gpn), wstride = gp * pc * kg;
@@ -140,13 +159,13 @@ void rows_block(const int8_operands& o, int64_t m0, int64_t m1, int64_t g0, int6
     for (int64_t m = m0; m < m1;) {
       const bool two_rows = m1 - m >= 2 * tile_rows;
       if (two_rows && two_cols)
-        group_tiles<Tiles, 2, 2>(o, m, base, wstride, col0, ncols, s);
+        group_tiles<Tiles, 2, 2>(o, m, rows_end, base, wstride, col0, ncols, s);
       else if (two_rows)
-        group_tiles<Tiles, 2, 1>(o, m, base, wstride, col0, ncols, s);
+        group_tiles<Tiles, 2, 1>(o, m, rows_end, base, wstride, col0, ncols, s);
       else if (two_cols)
-        group_tiles<Tiles, 1, 2>(o, m, base, wstride, col0, ncols, s);
+        group_tiles<Tiles, 1, 2>(o, m, rows_end, base, wstride, col0, ncols, s);
       else
-        group_tiles<Tiles, 1, 1>(o, m, base, wstride, col0, ncols, s);
+        group_tiles<Tiles, 1, 1>(o, m, rows_end, base, wstride, col0, ncols, s);
       m += two_rows ? 2 * tile_rows : tile_rows;
     }
   }

@@ -39,14 +39,7 @@ constexpr int64_t x_block_bytes = 16384, tile_k_block_runs = 256;
 // consume the stream twice as fast).
 constexpr int64_t prefetch_distance = 4096;
 
-// GCC 12 warns that _mm512_cvtepi32_ps's _mm512_undefined_ps pass-through "may be used
-// uninitialized"; it is never read (no mask), so the warning is silenced here and only here.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-inline __m512 to_float(__m512i v) {
-  return _mm512_cvtepi32_ps(v);
-}
-#pragma GCC diagnostic pop
+using avx512::to_float;
 
 inline __m512i broadcast4(const uint8_t* p) {
   int32_t v;
