@@ -30,6 +30,8 @@ int cmd_generate(cli_args& args) {
     eo.mtp_acceptance = *rule == "standard" ? model::draft_acceptance::standard
                                             : model::draft_acceptance::reproducible;
   }
+  eo.mtp_draft_vocab = args.take_int("--mtp-draft-vocab", 0, 0, int64_t{1} << 24);
+  eo.mtp_draft_vocab_file = args.take_or("--mtp-draft-vocab-file", "");
   const bool json = args.take_flag("--json");
   args.expect_consumed("generate");
 

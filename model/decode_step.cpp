@@ -11,6 +11,11 @@ bool standard_sampled(const decode_sequence_step& s) {
 }
 } // namespace
 
+void decode_stepper::set_draft_vocabulary(std::vector<int32_t> ids) {
+  draft_head_ =
+      ids.empty() ? nullptr : std::make_unique<draft_head>(model_.mtp_head(0), std::move(ids));
+}
+
 void decode_stepper::draft(std::span<decode_sequence_step> sequences, kv_block_pool& pool) {
   const int64_t h = model_.config().hidden_size, vocab = model_.config().vocab_size;
   const size_t n = sequences.size();
@@ -55,7 +60,15 @@ void decode_stepper::draft(std::span<decode_sequence_step> sequences, kv_block_p
   // position tokens() + j - 1, whose KV the next step's first rows overwrite.
   std::vector<size_t> active = drafting_;
   for (int64_t depth = 0;; ++depth) {
-    model_.mtp_logits(0, rows_.data(), static_cast<int64_t>(active.size()), mtp_logits_);
+    int64_t width = vocab; // of a row of mtp_logits_: the draft vocabulary's tokens
+    if (draft_head_) {
+      draft_head_->logits(rows_.data(), static_cast<int64_t>(active.size()), mtp_logits_);
+      width = draft_head_->size();
+    } else {
+      model_.mtp_logits(0, rows_.data(), static_cast<int64_t>(active.size()), mtp_logits_);
+    }
+    // A draft's index in the draft vocabulary, as a token id.
+    auto token_of = [&](int32_t d) { return draft_head_ ? draft_head_->ids()[d] : d; };
     std::vector<size_t> deeper;
     tokens_.clear();
     steps_.clear();
@@ -63,17 +76,26 @@ void decode_stepper::draft(std::span<decode_sequence_step> sequences, kv_block_p
     for (size_t a = 0; a < active.size(); ++a) {
       auto& s = sequences[active[a]];
       auto& probabilities = draft_probabilities_[active[a]];
-      const auto draft_logits = std::span(mtp_logits_.data() + a * vocab, vocab);
+      const auto draft_logits = std::span(mtp_logits_.data() + a * width, width);
       const uint64_t index = s.next_index + static_cast<uint64_t>(depth);
       int32_t d = 0;
       if (standard_sampled(s)) {
+        // q over the whole vocabulary, zero outside the draft vocabulary: what the draft was
+        // drawn from, as min(1, p/q) needs it.
         probabilities.resize((depth + 1) * vocab);
-        d = kernels::sample_draft(draft_logits, s.sampling, index,
-                                  std::span(probabilities).subspan(depth * vocab, vocab));
+        const auto q = std::span(probabilities).subspan(depth * vocab, vocab);
+        if (draft_head_) {
+          draft_q_.resize(width);
+          d = token_of(kernels::sample_draft(draft_logits, s.sampling, index, draft_q_));
+          std::fill(q.begin(), q.end(), 0.0f);
+          for (int64_t t = 0; t < width; ++t) q[draft_head_->ids()[t]] = draft_q_[t];
+        } else {
+          d = kernels::sample_draft(draft_logits, s.sampling, index, q);
+        }
       } else {
         // The target's own draw at this index, from the same uniform: the two draws are
         // coupled, so a draft distribution close to the target's mostly gives its token.
-        d = kernels::sample(draft_logits, s.sampling, index);
+        d = token_of(kernels::sample(draft_logits, s.sampling, index));
       }
       drafts_[active[a]].push_back(d);
       if (depth + 1 < s.max_drafts) {

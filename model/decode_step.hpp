@@ -9,6 +9,7 @@
 // back: the table stops counting it, and the next step overwrites it before anything reads it.
 
 #include "kernels/sampling.hpp"
+#include "model/draft_vocab.hpp"
 #include "model/kv_cache.hpp"
 #include "model/mtp.hpp"
 #include "model/transformer.hpp"
@@ -53,6 +54,9 @@ public:
   // Replaces model.forward for the main model (microbatch pipelining runs it on two threads);
   // the MTP module runs on `model`, its experts on this rank.
   void set_forward(forward_fn f) { forward_ = std::move(f); }
+  // Drafts propose only these tokens (model/draft_vocab.hpp), through a head of their rows;
+  // empty: the whole vocabulary. Verification always uses the full head.
+  void set_draft_vocabulary(std::vector<int32_t> ids);
 
   // Runs one step; every table must have room for its feed and drafts. On return each table
   // counts its fed tokens and accepted drafts and each MTP state holds the rows to compute
@@ -77,7 +81,8 @@ private:
   // Scratch.
   std::vector<int32_t> tokens_;
   std::vector<sequence_step> steps_;
-  std::vector<float> hidden_, rows_, logits_, mtp_in_, mtp_hidden_, mtp_logits_;
+  std::vector<float> hidden_, rows_, logits_, mtp_in_, mtp_hidden_, mtp_logits_, draft_q_;
+  std::unique_ptr<draft_head> draft_head_;
   std::vector<size_t> drafting_;
   std::vector<bool> computed_; // per sequence: the draft phase computed its MTP rows
 };

@@ -48,6 +48,10 @@ struct engine_options {
   int64_t mtp_drafts = 0;
   // How sampled requests accept drafts (decode_step.hpp): reproducible keeps seeded draws.
   draft_acceptance mtp_acceptance = draft_acceptance::reproducible;
+  // Drafts propose only this many tokens (0: any), ranked by `mtp_draft_vocab_file` or by id
+  // (model/draft_vocab.hpp).
+  int64_t mtp_draft_vocab = 0;
+  std::string mtp_draft_vocab_file;
 };
 
 class reference_engine {

@@ -163,6 +163,10 @@ void transformer::mtp_logits(size_t k, const float* mtp_hidden, int64_t rows,
          config().vocab_size);
 }
 
+const linear& transformer::mtp_head(size_t k) const {
+  return *w_->mtp.at(k).head;
+}
+
 void transformer::count(size_t weight_bytes, int64_t rows, int64_t n, int64_t k) {
   streamed_bytes_ += weight_bytes;
   macs_ += static_cast<uint64_t>(rows) * n * k;

@@ -68,6 +68,8 @@ public:
                    std::span<const sequence_step> steps, kv_block_pool& pool,
                    std::vector<float>& mtp_hidden);
   void mtp_logits(size_t k, const float* mtp_hidden, int64_t rows, std::vector<float>& out);
+  // The output head MTP module `k` drafts through.
+  const linear& mtp_head(size_t k) const;
 
   // Matmul weight bytes the forwards since the last reset had to read: every dense weight
   // once per forward, only the experts some token was routed to. For bandwidth figures.

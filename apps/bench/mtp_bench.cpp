@@ -48,6 +48,7 @@ int run_mtp_bench(cli_args& args) {
   const auto depths = parse_id_list(args.take_or("--drafts", "0,1,2,3"), "--drafts");
   const int64_t prompt_tokens = args.take_int("--prompt-tokens", 32, 1, 65536);
   const int32_t tokens = static_cast<int32_t>(args.take_int("--tokens", 64, 2, 65536));
+  const int64_t draft_vocab = args.take_int("--draft-vocab", 0, 0, int64_t{1} << 24);
   if (auto threads = args.take_int("--threads", 0, 0, 1024); threads > 0)
     kernels::thread_pool::configure_shared(static_cast<int>(threads));
   args.expect_consumed("bench mtp");
@@ -74,6 +75,7 @@ int run_mtp_bench(cli_args& args) {
     for (const int64_t k : depths) {
       model::engine_options eo;
       eo.mtp_drafts = k;
+      eo.mtp_draft_vocab = draft_vocab;
       eo.max_context = prompt_tokens + tokens;
       eo.kv_blocks = batch * ((prompt_tokens + tokens + 15) / 16 + 1);
       model::reference_engine engine(weights, eo);

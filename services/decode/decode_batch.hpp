@@ -91,6 +91,9 @@ public:
       std::function<void(std::span<const int32_t>, std::span<const model::sequence_step>,
                          model::kv_block_pool&, std::vector<float>&)>;
   void set_forward(forward_fn f) { stepper_.set_forward(std::move(f)); }
+  void set_draft_vocabulary(std::vector<int32_t> ids) {
+    stepper_.set_draft_vocabulary(std::move(ids));
+  }
   // Runs for each sequence after a step wrote its KV (its table counts the new positions),
   // before it samples and maybe leaves: [ems] store_decode_kv = "incremental" stores there.
   using written_fn = std::function<void(decode_sequence&)>;

@@ -144,7 +144,7 @@ void block_handover::forward_to(uint64_t version, int32_t vnodes, int32_t copies
     change_.emplace();
     change_->started = std::chrono::steady_clock::now();
   }
-  change_->reported = true; // the controller is done with this server
+  change_->reported = true;   // the controller is done with this server
   change_->published = false; // open until the process exits: stale clients' puts go on
   change_->target = {};
   change_->target.copies = copies;

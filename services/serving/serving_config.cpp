@@ -113,7 +113,16 @@ const std::vector<table>& serving_tables() {
                                 "accepted when it is the token sampling draws there, so seeded "
                                 "requests give the same tokens with drafts or without, at any "
                                 "batch and after a resume) or standard (min(1, p/q): more "
-                                "accepted, the same distribution, other draws)"));
+                                "accepted, the same distribution, other draws)")
+                    .integer("mtp_draft_vocab", &serving_config::decode_mtp_draft_vocab, 0,
+                             int64_t{1} << 24,
+                             "drafts propose only this many tokens, through a head of their "
+                             "rows (0: the whole vocabulary); outputs never change, a draft "
+                             "costs a fraction of the head (docs/speculative-decoding.md)")
+                    .string("mtp_draft_vocab_file", &serving_config::decode_mtp_draft_vocab_file,
+                            "token ids ranked most frequent first (whitespace-separated) that "
+                            "mtp_draft_vocab takes its tokens from; empty: the lowest ids, "
+                            "which byte-level BPE gives its most frequent tokens"));
     t.push_back(
         table("ep", "Expert parallelism: consecutive decode (prefill) instances form one "
                     "instance of this many ranks; expert_shard instances join the decode groups "

@@ -16,6 +16,7 @@
 //   [prefill]   token_budget = 2048   kv_blocks = 0     # 0: enough for one budget of prompts
 //   [decode]    max_batch = 64   kv_blocks = 2048   drain = "migrate"   # or "finish"
 //               mtp = 0   mtp_adaptive = true   mtp_sampling = "reproducible"  # or "standard"
+//               mtp_draft_vocab = 0   mtp_draft_vocab_file = ""
 //   [ep]        decode_ranks = 1  prefill_ranks = 1  microbatch = false
 //               redundant_experts = 0  eplb_interval = 0  op_timeout_ms = 30000
 //   [ems]       the memory pool and its caches: services/ems/ems_config.hpp
@@ -82,6 +83,9 @@ struct serving_config {
   int64_t decode_mtp_drafts = 0;
   bool decode_mtp_adaptive = true;
   model::draft_acceptance decode_mtp_sampling = model::draft_acceptance::reproducible;
+  // Drafts propose only this many tokens (0: any), ranked by the file or by id.
+  int64_t decode_mtp_draft_vocab = 0;
+  std::string decode_mtp_draft_vocab_file;
   // The KV blocks of every pool of the cluster carry the MTP layer (prefill writes it).
   bool kv_with_mtp() const { return decode_mtp_drafts > 0; }
 

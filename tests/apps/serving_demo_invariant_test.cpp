@@ -57,9 +57,12 @@ TEST(serving_demo_mtp, drafts_are_accepted_and_max_tokens_and_stop_strings_land_
   // Prefill and decode disaggregated, two drafts every step (not adaptive): the trained MTP
   // module's drafts of this repetitive text are mostly accepted, so a step emits runs of
   // tokens, and a max_tokens or a stop string falls inside them. Tokens and text stay those
-  // of the reference engine without drafts.
+  // of the reference engine without drafts. Drafts come from the 8,192 lowest ids
+  // (mtp_draft_vocab), as a deployment whose head is most of its weights would run them.
   serving_cluster cluster("pdc-1p1d.toml", demo_model_dir(),
-                          {{"decode", "mtp", "2"}, {"decode", "mtp_adaptive", "false"}});
+                          {{"decode", "mtp", "2"},
+                           {"decode", "mtp_adaptive", "false"},
+                           {"decode", "mtp_draft_vocab", "8192"}});
   ASSERT_TRUE(cluster.up());
   auto tok = supernode::model::tokenizer::load(demo_model_dir());
   const auto ids = tok.encode("In the beginning God created", true);

@@ -25,6 +25,9 @@ using supernode::testing::tiny_weights;
 TEST(mtp, greedy_tokens_equal_decoding_without_drafts_when_drafts_are_rejected) {
   expect_same_tokens_at_every_depth(tiny_weights(precision::int8), nullptr);
   expect_same_tokens_at_every_depth(tiny_weights(precision::fp32), nullptr);
+  // Drafts from a reduced vocabulary, in both precisions of its head.
+  expect_same_tokens_at_every_depth(tiny_weights(precision::int8), nullptr, 1000);
+  expect_same_tokens_at_every_depth(tiny_weights(precision::fp32), nullptr, 1000);
 }
 
 TEST(mtp, verifying_several_positions_gives_the_bits_of_one_token_steps) {
@@ -170,12 +173,17 @@ TEST(mtp, speculative_sampling_emits_the_target_distribution) {
 // End to end on the tiny model: the first two sampled tokens after a prompt, over many seeds,
 // with and without drafts. Two-sample chi-square over the (token 1, token 2) pairs seen, at
 // significance 1e-4; deterministic seeds make it the same every run.
-TEST(mtp, sampled_continuations_keep_their_distribution_with_drafts) {
+class sampled_continuations : public ::testing::TestWithParam<int64_t> {};
+
+// GetParam(): the draft vocabulary (0: all tokens; else the lowest ids, so some of the likely
+// tokens can never be drafted and q is zero there).
+TEST_P(sampled_continuations, keep_their_distribution_with_drafts) {
   auto w = tiny_weights(precision::int8);
   engine_options plain_options, spec_options;
   plain_options.max_context = spec_options.max_context = 64;
   spec_options.mtp_drafts = 2;
   spec_options.mtp_acceptance = draft_acceptance::standard; // reproducible draws are equal anyway
+  spec_options.mtp_draft_vocab = GetParam();
   reference_engine plain(w, plain_options), spec(w, spec_options);
   generation_request r;
   r.prompt = test_prompt(6, 21);
@@ -209,3 +217,9 @@ TEST(mtp, sampled_continuations_keep_their_distribution_with_drafts) {
   const double df = cells - 1;
   EXPECT_LT(chi2, df + 4.8 * std::sqrt(df) + 8.0) << cells << " cells";
 }
+
+INSTANTIATE_TEST_SUITE_P(draft_vocabularies, sampled_continuations, ::testing::Values(0, 64000),
+                         [](const auto& info) {
+                           return info.param == 0 ? std::string("whole_vocabulary")
+                                                  : "lowest_" + std::to_string(info.param);
+                         });

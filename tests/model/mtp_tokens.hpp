@@ -29,9 +29,11 @@ inline std::vector<generation_request> requests(int64_t n, int64_t salt) {
 }
 
 inline std::vector<generation_result> run(std::shared_ptr<const model_weights> w, int64_t drafts,
-                                          const std::vector<generation_request>& rs, bool batched) {
+                                          const std::vector<generation_request>& rs, bool batched,
+                                          int64_t draft_vocab = 0) {
   engine_options o;
   o.mtp_drafts = drafts;
+  o.mtp_draft_vocab = draft_vocab;
   o.max_context = 512;
   o.kv_blocks = 256;
   reference_engine e(std::move(w), o);
@@ -41,17 +43,19 @@ inline std::vector<generation_result> run(std::shared_ptr<const model_weights> w
   return out;
 }
 
+// `draft_vocab` > 0: drafts propose only that many tokens (model/draft_vocab.hpp).
 inline void expect_same_tokens_at_every_depth(std::shared_ptr<const model_weights> w,
-                                              int64_t* accepted_at_1) {
+                                              int64_t* accepted_at_1, int64_t draft_vocab = 0) {
   const auto rs = requests(8, 5);
   const auto want = run(w, 0, rs, false);
   for (int64_t drafts : {1, 2, 3})
     for (bool batched : {false, true}) {
-      const auto got = run(w, drafts, rs, batched);
+      const auto got = run(w, drafts, rs, batched, draft_vocab);
       int64_t drafted = 0, accepted = 0;
       for (size_t i = 0; i < rs.size(); ++i) {
         EXPECT_EQ(got[i].tokens, want[i].tokens)
-            << "request " << i << ", " << drafts << " drafts" << (batched ? ", batched" : "");
+            << "request " << i << ", " << drafts << " drafts" << (batched ? ", batched" : "")
+            << (draft_vocab > 0 ? ", draft vocabulary " + std::to_string(draft_vocab) : "");
         EXPECT_EQ(got[i].finish_reason, want[i].finish_reason) << "request " << i;
         EXPECT_LE(got[i].accepted_tokens, got[i].drafted_tokens);
         drafted += got[i].drafted_tokens;

@@ -40,8 +40,9 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t n);
 namespace supernode::kernels::amx {
 
 // As avx2::gemm_int8_block. Rows in whole tiles of 16 run on AMX; the rest as one zero-padded
-// tile, or on the AVX-512 VNNI block when they are few. The first call on a thread loads the tile configuration; the process must have been
-// granted the tile state (kernel_isa does that when it reports amx as supported).
+// tile, or on the AVX-512 VNNI block when they are few. The first call on a thread loads the tile
+// configuration; the process must have been granted the tile state (kernel_isa does that when it
+// reports amx as supported).
 void gemm_int8_block(const avx2::int8_operands& o, int64_t m0, int64_t m1, int64_t g0, int64_t g1);
 
 } // namespace supernode::kernels::amx

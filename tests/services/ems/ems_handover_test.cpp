@@ -392,7 +392,10 @@ TEST(mp_controller_handover, a_server_that_lost_the_target_gets_it_again_until_i
   EXPECT_EQ(pool.target_of("mp_server-2")->version, join.version);
   pool.send("mp_server-2", pr::ems_handover_done{join.version, 0, 0});
   ASSERT_TRUE(eventually(
-      [&] { return pool.ring() == names{"mp_server-0", "mp_server-1", "mp_server-2"}; }, 5s));
+      [&] {
+        return pool.ring() == names{"mp_server-0", "mp_server-1", "mp_server-2"};
+      },
+      5s));
   EXPECT_FALSE(pool.target_of("mp_server-0").has_value())
       << "a server that answered is not sent the target again";
 }
