@@ -11,9 +11,11 @@ bool standard_sampled(const decode_sequence_step& s) {
 }
 } // namespace
 
-void decode_stepper::set_draft_vocabulary(std::vector<int32_t> ids) {
-  draft_head_ =
-      ids.empty() ? nullptr : std::make_unique<draft_head>(model_.mtp_head(0), std::move(ids));
+void decode_stepper::set_draft_vocabulary(int64_t n, const std::filesystem::path& ranked_file) {
+  draft_head_ = n == 0 ? nullptr
+                       : std::make_unique<draft_head>(
+                             model_.mtp_head(0),
+                             draft_vocabulary(model_.config().vocab_size, n, ranked_file));
 }
 
 void decode_stepper::draft(std::span<decode_sequence_step> sequences, kv_block_pool& pool) {

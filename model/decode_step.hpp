@@ -54,9 +54,10 @@ public:
   // Replaces model.forward for the main model (microbatch pipelining runs it on two threads);
   // the MTP module runs on `model`, its experts on this rank.
   void set_forward(forward_fn f) { forward_ = std::move(f); }
-  // Drafts propose only these tokens (model/draft_vocab.hpp), through a head of their rows;
-  // empty: the whole vocabulary. Verification always uses the full head.
-  void set_draft_vocabulary(std::vector<int32_t> ids);
+  // Drafts propose only `n` tokens (model/draft_vocab.hpp: ranked by `ranked_file`, or the
+  // lowest ids), through a head of their rows; 0: the whole vocabulary. Verification always
+  // uses the full head.
+  void set_draft_vocabulary(int64_t n, const std::filesystem::path& ranked_file);
 
   // Runs one step; every table must have room for its feed and drafts. On return each table
   // counts its fed tokens and accepted drafts and each MTP state holds the rows to compute

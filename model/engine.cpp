@@ -35,9 +35,8 @@ reference_engine::reference_engine(std::shared_ptr<const model_weights> weights,
   if (options.mtp_drafts > 0 && weights->mtp.empty())
     throw std::invalid_argument("MTP drafts asked for, but the weights have no MTP module loaded "
                                 "(the model has none, or it was loaded without)");
-  if (options.mtp_drafts > 0 && options.mtp_draft_vocab > 0)
-    stepper_.set_draft_vocabulary(draft_vocabulary(
-        model_.config().vocab_size, options.mtp_draft_vocab, options.mtp_draft_vocab_file));
+  if (options.mtp_drafts > 0)
+    stepper_.set_draft_vocabulary(options.mtp_draft_vocab, options.mtp_draft_vocab_file);
 }
 
 void reference_engine::validate(const generation_request& r) const {

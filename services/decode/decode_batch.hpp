@@ -91,8 +91,8 @@ public:
       std::function<void(std::span<const int32_t>, std::span<const model::sequence_step>,
                          model::kv_block_pool&, std::vector<float>&)>;
   void set_forward(forward_fn f) { stepper_.set_forward(std::move(f)); }
-  void set_draft_vocabulary(std::vector<int32_t> ids) {
-    stepper_.set_draft_vocabulary(std::move(ids));
+  void set_draft_vocabulary(int64_t n, const std::filesystem::path& ranked_file) {
+    stepper_.set_draft_vocabulary(n, ranked_file);
   }
   // Runs for each sequence after a step wrote its KV (its table counts the new positions),
   // before it samples and maybe leaves: [ems] store_decode_kv = "incremental" stores there.

@@ -23,10 +23,8 @@ decode_instance::decode_instance(std::shared_ptr<const model::model_weights> wei
   protocol::register_serving_messages();
   protocol::register_ems_messages(); // ring views reach every pool client, mirroring or not
   batch_.set_mtp(config.decode_mtp_drafts, config.decode_mtp_adaptive, config.decode_mtp_sampling);
-  if (config.decode_mtp_drafts > 0 && config.decode_mtp_draft_vocab > 0)
-    batch_.set_draft_vocabulary(model::draft_vocabulary(model_.config().vocab_size,
-                                                        config.decode_mtp_draft_vocab,
-                                                        config.decode_mtp_draft_vocab_file));
+  if (config.decode_mtp_drafts > 0)
+    batch_.set_draft_vocabulary(config.decode_mtp_draft_vocab, config.decode_mtp_draft_vocab_file);
   if (membership) {
     group_ = std::make_unique<ep_rank>(weights, std::move(*membership));
     model_.set_routed_experts(group_.get());

@@ -73,8 +73,6 @@ void mp_controller::on_member_event(const transport::membership_event& event,
   const bool up = event.what == transport::membership_event::kind::joined;
   if (is_server(event.peer, out)) {
     if (up) {
-      // Restarted while a change waits for it: it has lost the target, and plans it again.
-      if (change_ && change_->waiting.count(event.peer)) send_target(out, &event.peer);
       server_up(event.peer, "joined (" + event.reason + ")", out);
       return;
     }
@@ -157,7 +155,7 @@ void mp_controller::begin_change(transport::endpoint& out) {
   send_target(out);
 }
 
-void mp_controller::send_target(transport::endpoint& out, const transport::peer_id* only) {
+void mp_controller::send_target(transport::endpoint& out) {
   pr::ems_ring_target t;
   t.version = epoch_ + change_->version;
   t.vnodes = ring_.vnodes_per_server();
@@ -165,10 +163,6 @@ void mp_controller::send_target(transport::endpoint& out, const transport::peer_
   t.current_servers = ring_.servers();
   t.servers = change_->target.servers();
   const auto message = transport::make_envelope(std::move(t));
-  if (only) {
-    out.send_retrying("ems", *only, message);
-    return;
-  }
   for (auto& s : change_->waiting) out.send_retrying("ems", s, message);
 }
 

@@ -114,8 +114,8 @@ private:
                  transport::endpoint& out);
   // Starts the change the joins and leaves asked for make, when none runs.
   void begin_change(transport::endpoint& out);
-  // To every server the change waits for, or to `only`.
-  void send_target(transport::endpoint& out, const transport::peer_id* only = nullptr);
+  // To every server the change waits for (a restarted one too, on the next resend).
+  void send_target(transport::endpoint& out);
   // Publishes the change's target: what the servers handed over, or all there is past the timeout.
   void finish_change(transport::endpoint& out, bool timed_out);
   // Marks `m` ready with what makes it and wakes its waiters.

@@ -79,12 +79,13 @@ struct alignas(64) tile_config {
 };
 static_assert(sizeof(tile_config) == 64);
 
-// Loads the configuration on a thread's first call, and again only if something else on the
-// thread (oneDNN's AMX kernels in the benchmark) has loaded its own or released the tiles since.
 // Rows short of a tile from this many on go through AMX as one zero-padded tile, fewer through
-// the AVX-512 VNNI block (the same bits either way: every sum is exact).
+// the AVX-512 VNNI block (the same bits either way: every sum is exact). bench kernels: VNNI
+// wins at 8 rows, the padded tile at 12.
 constexpr int64_t pad_rows_from = 10;
 
+// Loads the configuration on a thread's first call, and again only if something else on the
+// thread (oneDNN's AMX kernels in the benchmark) has loaded its own or released the tiles since.
 void ensure_configured() {
   static const tile_config wanted;
   tile_config current;
@@ -102,10 +103,11 @@ void gemm_int8_block(const avx2::int8_operands& o, int64_t m0, int64_t m1, int64
   }
   if (rest == 0) return;
   if (rest < pad_rows_from) return avx512_vnni::gemm_int8_block(o, m0 + tiled, m1, g0, g1);
-  // The rows short of a tile, copied into one zero-padded tile: a tile of AMX products beats
-  // `rest` rows of VNNI from pad_rows_from rows on (bench kernels, m = 8).
+  // The rows short of a tile, copied into one tile whose other rows are zero.
   thread_local std::vector<int8_t> x_rows;
-  x_rows.assign(static_cast<size_t>(tile_rows * o.k_padded), 0);
+  x_rows.resize(static_cast<size_t>(tile_rows * o.k_padded));
+  std::memset(x_rows.data() + rest * o.k_padded, 0,
+              static_cast<size_t>((tile_rows - rest) * o.k_padded));
   alignas(64) float x_scales[tile_rows] = {};
   for (int64_t r = 0; r < rest; ++r) {
     std::memcpy(x_rows.data() + r * o.k_padded, o.x + (m0 + tiled + r) * o.ldx,
