@@ -253,11 +253,13 @@ public:
 
 private:
   inproc_cluster_file config_;
-  role_host<ems::mp_controller> controller_;
-  std::map<std::string, std::unique_ptr<probe_endpoint>> peers_;
+  // Declared before the controller and the peers, so that they outlive every handler that
+  // records into them: the controller keeps pushing views and targets until it stops.
   std::mutex mutex_;
   std::map<std::string, pr::ems_ring_view> views_;
   std::map<std::string, pr::ems_ring_target> targets_;
+  role_host<ems::mp_controller> controller_;
+  std::map<std::string, std::unique_ptr<probe_endpoint>> peers_;
 };
 
 } // namespace
