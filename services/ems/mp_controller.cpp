@@ -33,7 +33,7 @@ void mp_controller::start(transport::endpoint& out) {
 
 pr::ems_ring_view mp_controller::ring_view() const {
   pr::ems_ring_view v;
-  v.version = epoch_ + version_;
+  v.version = epoch_ + ring_version_;
   v.vnodes = ring_.vnodes_per_server();
   v.servers = ring_.servers();
   v.incarnation = epoch_;
@@ -81,21 +81,29 @@ void mp_controller::on_member_event(const transport::membership_event& event,
     leaving_.erase(event.peer);
     departing_.erase(event.peer);
     usage_.erase(event.peer);
-    if (ring_.contains(event.peer)) {
+    const bool was_on_ring = ring_.contains(event.peer);
+    if (was_on_ring) {
       ring_.remove_server(event.peer);
-      ++version_;
+      ring_version_ = ++version_;
       out.log().info("{} left the ring ({}): {}", event.peer, event.reason, ring_.describe());
       push_ring(out);
     }
     if (change_) {
       change_->waiting.erase(event.peer);
-      if (change_->target.contains(event.peer)) {
-        change_->target.remove_server(event.peer);
-        change_->version = ++version_; // the servers plan again against the new target
+      const bool in_target = change_->target.contains(event.peer);
+      if (in_target) change_->target.remove_server(event.peer);
+      if (in_target || was_on_ring) {
+        // Either ring of the change lost a server: the servers plan again against the new pair,
+        // under a version above the ring just pushed.
+        change_->version = ++version_;
         change_->waiting = {};
         for (auto& s : ring_.servers()) change_->waiting.insert(s);
         for (auto& s : change_->target.servers()) change_->waiting.insert(s);
-        send_target(out);
+        if (change_->target.servers() == ring_.servers() || ring_.size() == 0 ||
+            change_->target.size() == 0)
+          finish_change(out, false); // nothing left to hand over, or nobody to hand it to
+        else
+          send_target(out);
       } else if (change_->waiting.empty()) {
         finish_change(out, false);
       }
@@ -113,7 +121,7 @@ void mp_controller::on_member_event(const transport::membership_event& event,
 void mp_controller::add_server(const transport::peer_id& server, const std::string& why,
                                transport::endpoint& out) {
   ring_.add_server(server);
-  ++version_;
+  ring_version_ = ++version_;
   out.log().info("{} {}: {}", server, why, ring_.describe());
   push_ring(out);
   settle(out);
@@ -176,6 +184,7 @@ void mp_controller::finish_change(transport::endpoint& out, bool timed_out) {
     if (!c.target.contains(s)) usage_.erase(s);
   ring_ = std::move(c.target);
   if (c.version != version_) ++version_; // a server died meanwhile: a version of its own
+  ring_version_ = version_;
   if (timed_out) {
     std::string late;
     for (auto& s : c.waiting) late += (late.empty() ? "" : ", ") + s;

@@ -137,6 +137,10 @@ private:
   std::set<transport::peer_id> subscribers_;
   bool settled_ = false; // clients get the pushes
   uint64_t version_ = 0; // of the last ring or target made (plus epoch_ on the wire)
+  // Of ring_ as pushed. A running change's target is numbered ahead of it, and a view must
+  // never carry that number: a server takes a view's version as published, and would drop
+  // the target it had not yet received as a change already over.
+  uint64_t ring_version_ = 0;
   std::optional<ring_change> change_;
   std::set<transport::peer_id> joining_, leaving_; // asked for, in no change yet
   // Servers that asked to leave, until they are gone: their reports do not bring them back.

@@ -237,6 +237,16 @@ public:
     auto it = views_.find(name);
     return it == views_.end() ? names{"(none)"} : it->second.servers;
   }
+  std::optional<pr::ems_ring_view> last_view_of(const std::string& name) {
+    std::lock_guard lock(mutex_);
+    auto it = views_.find(name);
+    if (it == views_.end()) return std::nullopt;
+    return it->second;
+  }
+  void forget_view(const std::string& name) {
+    std::lock_guard lock(mutex_);
+    views_.erase(name);
+  }
   std::optional<pr::ems_ring_target> target_of(const std::string& name) {
     std::lock_guard lock(mutex_);
     auto it = targets_.find(name);
@@ -389,6 +399,13 @@ TEST(mp_controller_handover, a_server_that_lost_the_target_gets_it_again_until_i
   pool.send("mp_server-1", pr::ems_handover_done{join.version, 4, 0});
   pool.forget_target("mp_server-2");
   pool.forget_target("mp_server-0");
+  // Restarted, it asks for the ring: the view it gets is the published ring's, numbered below
+  // the change (a server takes a view's version as published and would drop the resent target).
+  pool.forget_view("mp_server-2");
+  pool.send("mp_server-2", pr::ems_ring_request{0});
+  ASSERT_TRUE(eventually([&] { return pool.last_view_of("mp_server-2").has_value(); }, 5s));
+  EXPECT_LT(pool.last_view_of("mp_server-2")->version, join.version);
+  EXPECT_EQ(pool.last_view_of("mp_server-2")->servers, (names{"mp_server-0", "mp_server-1"}));
   ASSERT_TRUE(eventually([&] { return pool.target_of("mp_server-2").has_value(); }, 5s))
       << "the change's target goes again to the server it still waits for";
   EXPECT_EQ(pool.target_of("mp_server-2")->version, join.version);

@@ -7,8 +7,10 @@
 #include "../../support/eventually.hpp"
 #include "inproc_pool.hpp"
 
+#include <algorithm>
 #include <gtest/gtest.h>
 #include <iostream>
+#include <map>
 
 using namespace supernode;
 using namespace std::chrono_literals;
@@ -96,6 +98,53 @@ TEST_P(ems_replicas, a_killed_servers_blocks_are_read_from_the_second_owner_only
 
 INSTANTIATE_TEST_SUITE_P(replicas, ems_replicas, ::testing::Values(1, 2),
                          [](const auto& info) { return "replicas_" + std::to_string(info.param); });
+
+// A hand-over under replicas = 2: a server that joins receives the copies it now owns, first
+// or second, so that losing its co-owner afterwards costs no read. A fresh session reads each
+// key at the new ring's owners only, so a stale copy on a server that no longer owns the key
+// cannot hide a copy the hand-over failed to deliver.
+TEST(ems_replicas, with_two_a_joining_server_gets_the_copies_it_owns_before_the_ring_moves) {
+  inproc_pool pool("ems-replicas-join", 4, "replicas = 2\n", /*started=*/3);
+  auto& client = pool.client();
+  const std::vector<std::string> three{"mp_server-0", "mp_server-1", "mp_server-2"};
+  ASSERT_TRUE(client.wait_for_ring([&](const auto& s) { return s == three; }, 10s));
+  ASSERT_TRUE(eventually(
+      [&] { return pool.controller().locked([](ems::mp_controller& c) { return c.settled(); }); },
+      10s));
+  const auto blocks = put_blocks(client);
+  ASSERT_TRUE(eventually([&] { return reported_blocks(pool) == block_count * 2; }))
+      << reported_blocks(pool) << " blocks reported";
+
+  pool.start_server(3);
+  ASSERT_TRUE(client.wait_for_ring([&](const auto& s) { return s == pool.server_names(); }, 20s));
+  // The co-owner that shares the most keys with the newcomer is the one to lose.
+  ems::hash_ring ring(pool.ems().vnodes);
+  for (auto& s : pool.server_names()) ring.add_server(s);
+  std::map<std::string, size_t> shared_with_new;
+  for (auto& k : blocks.keys) {
+    const auto owners = ring.owners(ns, k, 2);
+    if (std::find(owners.begin(), owners.end(), "mp_server-3") == owners.end()) continue;
+    for (auto& o : owners)
+      if (o != "mp_server-3") ++shared_with_new[o];
+  }
+  ASSERT_FALSE(shared_with_new.empty()) << "the newcomer owns no key: pick more keys";
+  const auto killed =
+      std::max_element(shared_with_new.begin(), shared_with_new.end(), [](auto& a, auto& b) {
+        return a.second < b.second;
+      })->first;
+  EXPECT_GT(pool.server(3).service().handover_counts().blocks_in, 0u);
+  pool.kill_server(killed);
+
+  auto session = pool.new_session();
+  ASSERT_TRUE(session->client().wait_for_servers(10s));
+  const auto got = session->client().get(ns, blocks.keys);
+  ASSERT_EQ(got.blocks.size(), block_count);
+  for (size_t i = 0; i < block_count; ++i) {
+    ASSERT_TRUE(got.blocks[i]) << blocks.keys[i] << " lost with " << killed << " down ("
+                               << shared_with_new[killed] << " keys shared with mp_server-3)";
+    EXPECT_EQ(*got.blocks[i], blocks.values[i]) << blocks.keys[i];
+  }
+}
 
 TEST(ems_replicas_config, replicas_outside_one_and_two_is_refused) {
   EXPECT_THROW(inproc_pool("ems-replicas-bad", 1, "replicas = 3\n"), std::exception);
