@@ -69,6 +69,15 @@ void load_w(const int8_t* p, int64_t stride) {
   if constexpr (C + 1 < CT) load_w<Tiles, C + 1, CT>(p, stride);
 }
 
+// The next k step's x rows (RT tiles of 16 rows, one line each) and weight runs (16 runs of
+// `wstride` bytes, contiguous) into L1 while this step's products run: a tile load that misses
+// L1 stalls the products behind it.
+template<int RT>
+inline void prefetch_step(const int8_t* x, int64_t ldx, const int8_t* w, int64_t wstride) {
+  for (int64_t r = 0; r < RT * tile_rows; ++r) __builtin_prefetch(x + r * ldx, 0, 3);
+  for (int64_t b = 0; b < tile_runs * wstride; b += 64) __builtin_prefetch(w + b, 0, 3);
+}
+
 // Accumulator (R, C) to y: rows m + 16R .., below `rows_end`, channels col0 + 16C .., at most
 // `ncols` - 16C of them, as (float(acc) * x_scale) * w_scale like gemm_int8_reference. Two
 // rounded multiplies per element in that order on every path, so the vector epilogue (where the
@@ -118,6 +127,9 @@ void group_tiles(const int8_operands& o, int64_t m, int64_t rows_end, const int8
   const int8_t* x = o.x + m * o.ldx;
   zero_tiles<Tiles, 0, RT * 2>();
   for (int64_t st = 0; st < steps; ++st) {
+    if (st + 1 < steps)
+      prefetch_step<RT>(x + (st + 1) * tile_bytes, o.ldx, base + (st + 1) * tile_runs * wstride,
+                        wstride);
     load_x<Tiles, 0, RT>(x + st * tile_bytes, o.ldx);
     load_w<Tiles, 0, CT>(base + st * tile_runs * wstride, wstride);
     for_each_product<Tiles, RT, CT>();
