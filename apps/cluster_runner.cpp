@@ -143,6 +143,8 @@ int cluster_supervise(const serving_setup& setup, const fs::path& config_file,
   for (auto& p : setup.cluster.processes) {
     options.joins[p.name] = cl::join_refusal(setup.cluster, setup.serving.decode_ranks,
                                              setup.serving.prefill_ranks, p.name);
+    options.join_groups[p.name] = cl::join_group_ranks(setup.cluster, setup.serving.decode_ranks,
+                                                       setup.serving.prefill_ranks, p.name);
     const auto& role = p.roles.front();
     if (cl::switch_refusal(setup.cluster, setup.serving.decode_ranks, setup.serving.prefill_ranks,
                            p.name, role == "prefill" ? "decode" : "prefill")

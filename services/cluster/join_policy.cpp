@@ -38,14 +38,26 @@ std::string join_refusal(const transport::cluster_config& cluster, int32_t decod
   if (role != "prefill" && role != "decode" && role != "mp_server")
     return what + "its role '" + role + "' takes members only as the config lists them (joins " +
            "take prefill, decode, mp_server and expert_shard instances)";
-  const bool grouped =
-      role == "decode" ? decode_ranks != 1 : role == "prefill" && prefill_ranks != 1;
   bool shards = false;
   for (auto& i : cluster.instances()) shards |= role == "decode" && i.role == "expert_shard";
-  if (grouped || shards)
-    return what + "its " + role + " instances form expert-parallel groups, which resize only " +
-           "as the config lists them";
+  if (shards)
+    return what + "its " + role + " instances form expert-parallel groups with expert shards, " +
+           "which take attention ranks only as the config lists them";
+  if (join_group_ranks(cluster, decode_ranks, prefill_ranks, process) > 1 &&
+      cluster.plane_for_flow("dispatch").kind == "zmq")
+    return what + "its " + role + " groups' ranks meet over ZeroMQ at configured addresses, " +
+           "which a joined rank has none of (a shm dispatch plane takes joined groups)";
   return "";
+}
+
+int32_t join_group_ranks(const transport::cluster_config& cluster, int32_t decode_ranks,
+                         int32_t prefill_ranks, const std::string& process) {
+  for (auto& p : cluster.processes)
+    if (p.name == process && p.roles.size() == 1) {
+      if (p.roles.front() == "decode") return std::max(1, decode_ranks);
+      if (p.roles.front() == "prefill") return std::max(1, prefill_ranks);
+    }
+  return 1;
 }
 
 std::string kind_serving(const transport::cluster_config& cluster, const std::string& role) {
@@ -62,6 +74,8 @@ std::string switch_refusal(const transport::cluster_config& cluster, int32_t dec
     return what + "only prefill and decode instances switch roles";
   if (auto why = join_refusal(cluster, decode_ranks, prefill_ranks, process); !why.empty())
     return why;
+  if (join_group_ranks(cluster, decode_ranks, prefill_ranks, process) > 1)
+    return what + "it is a rank of an expert-parallel group, which would lose it";
   for (auto& p : cluster.processes)
     if (p.name == process && p.roles.front() != "prefill" && p.roles.front() != "decode")
       return what + "it serves '" + p.roles.front() + "', which does not switch";
@@ -69,6 +83,8 @@ std::string switch_refusal(const transport::cluster_config& cluster, int32_t dec
   if (target.empty()) return what + "no process kind of the config serves it alone";
   if (auto why = join_refusal(cluster, decode_ranks, prefill_ranks, target); !why.empty())
     return what + why;
+  if (join_group_ranks(cluster, decode_ranks, prefill_ranks, target) > 1)
+    return what + "its instances are expert-parallel groups, which one process cannot be";
   return "";
 }
 

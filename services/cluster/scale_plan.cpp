@@ -42,7 +42,8 @@ slot_view* slot_to_switch(std::vector<slot_view>& slots, const std::string& from
 } // namespace
 
 scale_plan plan_scale(const std::vector<slot_view>& given, const scale_request& request,
-                      const join_refusals& joins, const switchable_kinds& switchable) {
+                      const join_refusals& joins, const switchable_kinds& switchable,
+                      const join_group_sizes& groups) {
   scale_plan plan;
   auto refuse = [](std::string why) {
     scale_plan refused; // nothing to start or stop: a refused request changes nothing
@@ -98,6 +99,14 @@ scale_plan plan_scale(const std::vector<slot_view>& given, const scale_request& 
                       " slot(s), so its count must be 0.." + std::to_string(slot_count) + ", not " +
                       std::to_string(count) + ": more would join at run time, and " +
                       (join == joins.end() ? "this kind cannot" : join->second));
+      const auto group = groups.find(kind);
+      const size_t ranks = group == groups.end() ? 1 : static_cast<size_t>(group->second);
+      if (ranks > 1 && (static_cast<size_t>(count) - slot_count) % ranks != 0)
+        return refuse("process '" + kind + "' joins in whole expert-parallel groups of " +
+                      std::to_string(ranks) + " ranks past its " + std::to_string(slot_count) +
+                      " slot(s), so its count must be at most " + std::to_string(slot_count) +
+                      " or " + std::to_string(slot_count) + " plus a multiple of " +
+                      std::to_string(ranks) + ", not " + std::to_string(count));
     }
     size_t wanted = 0;
     for (auto* s : of_kind) {

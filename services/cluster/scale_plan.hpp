@@ -57,13 +57,18 @@ std::string process_kind_of(const std::string& slot);
 using join_refusals = std::map<std::string, std::string>;
 // Process kinds whose processes switch roles in place among each other -> the role each serves.
 using switchable_kinds = std::map<std::string, std::string>;
+// Process kind -> ranks per group its joining processes form (a kind not listed: 1). Slots past
+// the config's come in whole groups: decode with [ep] decode_ranks = 2 and count = 2 scales to
+// 4 or 6, not to 3.
+using join_group_sizes = std::map<std::string, int>;
 
 // Processes of one kind a scale may ask for: each is a process of its own.
 inline constexpr int max_processes_per_kind = 64;
 
 // The plan that takes `slots` to `request`'s counts.
 scale_plan plan_scale(const std::vector<slot_view>& slots, const scale_request& request,
-                      const join_refusals& joins = {}, const switchable_kinds& switchable = {});
+                      const join_refusals& joins = {}, const switchable_kinds& switchable = {},
+                      const join_group_sizes& groups = {});
 
 // Operation ids and their answers.
 class scale_operations {

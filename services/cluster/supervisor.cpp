@@ -409,7 +409,8 @@ struct supervisor::impl {
     }
     std::vector<slot_view> views;
     for (auto& s : slots) views.push_back({s.def.name, s.wanted, s.serves});
-    const auto plan = plan_scale(views, wanted, options.joins, options.switchable);
+    const auto plan =
+        plan_scale(views, wanted, options.joins, options.switchable, options.join_groups);
     if (!plan.error.empty()) {
       send_line(c.fd, {{"ok", false}, {"error", plan.error}});
       return;

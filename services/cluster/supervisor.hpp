@@ -86,6 +86,7 @@ struct supervisor_options {
   // Kinds whose processes can join at run time, so a scale may ask for more than the config's
   // slots (scale_plan.hpp), and the slot that starts one ("decode-2": `role decode --join ...`).
   join_refusals joins;
+  join_group_sizes join_groups; // ranks per group past the slots, for grouped kinds
   std::function<supervised_process(const std::string& slot)> make_joined_slot;
   // Kinds whose processes switch roles in place (`"switch":true`), and the role each serves: a
   // switched slot's process gets the role-switch signal, and restarts with `--as ROLE`.

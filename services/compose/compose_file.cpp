@@ -109,15 +109,22 @@ public:
     for (auto& kind : cluster_.processes)
       for (int i = 0; i < kind.count; ++i) slot_service_of(kind, i);
     for (auto& kind : cluster_.processes)
-      if (cluster::join_refusal(cluster_, options_.decode_ranks, options_.prefill_ranks, kind.name)
-              .empty())
-        joined_service_of(kind);
+      if (joins_alone(kind.name)) joined_service_of(kind);
     if (!swarm_) chaos_service();
     volumes();
     return out_.str();
   }
 
 private:
+  // Whether `docker-compose --scale` may add processes of `kind` one at a time: a kind whose
+  // joiners form expert-parallel groups joins whole groups, which only `cluster scale` counts.
+  bool joins_alone(const std::string& kind) const {
+    return cluster::join_refusal(cluster_, options_.decode_ranks, options_.prefill_ranks, kind)
+               .empty() &&
+           cluster::join_group_ranks(cluster_, options_.decode_ranks, options_.prefill_ranks,
+                                     kind) == 1;
+  }
+
   void network_of() {
     if (options_.network == "host")
       out_ << "    network_mode: host\n";

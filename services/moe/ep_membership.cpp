@@ -12,11 +12,11 @@ namespace supernode::services {
 
 namespace {
 
-std::vector<const transport::instance_config*> of_role(const transport::cluster_config& c,
-                                                       const std::string& role) {
+std::vector<const transport::instance_config*>
+of_role(const transport::cluster_config& c, const std::string& role, bool configured_only = false) {
   std::vector<const transport::instance_config*> out;
   for (auto& i : c.instances())
-    if (i.role == role) out.push_back(&i);
+    if (i.role == role && !(configured_only && i.joined)) out.push_back(&i);
   // By the number in the name, whatever the process order.
   std::sort(out.begin(), out.end(), [](auto* a, auto* b) { return a->role_index < b->role_index; });
   return out;
@@ -54,7 +54,11 @@ std::optional<ep_membership> ep_membership_of(const transport::cluster_config& c
   if (role != "decode" && role != "prefill") return std::nullopt;
   const bool decode = role == "decode";
   const int32_t size = decode ? serving.decode_ranks : serving.prefill_ranks;
-  const auto attention = of_role(cluster, role);
+  // An attention rank that joined beyond the config is one of a group of its own: the configured
+  // ranks' groups are whole, so "<role>-<n>" joins group n / size, whose members are the names
+  // next to it, joined or not yet (the formation takes those alive).
+  const bool joined_rank = instance.joined && !shard;
+  const auto attention = of_role(cluster, role, joined_rank);
   // Expert shards serve decode groups: prefill ranks host their experts themselves.
   const auto shards =
       decode ? of_role(cluster, "expert_shard") : std::vector<const transport::instance_config*>{};
@@ -62,6 +66,14 @@ std::optional<ep_membership> ep_membership_of(const transport::cluster_config& c
     throw std::runtime_error("[ep] " + role + "_ranks = " + std::to_string(size) +
                              " does not divide the " + std::to_string(attention.size()) + " " +
                              role + " instances");
+  if (joined_rank && size > 1) {
+    if (!shards.empty())
+      throw std::runtime_error(instance.name + " cannot join: the decode groups' experts are on " +
+                               "expert shards, and a joined group would have none");
+    if (cluster.plane_for_flow("dispatch").kind == "zmq")
+      throw std::runtime_error(instance.name + " cannot join: the group's ranks meet over " +
+                               "ZeroMQ at configured addresses, which a joined rank has none of");
+  }
   const size_t groups = attention.size() / static_cast<size_t>(size);
   if (!shards.empty() && (groups == 0 || shards.size() % groups != 0))
     throw std::runtime_error(std::to_string(shards.size()) +
@@ -69,24 +81,30 @@ std::optional<ep_membership> ep_membership_of(const transport::cluster_config& c
                              std::to_string(groups) + " decode group(s)");
   const size_t per_group = groups ? shards.size() / groups : 0;
   size_t group = 0;
-  if (shard) {
-    size_t s = 0;
-    while (shards[s]->name != instance.name) ++s;
-    group = s / per_group;
-  } else {
-    size_t a = 0;
-    while (attention[a]->name != instance.name) ++a;
-    group = a / static_cast<size_t>(size);
-  }
   ep_membership m;
-  for (int32_t r = 0; r < size; ++r) m.members.push_back(attention[group * size + r]->name);
+  if (joined_rank) {
+    group = static_cast<size_t>(instance.role_index / size);
+    for (int32_t r = 0; r < size; ++r)
+      m.members.push_back(role + "-" + std::to_string(static_cast<int32_t>(group) * size + r));
+  } else {
+    if (shard) {
+      size_t s = 0;
+      while (shards[s]->name != instance.name) ++s;
+      group = s / per_group;
+    } else {
+      size_t a = 0;
+      while (attention[a]->name != instance.name) ++a;
+      group = a / static_cast<size_t>(size);
+    }
+    for (int32_t r = 0; r < size; ++r) m.members.push_back(attention[group * size + r]->name);
+  }
   for (size_t s = 0; s < per_group; ++s) {
     m.options.expert_hosts.push_back(static_cast<int32_t>(m.members.size()));
     m.members.push_back(shards[group * per_group + s]->name);
   }
   if (m.members.size() == 1) return std::nullopt;
-  m.takes_joined_shards =
-      groups == 1 && !shards.empty() && cluster.plane_for_flow("dispatch").kind != "zmq";
+  m.takes_joined_shards = !joined_rank && groups == 1 && !shards.empty() &&
+                          cluster.plane_for_flow("dispatch").kind != "zmq";
   if (decode && of_role(cluster, "prefill").empty())
     throw std::runtime_error("a decode instance of " + std::to_string(m.members.size()) +
                              " ranks needs prefill instances: prefilling on one rank would stall "

@@ -4,8 +4,10 @@
 // (decode-0..3 are one decode instance of 4 ranks), prefill instances groups of prefill_ranks
 // (a prefill step of up to the token budget is one op per MoE layer), and expert_shard instances
 // are spread evenly over the decode groups as extra ranks that host the experts (the attention
-// ranks then host none). The fabric follows the dispatch flow's plane: shared memory for shm and
-// inproc planes, ZeroMQ for zmq planes.
+// ranks then host none). Ranks that join beyond the config (`role decode --join`) form groups of
+// their own by the number in their names: with decode_ranks = 2 and decode-0..1 configured,
+// decode-2 and decode-3 are the second group. The fabric follows the dispatch flow's plane:
+// shared memory for shm and inproc planes, ZeroMQ for zmq planes (configured ranks only).
 
 #include "services/moe/expert_parallel.hpp"
 #include "services/serving/serving_config.hpp"

@@ -1,6 +1,7 @@
 // `supernode cluster scale` on a live pdc-2p2d under load: decode 2 → 1 while requests stream
 // through decode-1 (it drains: its roles leave and the requests it held resume on decode-0),
-// then back to 2, and prefill 2 → 1 → 2; every request answers with the reference engine's
+// then back to 2, and prefill 2 → 1 → 2; decode groups of lep-ep4 resize, and a new group joins
+// past the config and leaves; every request answers with the reference engine's
 // tokens, the status says what is serving, and a request after the changes is served.
 
 #include "cluster_cli.hpp"
@@ -11,6 +12,7 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 
 using namespace supernode::testing;
@@ -363,5 +365,64 @@ TEST(serving_scale, the_admin_api_needs_its_token_and_answers_repeats_and_confli
   const auto back = post({{"counts", {{"prefill", 2}}}, {"operation_id", "grow-1"}});
   ASSERT_EQ(back.status, 200u) << back.body;
   EXPECT_EQ(phases(cluster)["prefill-1"], "serving");
+  expect_serves_the_reference(cluster);
+}
+
+// The logs of `slots`, as one text (a joined slot's process may hold another joined name than
+// its slot's, so a test looks through the slots of a group together).
+std::string logs_of(const serving_cluster& cluster, const std::vector<std::string>& slots) {
+  std::stringstream text;
+  for (auto& slot : slots)
+    text << std::ifstream(cluster.run_dir() / "logs" / (slot + ".log")).rdbuf();
+  return text.str();
+}
+
+TEST(serving_scale, a_new_decode_group_joins_past_the_config_serves_and_leaves_under_load) {
+  // lep-ep4 with groups of 2 ranks: decode-0..1 are the config's one group.
+  serving_cluster cluster("lep-ep4.toml", tiny_model_dir(),
+                          {{"process.decode", "count", "2"}, {"ep", "decode_ranks", "2"}});
+  ASSERT_TRUE(cluster.up());
+  const auto partial = scale(cluster, {"decode=3"});
+  EXPECT_EQ(partial["ok"], false);
+  EXPECT_NE(partial.value("error", "").find("whole expert-parallel groups of 2"), std::string::npos)
+      << partial.dump();
+  // 2 -> 4 under load: decode-2 and decode-3 join as a second group of 2 ranks, formed over
+  // shared memory by their names, and take sequences.
+  json up;
+  expect_no_request_lost(
+      cluster, workload(8, 40, 120),
+      [](const std::string& m) { return running_on(m, "decode-0") >= 1; },
+      [&] { up = scale(cluster, {"decode=4"}); }, /*expect_resumed=*/false);
+  ASSERT_EQ(up["ok"], true) << up.dump();
+  EXPECT_EQ(up["started"], json::array({"decode-2", "decode-3"}));
+  for (auto* rank : {"decode-2", "decode-3"}) wait_until_scheduled(cluster, rank);
+  // Each forms over itself when it is up and grows when it sees its partner: both ranks say so.
+  std::string joined;
+  const bool formed = eventually(
+      [&] {
+        joined = logs_of(cluster, {"decode-2", "decode-3"});
+        static const std::regex both("decode-ep1 (re-)?formed over 2 of 2 ranks");
+        return std::distance(std::sregex_iterator(joined.begin(), joined.end(), both),
+                             std::sregex_iterator()) == 2;
+      },
+      std::chrono::seconds(20), std::chrono::milliseconds(20));
+  EXPECT_TRUE(formed) << "the joined group never formed over both its ranks:\n" << joined;
+  expect_no_request_lost(
+      cluster, workload(8, 40, 60),
+      [](const std::string& m) {
+        return running_on(m, "decode-2") + running_on(m, "decode-3") >= 1;
+      },
+      [] {}, /*expect_resumed=*/false);
+  // 4 -> 2: the joined group drains, its sequences move with their KV to the config's group.
+  json down;
+  expect_no_request_lost(
+      cluster, workload(8, 40, 120),
+      [](const std::string& m) {
+        return running_on(m, "decode-2") + running_on(m, "decode-3") >= 1;
+      },
+      [&] { down = scale(cluster, {"decode=2"}); });
+  ASSERT_EQ(down["ok"], true) << down.dump();
+  EXPECT_EQ(down["stopped"], json::array({"decode-2", "decode-3"}));
+  EXPECT_EQ(phases(cluster)["decode-3"], "down");
   expect_serves_the_reference(cluster);
 }

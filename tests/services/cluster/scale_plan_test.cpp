@@ -92,6 +92,30 @@ TEST(scale_plan, a_kind_that_can_join_gets_new_slots_past_its_own) {
       plan_scale(slots, {{{"decode", max_processes_per_kind + 1}}, ""}, joins).error.empty());
 }
 
+TEST(scale_plan, a_grouped_kind_joins_whole_groups_past_its_slots) {
+  // decode-0..1 are one expert-parallel group of 2 ranks; past them decode joins 2 at a time.
+  const std::vector<slot_view> slots{{"decode-0", true, ""}, {"decode-1", true, ""}};
+  const join_refusals joins{{"decode", ""}};
+  const join_group_sizes groups{{"decode", 2}};
+  auto plan = plan_scale(slots, {{{"decode", 4}}, ""}, joins, {}, groups);
+  ASSERT_TRUE(plan.error.empty()) << plan.error;
+  EXPECT_EQ(plan.add, (names{"decode-2", "decode-3"}));
+  plan = plan_scale(slots, {{{"decode", 3}}, ""}, joins, {}, groups);
+  EXPECT_NE(plan.error.find("whole expert-parallel groups of 2 ranks"), std::string::npos)
+      << plan.error;
+  EXPECT_TRUE(plan.start.empty() && plan.add.empty()) << "a refused request changes nothing";
+  // Within the slots a group resizes rank by rank (it re-forms over the ranks that stay).
+  const std::vector<slot_view> grown{{"decode-0", true, ""},
+                                     {"decode-1", true, ""},
+                                     {"decode-2", true, ""},
+                                     {"decode-3", true, ""}};
+  plan = plan_scale(grown, {{{"decode", 3}}, ""}, joins, {}, groups);
+  ASSERT_TRUE(plan.error.empty()) << plan.error;
+  EXPECT_EQ(plan.stop, (names{"decode-3"}));
+  EXPECT_TRUE(plan_scale(grown, {{{"decode", 6}}, ""}, joins, {}, groups).error.empty());
+  EXPECT_FALSE(plan_scale(grown, {{{"decode", 5}}, ""}, joins, {}, groups).error.empty());
+}
+
 TEST(scale_plan, switching_roles_turns_running_processes_of_one_kind_into_the_other) {
   const auto slots = three_decode_two_prefill(); // decode-0, decode-1 and prefill-0, prefill-1 run
   const join_refusals joins{{"decode", ""}, {"prefill", ""}};
