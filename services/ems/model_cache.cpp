@@ -208,11 +208,25 @@ std::string model_cache::fetch_into_pool(model_manifest& manifest, const std::st
     if (items.empty()) return;
     for (const auto& item : items) sent.push_back(item.key);
     try {
-      const auto outcomes = pool_.put(options_.ns, items);
-      for (size_t i = 0; i < items.size() && failure.empty(); ++i)
-        if (i >= outcomes.size() || !outcomes[i].stored)
-          failure = "put of " + items[i].key +
+      // A put a later attempt may store (a server that timed out under load) is made again,
+      // once: giving the fetch up would make the next claimant read the whole model again.
+      std::vector<pool_put> pending = items;
+      for (int attempt = 1; !pending.empty() && failure.empty(); ++attempt) {
+        const auto outcomes = pool_.put(options_.ns, pending);
+        std::vector<pool_put> again;
+        for (size_t i = 0; i < pending.size() && failure.empty(); ++i) {
+          if (i < outcomes.size() && outcomes[i].stored) continue;
+          if (attempt < max_put_attempts && i < outcomes.size() &&
+              outcomes[i].error.retry_elsewhere()) {
+            again.push_back(pending[i]);
+            continue;
+          }
+          failure = "put of " + pending[i].key +
                     " failed: " + (i < outcomes.size() ? outcomes[i].error.str() : "no outcome");
+        }
+        if (!again.empty()) put_retries_.fetch_add(again.size(), std::memory_order_relaxed);
+        pending = std::move(again);
+      }
     } catch (const std::exception& e) {
       failure = std::string("put failed: ") + e.what();
     }
@@ -386,6 +400,7 @@ model_cache_stats model_cache::stats() const {
   s.fallback_blocks = fallback_blocks_.load(std::memory_order_relaxed);
   s.pool_failures = pool_failures_.load(std::memory_order_relaxed);
   s.fetches = fetches_.load(std::memory_order_relaxed);
+  s.put_retries = put_retries_.load(std::memory_order_relaxed);
   s.loads = loads_.load(std::memory_order_relaxed);
   s.seconds = static_cast<double>(ns_.load(std::memory_order_relaxed)) / 1e9;
   return s;

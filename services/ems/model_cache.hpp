@@ -35,6 +35,7 @@ struct model_cache_stats {
   uint64_t fallback_blocks = 0;         // missing or bad in the pool, read from object storage
   uint64_t pool_failures = 0;           // loads that gave up on the pool (unreachable, throws)
   uint64_t fetches = 0;                 // models this cache read and put into the pool
+  uint64_t put_retries = 0;             // block puts of a fetch made a second time
   uint64_t loads = 0;
   double seconds = 0; // spent in load and load_from_object_store
 };
@@ -76,6 +77,9 @@ public:
   model_cache_stats stats() const;
   const model_cache_options& options() const { return options_; }
 
+  // Tries per block put of a fetch whose failure says a later attempt may succeed.
+  static constexpr int max_put_attempts = 2;
+
 private:
   prefetch_result prefetch_planned(model_manifest plan, const std::string& folder);
   // Reads every block, puts it in batches and registers the model; returns why a put failed
@@ -96,6 +100,7 @@ private:
   std::atomic<uint64_t> fallback_blocks_{0};
   std::atomic<uint64_t> pool_failures_{0};
   std::atomic<uint64_t> fetches_{0};
+  std::atomic<uint64_t> put_retries_{0};
   std::atomic<uint64_t> loads_{0};
   std::atomic<uint64_t> ns_{0};
 };

@@ -50,6 +50,15 @@ public:
             {false, {protocol::ems_errc::server_unreachable, "fake pool rejects " + item.key}});
         continue;
       }
+      if (timeouts_ > 0 || quota_refusals_ > 0) { // one transient failure, or a final one
+        const bool timeout = timeouts_ > 0;
+        --(timeout ? timeouts_ : quota_refusals_);
+        out.push_back({false, timeout ? protocol::error{protocol::ems_errc::server_unreachable,
+                                                        "fake pool timed out on " + item.key}
+                                      : protocol::error{protocol::ems_errc::quota_exceeded,
+                                                        "fake pool is full for " + item.key}});
+        continue;
+      }
       if (put_budget_ > 0) --put_budget_;
       blocks_[ns][item.key].assign(item.data.begin(), item.data.end());
       out.push_back({true, {}});
@@ -135,6 +144,16 @@ public:
     std::lock_guard lock(mutex_);
     put_budget_ = items;
   }
+  // The next `items` block puts time out (a later attempt stores them) or are refused for the
+  // quota (no attempt will).
+  void time_out_puts(int items) {
+    std::lock_guard lock(mutex_);
+    timeouts_ = items;
+  }
+  void refuse_puts_for_quota(int items) {
+    std::lock_guard lock(mutex_);
+    quota_refusals_ = items;
+  }
   bool corrupt(const std::string& ns, const std::string& key) {
     std::lock_guard lock(mutex_);
     const auto it = blocks_[ns].find(key);
@@ -185,6 +204,7 @@ private:
   std::map<std::string, model_entry> models_;
   bool unreachable_ = false;
   int64_t put_budget_ = -1;
+  int timeouts_ = 0, quota_refusals_ = 0;
   uint64_t bytes_served_ = 0;
   int put_calls_ = 0;
 };
@@ -834,6 +854,32 @@ TEST(model_cache, a_fetch_whose_puts_fail_passes_the_claim_on) {
   EXPECT_EQ(pool.fetch_grants(key), 2);
   EXPECT_TRUE(second.check("tiny", r.manifest.version));
   EXPECT_FALSE(second.prefetch("tiny", "tiny").fetched);
+}
+
+TEST(model_cache, a_put_that_timed_out_is_made_again_and_a_refused_one_is_not) {
+  temp_dir tmp;
+  const auto src = make_model(tmp.path() / "bucket", "tiny");
+  object_store store(tmp.path() / "bucket", 0);
+  fake_pool pool;
+  pool.time_out_puts(3); // a server slow under load: three blocks of the first batch
+  model_cache fetcher(pool, store, test_options());
+  const auto r = fetcher.prefetch("tiny", "tiny");
+  EXPECT_TRUE(r.fetched);
+  EXPECT_EQ(r.failure, "") << "the fetch gave up on puts a second attempt stores";
+  EXPECT_EQ(fetcher.stats().put_retries, 3u);
+  model_cache reader(pool, store, test_options());
+  expect_same_folder(reader.load("tiny", "tiny", tmp.path() / "a"), src);
+  EXPECT_EQ(reader.stats().bytes_from_object_store, 0u) << "every block was in the pool";
+
+  // A full pool is no better on a second try: the fetch fails at once and passes the claim on.
+  make_model(tmp.path() / "bucket2", "tiny");
+  object_store store2(tmp.path() / "bucket2", 0);
+  fake_pool full;
+  full.refuse_puts_for_quota(1);
+  model_cache refused(full, store2, test_options());
+  const auto f = refused.prefetch("tiny", "tiny");
+  EXPECT_NE(f.failure.find("pool_quota_exceeded"), std::string::npos) << f.failure;
+  EXPECT_EQ(refused.stats().put_retries, 0u);
 }
 
 TEST(model_cache, a_changed_model_gets_new_keys) {
