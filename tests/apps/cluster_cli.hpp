@@ -32,6 +32,14 @@ inline nlohmann::json scale(const serving_cluster& cluster,
   return cluster_cli(cluster, "scale", counts);
 }
 
+// A scale the supervisor refuses, with `why` in its error, changing nothing.
+inline void expect_scale_refused(const serving_cluster& cluster,
+                                 const std::vector<std::string>& counts, const std::string& why) {
+  const auto refused = scale(cluster, counts);
+  EXPECT_EQ(refused["ok"], false) << refused.dump();
+  EXPECT_NE(refused.value("error", "").find(why), std::string::npos) << refused.dump();
+}
+
 // Slot -> phase, from `cluster status --json`.
 inline std::map<std::string, std::string> phases(const serving_cluster& cluster) {
   const auto status = cluster_cli(cluster, "status", {});

@@ -32,6 +32,28 @@ void wait_until_scheduled(const serving_cluster& cluster, const std::string& ins
   ASSERT_TRUE(placed) << instance << " never became placeable:\n" << text;
 }
 
+// `cluster scale COUNTS` once `busy` holds of the metrics, while `prompts` run; every request
+// answers with the reference's tokens, and the scale answers ok (returned).
+template<class Busy>
+json scale_under_load(serving_cluster& cluster, const std::vector<served_prompt>& prompts,
+                      Busy busy, const std::vector<std::string>& counts,
+                      bool expect_resumed = true) {
+  json answer;
+  expect_no_request_lost(
+      cluster, prompts, busy, [&] { answer = scale(cluster, counts); }, expect_resumed);
+  EXPECT_EQ(answer["ok"], true) << answer.dump();
+  return answer;
+}
+
+// A `busy` condition: at least `n` sequences run on `instances` together.
+auto running_on_all(std::vector<std::string> instances, double n) {
+  return [instances = std::move(instances), n](const std::string& m) {
+    double running = 0;
+    for (auto& i : instances) running += running_on(m, i);
+    return running >= n;
+  };
+}
+
 } // namespace
 
 TEST(serving_scale, decode_and_prefill_scale_down_and_up_under_load_losing_no_request) {
@@ -85,10 +107,7 @@ TEST(serving_scale, decode_beyond_the_config_joins_over_ephemeral_tcp_ports_serv
   log << std::ifstream(cluster.run_dir() / "logs" / "decode-2.log").rdbuf();
   EXPECT_NE(log.str().find("ready decode-2"), std::string::npos) << log.str();
   // A kind whose processes cannot join is held to its slots, and says why.
-  const auto refused = scale(cluster, {"gateway=2"});
-  EXPECT_EQ(refused["ok"], false);
-  EXPECT_NE(refused.value("error", "").find("more than one role"), std::string::npos)
-      << refused.dump();
+  expect_scale_refused(cluster, {"gateway=2"}, "more than one role");
 
   // It takes requests, and draining it (decode=2) loses none of them.
   json down;
@@ -249,26 +268,15 @@ TEST(serving_scale, an_expert_parallel_decode_group_goes_from_4_ranks_to_2_and_b
   ASSERT_TRUE(cluster.up());
   // 4 -> 2: decode-2 and decode-3 drain (their sequences move with their KV to the ranks that
   // stay) and leave; the group re-forms over decode-0 and decode-1 at a step boundary.
-  json down;
-  expect_no_request_lost(
-      cluster, workload(8, 40, 120),
-      [](const std::string& m) {
-        return running_on(m, "decode-2") + running_on(m, "decode-3") >= 2;
-      },
-      [&] { down = scale(cluster, {"decode=2"}); });
-  ASSERT_EQ(down["ok"], true) << down.dump();
+  const auto down = scale_under_load(cluster, workload(8, 40, 120),
+                                     running_on_all({"decode-2", "decode-3"}, 2), {"decode=2"});
   EXPECT_EQ(down["stopped"], json::array({"decode-2", "decode-3"}));
   // 2 -> 4 under load: the new ranks join the group and take sequences again.
-  json up;
-  expect_no_request_lost(
-      cluster, workload(8, 40, 120),
-      [](const std::string& m) { return running_on(m, "decode-0") >= 1; },
-      [&] { up = scale(cluster, {"decode=4"}); }, /*expect_resumed=*/false);
-  ASSERT_EQ(up["ok"], true) << up.dump();
+  scale_under_load(cluster, workload(8, 40, 120), running_on_all({"decode-0"}, 1), {"decode=4"},
+                   /*expect_resumed=*/false);
   for (auto* rank : {"decode-2", "decode-3"}) wait_until_scheduled(cluster, rank);
   expect_no_request_lost(
-      cluster, workload(8, 40, 60),
-      [](const std::string& m) { return running_on(m, "decode-3") >= 1; }, [] {},
+      cluster, workload(8, 40, 60), running_on_all({"decode-3"}, 1), [] {},
       /*expect_resumed=*/false);
   expect_serves_the_reference(cluster);
 }
@@ -277,25 +285,19 @@ TEST(serving_scale, a_whole_decode_group_of_lep_goes_and_comes_back_under_load) 
   // Two decode instances of 4 ranks each (decode-0..3 and decode-4..7).
   serving_cluster cluster("lep-ep4.toml", tiny_model_dir(), {{"process.decode", "count", "8"}});
   ASSERT_TRUE(cluster.up());
+  // Up means every process is ready; the scheduler places on the second group once it has
+  // heard it formed (on a loaded machine, after the first requests would have been placed).
+  for (auto* rank : {"decode-4", "decode-7"}) wait_until_scheduled(cluster, rank);
   // 8 -> 4: the second group's four ranks drain; its sequences move with their KV to the first.
-  json down;
-  expect_no_request_lost(
-      cluster, workload(8, 40, 120),
-      [](const std::string& m) { return running_on(m, "decode-4") >= 1; },
-      [&] { down = scale(cluster, {"decode=4"}); });
-  ASSERT_EQ(down["ok"], true) << down.dump();
+  const auto down = scale_under_load(cluster, workload(8, 40, 120), running_on_all({"decode-4"}, 1),
+                                     {"decode=4"});
   EXPECT_EQ(down["stopped"], json::array({"decode-4", "decode-5", "decode-6", "decode-7"}));
   // 4 -> 8: the group forms again from its config slots and takes sequences.
-  json up;
-  expect_no_request_lost(
-      cluster, workload(8, 40, 120),
-      [](const std::string& m) { return running_on(m, "decode-0") >= 1; },
-      [&] { up = scale(cluster, {"decode=8"}); }, /*expect_resumed=*/false);
-  ASSERT_EQ(up["ok"], true) << up.dump();
+  scale_under_load(cluster, workload(8, 40, 120), running_on_all({"decode-0"}, 1), {"decode=8"},
+                   /*expect_resumed=*/false);
   wait_until_scheduled(cluster, "decode-4");
   expect_no_request_lost(
-      cluster, workload(8, 40, 60),
-      [](const std::string& m) { return running_on(m, "decode-4") >= 1; }, [] {},
+      cluster, workload(8, 40, 60), running_on_all({"decode-4"}, 1), [] {},
       /*expect_resumed=*/false);
   expect_serves_the_reference(cluster);
 }
@@ -382,18 +384,11 @@ TEST(serving_scale, a_new_decode_group_joins_past_the_config_serves_and_leaves_u
   serving_cluster cluster("lep-ep4.toml", tiny_model_dir(),
                           {{"process.decode", "count", "2"}, {"ep", "decode_ranks", "2"}});
   ASSERT_TRUE(cluster.up());
-  const auto partial = scale(cluster, {"decode=3"});
-  EXPECT_EQ(partial["ok"], false);
-  EXPECT_NE(partial.value("error", "").find("whole expert-parallel groups of 2"), std::string::npos)
-      << partial.dump();
+  expect_scale_refused(cluster, {"decode=3"}, "whole expert-parallel groups of 2");
   // 2 -> 4 under load: decode-2 and decode-3 join as a second group of 2 ranks, formed over
   // shared memory by their names, and take sequences.
-  json up;
-  expect_no_request_lost(
-      cluster, workload(8, 40, 120),
-      [](const std::string& m) { return running_on(m, "decode-0") >= 1; },
-      [&] { up = scale(cluster, {"decode=4"}); }, /*expect_resumed=*/false);
-  ASSERT_EQ(up["ok"], true) << up.dump();
+  const auto up = scale_under_load(cluster, workload(8, 40, 120), running_on_all({"decode-0"}, 1),
+                                   {"decode=4"}, /*expect_resumed=*/false);
   EXPECT_EQ(up["started"], json::array({"decode-2", "decode-3"}));
   for (auto* rank : {"decode-2", "decode-3"}) wait_until_scheduled(cluster, rank);
   // Each forms over itself when it is up and grows when it sees its partner: both ranks say so.
@@ -408,20 +403,11 @@ TEST(serving_scale, a_new_decode_group_joins_past_the_config_serves_and_leaves_u
       std::chrono::seconds(20), std::chrono::milliseconds(20));
   EXPECT_TRUE(formed) << "the joined group never formed over both its ranks:\n" << joined;
   expect_no_request_lost(
-      cluster, workload(8, 40, 60),
-      [](const std::string& m) {
-        return running_on(m, "decode-2") + running_on(m, "decode-3") >= 1;
-      },
-      [] {}, /*expect_resumed=*/false);
+      cluster, workload(8, 40, 60), running_on_all({"decode-2", "decode-3"}, 1), [] {},
+      /*expect_resumed=*/false);
   // 4 -> 2: the joined group drains, its sequences move with their KV to the config's group.
-  json down;
-  expect_no_request_lost(
-      cluster, workload(8, 40, 120),
-      [](const std::string& m) {
-        return running_on(m, "decode-2") + running_on(m, "decode-3") >= 1;
-      },
-      [&] { down = scale(cluster, {"decode=2"}); });
-  ASSERT_EQ(down["ok"], true) << down.dump();
+  const auto down = scale_under_load(cluster, workload(8, 40, 120),
+                                     running_on_all({"decode-2", "decode-3"}, 1), {"decode=2"});
   EXPECT_EQ(down["stopped"], json::array({"decode-2", "decode-3"}));
   EXPECT_EQ(phases(cluster)["decode-3"], "down");
   expect_serves_the_reference(cluster);

@@ -50,13 +50,9 @@ public:
             {false, {protocol::ems_errc::server_unreachable, "fake pool rejects " + item.key}});
         continue;
       }
-      if (timeouts_ > 0 || quota_refusals_ > 0) { // one transient failure, or a final one
-        const bool timeout = timeouts_ > 0;
-        --(timeout ? timeouts_ : quota_refusals_);
-        out.push_back({false, timeout ? protocol::error{protocol::ems_errc::server_unreachable,
-                                                        "fake pool timed out on " + item.key}
-                                      : protocol::error{protocol::ems_errc::quota_exceeded,
-                                                        "fake pool is full for " + item.key}});
+      if (failing_puts_ > 0) {
+        --failing_puts_;
+        out.push_back({false, {put_failure_, "fake pool fails the put of " + item.key}});
         continue;
       }
       if (put_budget_ > 0) --put_budget_;
@@ -144,15 +140,12 @@ public:
     std::lock_guard lock(mutex_);
     put_budget_ = items;
   }
-  // The next `items` block puts time out (a later attempt stores them) or are refused for the
-  // quota (no attempt will).
-  void time_out_puts(int items) {
+  // The next `items` block puts fail with `why` (server_unreachable: a timeout that a later
+  // attempt gets past; quota_exceeded: a refusal no attempt does).
+  void fail_next_puts(int items, protocol::ems_errc why) {
     std::lock_guard lock(mutex_);
-    timeouts_ = items;
-  }
-  void refuse_puts_for_quota(int items) {
-    std::lock_guard lock(mutex_);
-    quota_refusals_ = items;
+    failing_puts_ = items;
+    put_failure_ = why;
   }
   bool corrupt(const std::string& ns, const std::string& key) {
     std::lock_guard lock(mutex_);
@@ -204,7 +197,8 @@ private:
   std::map<std::string, model_entry> models_;
   bool unreachable_ = false;
   int64_t put_budget_ = -1;
-  int timeouts_ = 0, quota_refusals_ = 0;
+  int failing_puts_ = 0;
+  protocol::ems_errc put_failure_ = protocol::ems_errc::server_unreachable;
   uint64_t bytes_served_ = 0;
   int put_calls_ = 0;
 };
@@ -861,7 +855,8 @@ TEST(model_cache, a_put_that_timed_out_is_made_again_and_a_refused_one_is_not) {
   const auto src = make_model(tmp.path() / "bucket", "tiny");
   object_store store(tmp.path() / "bucket", 0);
   fake_pool pool;
-  pool.time_out_puts(3); // a server slow under load: three blocks of the first batch
+  // A server slow under load: three blocks of the first batch time out.
+  pool.fail_next_puts(3, protocol::ems_errc::server_unreachable);
   model_cache fetcher(pool, store, test_options());
   const auto r = fetcher.prefetch("tiny", "tiny");
   EXPECT_TRUE(r.fetched);
@@ -875,7 +870,7 @@ TEST(model_cache, a_put_that_timed_out_is_made_again_and_a_refused_one_is_not) {
   make_model(tmp.path() / "bucket2", "tiny");
   object_store store2(tmp.path() / "bucket2", 0);
   fake_pool full;
-  full.refuse_puts_for_quota(1);
+  full.fail_next_puts(1, protocol::ems_errc::quota_exceeded);
   model_cache refused(full, store2, test_options());
   const auto f = refused.prefetch("tiny", "tiny");
   EXPECT_NE(f.failure.find("pool_quota_exceeded"), std::string::npos) << f.failure;
