@@ -119,6 +119,15 @@ std::vector<membership_event> membership::tick(steady_time now) {
       if (m.state == member_state::alive) m.last_heard = std::max(m.last_heard, now);
     return events;
   }
+  if (previous && now - *previous > 2 * options_.heartbeat_interval) {
+    // A late tick, though within the bound: this process (or its machine) stalled for part of
+    // the bound, and heartbeats it would have read meanwhile may still be queued. The stall is
+    // credited to every peer, so only silence this process was awake to see counts; on a loaded
+    // two-core machine every process of a cluster stalled for 1.5 s at once.
+    const auto stalled = now - *previous - options_.heartbeat_interval;
+    for (auto& [id, m] : members_)
+      if (m.state == member_state::alive) m.last_heard = std::min(now, m.last_heard + stalled);
+  }
   for (auto& [id, m] : members_)
     if (m.state == member_state::alive && now - m.last_heard > limit) {
       m.state = member_state::down;

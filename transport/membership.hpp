@@ -73,7 +73,8 @@ public:
   // Declares down the members silent for longer than the liveness bound. A tick later than one
   // bound after the previous one means this process was not running (SIGSTOPped, stalled): the
   // silence it sees is its own, so every member gets a fresh bound instead (the heartbeats
-  // queued meanwhile arrive next) and last_pause() says how long the pause was.
+  // queued meanwhile arrive next) and last_pause() says how long the pause was. A tick late by
+  // less than that credits its lateness to every member: silence counts only while we ran.
   std::vector<membership_event> tick(steady_time now);
   // The pause the last tick found (zero when none).
   std::chrono::nanoseconds last_pause() const { return last_pause_; }

@@ -101,6 +101,30 @@ TEST(membership, a_process_woken_from_a_pause_declares_nobody_down_for_its_own_s
   EXPECT_TRUE(m.is_fenced("peer"));
 }
 
+TEST(membership, a_late_tick_within_the_bound_counts_only_the_silence_seen_awake) {
+  membership m({100ms, 5}); // a 500 ms bound
+  m.on_join(join("peer", 7), t0);
+  EXPECT_TRUE(m.on_heartbeat({"peer", 7, 1}, t0).empty());
+  EXPECT_TRUE(m.tick(t0 + 100ms).empty());
+  // This process stalls for 400 ms (its tick comes 400 ms late): not a pause past the bound.
+  EXPECT_TRUE(m.tick(t0 + 600ms).empty());
+  EXPECT_EQ(m.last_pause(), 0ns);
+  // The stall counts as one interval of silence: 200 ms counted at 600 ms, 500 ms at 900 ms
+  // (not yet past the bound), 600 ms at 1000 ms, so the peer goes down then and not before.
+  EXPECT_TRUE(m.tick(t0 + 700ms).empty());
+  EXPECT_TRUE(m.tick(t0 + 800ms).empty());
+  EXPECT_TRUE(m.tick(t0 + 900ms).empty());
+  const auto ev = m.tick(t0 + 1000ms);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].what, membership_event::kind::down);
+  // Ticks on time credit nothing: a silent peer is down one bound after it was last heard.
+  membership on_time({100ms, 5});
+  on_time.on_join(join("peer", 7), t0);
+  EXPECT_TRUE(on_time.on_heartbeat({"peer", 7, 1}, t0).empty());
+  for (auto t = t0 + 100ms; t <= t0 + 500ms; t += 100ms) EXPECT_TRUE(on_time.tick(t).empty());
+  EXPECT_EQ(on_time.tick(t0 + 600ms).size(), 1u);
+}
+
 TEST(membership, any_message_is_a_sign_of_life_but_not_for_a_member_that_left) {
   membership m({100ms, 5});
   m.on_join(join("late", 0), t0); // from the config: not yet heard from, so never fenced
