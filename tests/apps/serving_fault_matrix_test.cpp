@@ -97,7 +97,7 @@ TEST_P(serving_fault_matrix, the_fault_loses_no_request_and_the_process_comes_ba
       },
       std::chrono::seconds(90)))
       << "no new incarnation of " << c.process << "; logs:\n"
-      << read_logs(cluster.run_dir());
+      << log_digest(cluster.run_dir());
   const auto [health, ok] = poll_metrics(cluster.port(), [&](const std::string&) {
     return http_call(cluster.port(), "GET", "/health").status == 200;
   });

@@ -3,6 +3,7 @@
 // reading the answers (token ids through the vLLM-style `return_token_ids`, /metrics values).
 
 #include "../model/tiny_model.hpp"
+#include "../support/eventually.hpp"
 #include "../support/http_client.hpp"
 #include "../support/serving_cluster.hpp"
 #include "model/engine.hpp"
@@ -15,9 +16,11 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <string>
 #include <thread>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 namespace supernode::testing {
 
@@ -109,7 +112,7 @@ std::pair<std::string, bool> poll_metrics(int port, Done done,
   }
 }
 
-// Every process log of a multi-process cluster, for failure messages.
+// Every process log of a multi-process cluster, to search.
 inline std::string read_logs(const std::filesystem::path& run_dir) {
   std::string all;
   for (auto& f : std::filesystem::directory_iterator(run_dir / "logs")) {
@@ -118,6 +121,54 @@ inline std::string read_logs(const std::filesystem::path& run_dir) {
     all.append(std::istreambuf_iterator<char>(in), {});
   }
   return all;
+}
+
+// Whether `text` shows up in the cluster's logs within `timeout`: a restart or a re-formation
+// may still be under way. The logs are read every 50 ms, not every millisecond: whole logs are
+// large, and reading them must not starve the cluster of the cores it runs on.
+inline bool logs_eventually_contain(
+    const std::filesystem::path& run_dir, const std::string& text,
+    std::chrono::milliseconds timeout = scaled(std::chrono::milliseconds(60000))) {
+  return eventually([&] { return read_logs(run_dir).find(text) != std::string::npos; }, timeout,
+                    std::chrono::milliseconds(50));
+}
+
+// What a failure message shows of the logs: per process, its last `per_process` warnings,
+// errors and group and restart events, then the supervisor's last events. Whole logs of a cluster
+// under load run to megabytes, and a CI report keeps only a part of what a failing test prints.
+inline std::string log_digest(const std::filesystem::path& run_dir, size_t per_process = 40) {
+  static const char* const notable[] = {" WARN ",  " ERROR ", "formed", "fenced",
+                                        "restart", "exited",  "ready"};
+  std::string digest;
+  for (auto& f : std::filesystem::directory_iterator(run_dir / "logs")) {
+    std::ifstream in(f.path());
+    std::vector<std::string> kept;
+    size_t dropped = 0;
+    for (std::string line; std::getline(in, line);) {
+      bool keep = false;
+      for (const char* word : notable) keep = keep || line.find(word) != std::string::npos;
+      if (!keep) continue;
+      kept.push_back(std::move(line));
+      if (kept.size() > per_process) {
+        kept.erase(kept.begin());
+        ++dropped;
+      }
+    }
+    digest += "---- " + f.path().filename().string();
+    if (dropped) digest += " (" + std::to_string(dropped) + " earlier notable lines left out)";
+    digest += "\n";
+    for (auto& line : kept) digest += line + "\n";
+  }
+  // The supervisor's events (exits, restarts, scale operations), last ones.
+  std::ifstream events(run_dir / "events.jsonl");
+  std::vector<std::string> last;
+  for (std::string line; std::getline(events, line);) {
+    last.push_back(std::move(line));
+    if (last.size() > per_process) last.erase(last.begin());
+  }
+  digest += "---- events.jsonl (last " + std::to_string(last.size()) + ")\n";
+  for (auto& line : last) digest += line + "\n";
+  return digest;
 }
 
 } // namespace supernode::testing

@@ -95,7 +95,7 @@ TEST(serving_planner, scales_decode_up_on_a_step_load_and_back_down_when_it_ends
       cluster, [](const planner_view& v) { return v.prefill == 1 && v.decode == 1; },
       std::chrono::seconds(90), metrics))
       << metrics << "\nlogs:\n"
-      << read_logs(cluster.run_dir());
+      << log_digest(cluster.run_dir());
   const double ups_before = read_planner(metrics).scaled_up_decode;
 
   // High: clients send long requests back to back until the planner has added a decode
@@ -125,7 +125,7 @@ TEST(serving_planner, scales_decode_up_on_a_step_load_and_back_down_when_it_ends
   for (auto& t : clients) t.join();
   ASSERT_TRUE(scaled_up) << "the high step added no decode instance:\n"
                          << metrics << "\nlogs:\n"
-                         << read_logs(cluster.run_dir());
+                         << log_digest(cluster.run_dir());
 
   // Low again: the added decode instance drains and goes.
   const double downs = read_planner(metrics).scaled_down_decode;
@@ -137,7 +137,7 @@ TEST(serving_planner, scales_decode_up_on_a_step_load_and_back_down_when_it_ends
   ASSERT_FALSE(replies.empty());
   for (auto& [i, reply] : replies) {
     ASSERT_EQ(reply.status, 200u) << reply.error << reply.body << "\nlogs:\n"
-                                  << read_logs(cluster.run_dir());
+                                  << log_digest(cluster.run_dir());
     EXPECT_EQ(answered_tokens(reply), reference_tokens(prompts[i])) << "prompt " << i;
   }
   every_decision_stays_within_bounds(cluster);

@@ -76,7 +76,7 @@ TEST(serving_recovery, a_decode_process_hung_past_the_liveness_bound_loses_no_re
   ASSERT_EQ(::kill(hung, SIGCONT), 0);
   EXPECT_TRUE(eventually([&] { return ::kill(hung, 0) != 0; }))
       << "the fenced process did not stop; logs:\n"
-      << read_logs(cluster.run_dir());
+      << log_digest(cluster.run_dir());
   EXPECT_NE(read_logs(cluster.run_dir()).find("fenced by"), std::string::npos);
   expect_serves_the_reference(cluster);
 }
@@ -110,10 +110,10 @@ TEST(serving_recovery,
       },
       [&] { ASSERT_EQ(::kill(pid_of(cluster, "decode-2"), SIGKILL), 0); });
   const auto logs = read_logs(cluster.run_dir());
-  EXPECT_NE(logs.find("re-formed over 3 of 4 ranks"), std::string::npos) << logs;
-  EXPECT_TRUE(eventually([&] {
-    return read_logs(cluster.run_dir()).find("re-formed over 4 of 4 ranks") != std::string::npos;
-  })) << read_logs(cluster.run_dir());
+  EXPECT_NE(logs.find("re-formed over 3 of 4 ranks"), std::string::npos)
+      << log_digest(cluster.run_dir());
+  EXPECT_TRUE(logs_eventually_contain(cluster.run_dir(), "re-formed over 4 of 4 ranks"))
+      << log_digest(cluster.run_dir());
   const auto [health, ok] = poll_metrics(cluster.port(), [&](const std::string&) {
     return http_call(cluster.port(), "GET", "/health").status == 200;
   });
@@ -135,10 +135,9 @@ TEST(serving_recovery, an_expert_shard_killed_mid_step_loses_no_request) {
       [&] { ASSERT_EQ(::kill(pid_of(cluster, "experts-1"), SIGKILL), 0); },
       /*expect_resumed=*/false);
   EXPECT_NE(read_logs(cluster.run_dir()).find("re-formed over 5 of 6 ranks"), std::string::npos)
-      << read_logs(cluster.run_dir());
-  EXPECT_TRUE(eventually([&] {
-    return read_logs(cluster.run_dir()).find("re-formed over 6 of 6 ranks") != std::string::npos;
-  })) << read_logs(cluster.run_dir());
+      << log_digest(cluster.run_dir());
+  EXPECT_TRUE(logs_eventually_contain(cluster.run_dir(), "re-formed over 6 of 6 ranks"))
+      << log_digest(cluster.run_dir());
 }
 
 TEST(serving_recovery, a_decode_killed_while_drafting_with_mtp_loses_no_request) {

@@ -321,10 +321,9 @@ TEST(serving_scale, expert_shards_of_the_attention_moe_split_go_from_4_to_2_to_6
       [&] { up = scale(cluster, {"experts=6"}); }, /*expect_resumed=*/false);
   ASSERT_EQ(up["ok"], true) << up.dump();
   EXPECT_EQ(up["started"], json::array({"experts-2", "experts-3", "experts-4", "experts-5"}));
-  EXPECT_TRUE(eventually([&] {
-    return read_logs(cluster.run_dir()).find("over 8 ranks (2 of them joined shards)") !=
-           std::string::npos;
-  })) << "the group never took the joined shards in";
+  EXPECT_TRUE(logs_eventually_contain(cluster.run_dir(), "over 8 ranks (2 of them joined shards)"))
+      << "the group never took the joined shards in:\n"
+      << log_digest(cluster.run_dir());
   expect_serves_the_reference(cluster);
 }
 
