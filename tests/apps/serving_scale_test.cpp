@@ -76,9 +76,11 @@ TEST(serving_scale, decode_and_prefill_scale_down_and_up_under_load_losing_no_re
   auto now = phases(cluster);
   EXPECT_EQ(now["decode-1"], "serving");
   EXPECT_EQ(now["prefill-1"], "down");
-  // The cluster serves on its new shape, and again with prefill back to two.
+  // The cluster serves on its new shape, and again with prefill back to two. The restarted
+  // decode-1 must be placeable first, and the requests long enough to be seen running on it.
+  wait_until_scheduled(cluster, "decode-1");
   expect_no_request_lost(
-      cluster, workload(6, 40, 40),
+      cluster, workload(6, 40, 120),
       [](const std::string& m) { return running_on(m, "decode-1") >= 1; },
       [&] { EXPECT_EQ(scale(cluster, {"prefill=2"})["ok"], true); }, /*expect_resumed=*/false);
   EXPECT_EQ(phases(cluster)["prefill-1"], "serving");
