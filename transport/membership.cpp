@@ -111,22 +111,23 @@ std::vector<membership_event> membership::tick(steady_time now) {
   const auto limit = options_.heartbeat_interval * options_.missed_heartbeats;
   const auto previous = std::exchange(last_tick_, now);
   last_pause_ = std::chrono::nanoseconds(0);
-  if (previous && now - *previous > limit) {
-    // Woken from a pause, every peer looks silent; declaring them down (and fencing them) would
-    // let the one stale process evict the healthy ones.
-    last_pause_ = now - *previous;
+  const auto gap = previous ? now - *previous : std::chrono::nanoseconds(0);
+  if (gap > std::min(limit, 2 * options_.heartbeat_interval)) {
+    // A late tick: this process (or its machine) stalled, and heartbeats it would have read
+    // meanwhile may still be queued. Past the whole bound every peer looks silent, and declaring
+    // them down (and fencing them) would let the one stale process evict the healthy ones: each
+    // gets a fresh bound. Within it the stall is credited to every peer, so only silence this
+    // process was awake to see counts (every process of a loaded two-core machine's cluster
+    // stalled for 1.5 s at once).
+    const bool paused = gap > limit;
+    const auto credit = gap - options_.heartbeat_interval;
     for (auto& [id, m] : members_)
-      if (m.state == member_state::alive) m.last_heard = std::max(m.last_heard, now);
-    return events;
-  }
-  if (previous && now - *previous > 2 * options_.heartbeat_interval) {
-    // A late tick, though within the bound: this process (or its machine) stalled for part of
-    // the bound, and heartbeats it would have read meanwhile may still be queued. The stall is
-    // credited to every peer, so only silence this process was awake to see counts; on a loaded
-    // two-core machine every process of a cluster stalled for 1.5 s at once.
-    const auto stalled = now - *previous - options_.heartbeat_interval;
-    for (auto& [id, m] : members_)
-      if (m.state == member_state::alive) m.last_heard = std::min(now, m.last_heard + stalled);
+      if (m.state == member_state::alive)
+        m.last_heard = std::max(m.last_heard, paused ? now : std::min(now, m.last_heard + credit));
+    if (paused) {
+      last_pause_ = gap;
+      return events;
+    }
   }
   for (auto& [id, m] : members_)
     if (m.state == member_state::alive && now - m.last_heard > limit) {
