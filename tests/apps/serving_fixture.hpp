@@ -9,6 +9,7 @@
 #include "model/engine.hpp"
 #include "services/loadgen/prometheus_text.hpp"
 
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -133,41 +134,50 @@ inline bool logs_eventually_contain(
                     std::chrono::milliseconds(50));
 }
 
+// The last `n` lines of `file` that `keep` accepts, and how many earlier ones it left out.
+template<class Keep>
+std::pair<std::deque<std::string>, size_t> last_lines(const std::filesystem::path& file, size_t n,
+                                                      Keep keep) {
+  std::ifstream in(file);
+  std::deque<std::string> kept;
+  size_t dropped = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (!keep(line)) continue;
+    kept.push_back(std::move(line));
+    if (kept.size() > n) {
+      kept.pop_front();
+      ++dropped;
+    }
+  }
+  return {std::move(kept), dropped};
+}
+
 // What a failure message shows of the logs: per process, its last `per_process` warnings,
 // errors and group and restart events, then the supervisor's last events. Whole logs of a cluster
 // under load run to megabytes, and a CI report keeps only a part of what a failing test prints.
 inline std::string log_digest(const std::filesystem::path& run_dir, size_t per_process = 40) {
   static const char* const notable[] = {" WARN ",  " ERROR ", "formed", "fenced",
                                         "restart", "exited",  "ready"};
+  auto is_notable = [](const std::string& line) {
+    for (const char* word : notable)
+      if (line.find(word) != std::string::npos) return true;
+    return false;
+  };
   std::string digest;
-  for (auto& f : std::filesystem::directory_iterator(run_dir / "logs")) {
-    std::ifstream in(f.path());
-    std::vector<std::string> kept;
-    size_t dropped = 0;
-    for (std::string line; std::getline(in, line);) {
-      bool keep = false;
-      for (const char* word : notable) keep = keep || line.find(word) != std::string::npos;
-      if (!keep) continue;
-      kept.push_back(std::move(line));
-      if (kept.size() > per_process) {
-        kept.erase(kept.begin());
-        ++dropped;
-      }
-    }
-    digest += "---- " + f.path().filename().string();
-    if (dropped) digest += " (" + std::to_string(dropped) + " earlier notable lines left out)";
+  auto add = [&](const std::string& title, const std::deque<std::string>& lines, size_t dropped) {
+    digest += "---- " + title;
+    if (dropped) digest += " (" + std::to_string(dropped) + " earlier lines left out)";
     digest += "\n";
-    for (auto& line : kept) digest += line + "\n";
+    for (auto& line : lines) digest += line + "\n";
+  };
+  for (auto& f : std::filesystem::directory_iterator(run_dir / "logs")) {
+    auto [lines, dropped] = last_lines(f.path(), per_process, is_notable);
+    add(f.path().filename().string(), lines, dropped);
   }
-  // The supervisor's events (exits, restarts, scale operations), last ones.
-  std::ifstream events(run_dir / "events.jsonl");
-  std::vector<std::string> last;
-  for (std::string line; std::getline(events, line);) {
-    last.push_back(std::move(line));
-    if (last.size() > per_process) last.erase(last.begin());
-  }
-  digest += "---- events.jsonl (last " + std::to_string(last.size()) + ")\n";
-  for (auto& line : last) digest += line + "\n";
+  // The supervisor's events (exits, restarts, scale operations), every kind.
+  auto [events, dropped] =
+      last_lines(run_dir / "events.jsonl", per_process, [](const std::string&) { return true; });
+  add("events.jsonl", events, dropped);
   return digest;
 }
 
