@@ -288,7 +288,10 @@ int run_kernel_bench(int argc, char** argv) {
   // The workers fork before this process starts any thread of its own.
   onednn_baselines onednn(opt);
   kb::openblas_init(opt.threads);
-  k::thread_pool pool(opt.threads);
+  // One pool of --threads for everything timed, the per-token quantization included: a
+  // process-wide pool of the machine's size would run it on a second thread beside the GEMM.
+  k::thread_pool::configure_shared(opt.threads);
+  k::thread_pool& pool = k::thread_pool::shared();
 
   json machine;
   machine["threads"] = opt.threads;

@@ -107,7 +107,8 @@ struct plain_weights {
 
 int run_onednn_worker(const std::string& cap, int threads, bool quick) {
   onednn_int8_matmul::init(threads, cap);
-  kernels::thread_pool pool(threads);
+  kernels::thread_pool::configure_shared(threads); // our quantization runs beside oneDNN's GEMM
+  kernels::thread_pool& pool = kernels::thread_pool::shared();
   plain_weights w;
   std::string line;
   while (std::getline(std::cin, line)) {

@@ -75,8 +75,9 @@ TEST_P(gemm_int8_test, extreme_values_do_not_saturate) {
   // or the x + 128 bias and its compensation (AVX-512, where +127 becomes the u8 255). n = 37
   // gives a full panel group and a partial one; each row count reaches a different tile shape
   // (1 and 2 rows: one pass; 6: 4x2 tiles over k blocks with |w| made once on AVX2, 6-row
-  // tiles on AVX-512; 11: an 8-row and a 3-row tile on AVX-512; 16: one AMX tile).
-  const int64_t k = 16384, m = 16, n = 37;
+  // tiles on AVX-512; 11 and 12: one streaming tile of that height on AVX-512; 16: one AMX tile,
+  // two 8-row tiles over k blocks on AVX-512; 24: two 12-row tiles on AVX-512).
+  const int64_t k = 16384, m = 24, n = 37;
   const int8_t row_patterns[8][4] = {{127, 127, 127, 127},   {-127, -127, -127, -127},
                                      {127, -127, 127, -127}, {-1, -1, -1, -1},
                                      {-127, -1, 127, 1},     {0, -127, -1, 127},
@@ -92,7 +93,8 @@ TEST_P(gemm_int8_test, extreme_values_do_not_saturate) {
   auto w = int8_weight::quantize(wf.data(), n, k);
   for (int64_t c = 0; c < n; ++c)
     ASSERT_EQ(w.scale(c), 1.0f); // every weight row holds a 127, so the values stay as given
-  for (int64_t rows : {int64_t{1}, int64_t{2}, int64_t{6}, int64_t{11}, m}) {
+  for (int64_t rows :
+       {int64_t{1}, int64_t{2}, int64_t{6}, int64_t{11}, int64_t{12}, int64_t{16}, m}) {
     auto x = rows_from_values(xv, rows, k);
     std::vector<float> got(rows * n), want(rows * n);
     gemm_int8(x, w, got.data(), n);

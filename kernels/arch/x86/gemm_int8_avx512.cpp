@@ -29,12 +29,15 @@ inline int64_t min64(int64_t a, int64_t b) {
 
 // Rows per pass, and panel groups per chunk: their partial sums stay on the stack between k
 // blocks while the biased x block of those rows is reused by every group of the chunk.
-constexpr int64_t rows_per_pass = 16, chunk_groups = 16;
-constexpr int max_tile_rows = 8; // 8 x 2 ZMM accumulators, 2 weight vectors, 1 broadcast
+constexpr int64_t rows_per_pass = 24, chunk_groups = 16;
+// 12 x 2 ZMM accumulators, 2 weight vectors and 1 broadcast: 27 of the 32 registers. Each
+// weight load then feeds 12 vpdpbusd, which keeps a core with two 512-bit VNNI pipes (Zen 5)
+// compute-bound where 8 rows left it waiting on loads and partial sums.
+constexpr int max_tile_rows = 12;
 // Bytes of biased x per k block. With several row tiles the block is 256 runs of 4 k (the group's
 // 32 KB of weights for it stays in L1/L2 while both row tiles pass over it); with one row tile
 // (one pass, bandwidth-bound at small M) the block is as long as this buffer allows.
-constexpr int64_t x_block_bytes = 16384, tile_k_block_runs = 256;
+constexpr int64_t tile_k_block_runs = 256, x_block_bytes = rows_per_pass * tile_k_block_runs * kg;
 // Software prefetch distance of a single streaming pass (2 KB in the AVX2 kernel; ZMM steps
 // consume the stream twice as fast).
 constexpr int64_t prefetch_distance = 4096;
@@ -174,12 +177,12 @@ void gemm_int8_block(const int8_operands& o, int64_t m0, int64_t m1, int64_t g0,
   alignas(64) float ws[chunk_groups * group_cols];
   for (int64_t r0 = m0; r0 < m1; r0 += rows_per_pass) {
     const int64_t r1 = min64(m1, r0 + rows_per_pass), rows = r1 - r0;
-    // Up to 8 rows: a single tile per group streams its weights linearly. More: row tiles of
-    // up to 8 walk each 256-run k block in turn.
+    // Up to 12 rows: a single tile per group streams its weights linearly. More: row tiles of
+    // equal height (16 rows as 8 + 8, not 12 + 4) walk each 256-run k block in turn.
     const bool streaming = rows <= max_tile_rows;
-    const int64_t mr_max = streaming ? rows : max_tile_rows;
+    const int64_t row_tiles = (rows + max_tile_rows - 1) / max_tile_rows;
+    const int64_t mr_max = (rows + row_tiles - 1) / row_tiles;
     const int64_t k_block = streaming ? x_block_bytes / (kg * rows) : tile_k_block_runs;
-    const int64_t row_tiles = (rows + mr_max - 1) / mr_max;
     for (int64_t gc0 = g0; gc0 < g1; gc0 += chunk_groups) {
       const int64_t gc1 = min64(g1, gc0 + chunk_groups), ldpart = (gc1 - gc0) * group_cols;
       for (int64_t g = gc0; g < gc1; ++g) {
