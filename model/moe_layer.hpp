@@ -6,6 +6,7 @@
 // batch, so a token's expert output is the same bits whichever rank or batch computes it.
 
 #include "kernels/quantize.hpp"
+#include "kernels/scratch_vector.hpp"
 #include "model/config.hpp"
 #include "model/weights.hpp"
 
@@ -34,7 +35,8 @@ struct expert_batch {
   int64_t rows = 0;
   kernels::quantized_rows in_q;
   std::vector<float> in_f;
-  std::vector<float> up, act, out;
+  // Written in full by the expert GEMMs and SwiGLU each step, so never zero-filled.
+  kernels::scratch_vector<float> up, act, out;
   kernels::quantized_rows mid_q;
 };
 

@@ -6,6 +6,7 @@
 
 #include "kernels/quantize.hpp"
 #include "kernels/rope.hpp"
+#include "kernels/scratch_vector.hpp"
 #include "model/kv_cache.hpp"
 #include "model/moe_layer.hpp"
 #include "model/weights.hpp"
@@ -103,7 +104,9 @@ private:
   routed_experts* routed_ = nullptr;
   // Scratch reused across calls (one transformer per thread).
   kernels::quantized_rows xq_;
-  std::vector<float> h_, qa_, q_, kva_, attn_out_, proj_, gu_, act_, moe_out_;
+  std::vector<float> h_, qa_, q_, kva_, attn_out_, proj_;
+  // The MLPs' intermediates and the shared expert's output: written in full before read.
+  kernels::scratch_vector<float> gu_, act_, moe_out_;
   // Each new row's sequence and position, so the KV writes can run in parallel.
   std::vector<const kv_block_table*> row_tables_;
   std::vector<int64_t> row_positions_;
