@@ -34,10 +34,12 @@ constexpr int64_t rows_per_pass = 24, chunk_groups = 16;
 // weight load then feeds 12 vpdpbusd, which keeps a core with two 512-bit VNNI pipes (Zen 5)
 // compute-bound where 8 rows left it waiting on loads and partial sums.
 constexpr int max_tile_rows = 12;
-// Bytes of biased x per k block. With several row tiles the block is 256 runs of 4 k (the group's
-// 32 KB of weights for it stays in L1/L2 while both row tiles pass over it); with one row tile
-// (one pass, bandwidth-bound at small M) the block is as long as this buffer allows.
-constexpr int64_t tile_k_block_runs = 256, x_block_bytes = rows_per_pass * tile_k_block_runs * kg;
+// Bytes of biased x per k block. With several row tiles, K is cut into equal blocks of at most
+// 384 runs of 4 k (the group's weights for a block stay in L1/L2 while both row tiles pass over
+// it, and K = 2,816 takes two blocks, not three: each block boundary stores and reloads every
+// partial sum); with one row tile (one pass, bandwidth-bound at small M) the block is as long
+// as this buffer allows.
+constexpr int64_t tile_k_block_runs = 384, x_block_bytes = rows_per_pass * tile_k_block_runs * kg;
 // Software prefetch distance of a single streaming pass (2 KB in the AVX2 kernel; ZMM steps
 // consume the stream twice as fast).
 constexpr int64_t prefetch_distance = 4096;
@@ -182,7 +184,10 @@ void gemm_int8_block(const int8_operands& o, int64_t m0, int64_t m1, int64_t g0,
     const bool streaming = rows <= max_tile_rows;
     const int64_t row_tiles = (rows + max_tile_rows - 1) / max_tile_rows;
     const int64_t mr_max = (rows + row_tiles - 1) / row_tiles;
-    const int64_t k_block = streaming ? x_block_bytes / (kg * rows) : tile_k_block_runs;
+    const int64_t k_blocks = kq > 0 ? (kq + tile_k_block_runs - 1) / tile_k_block_runs : 1;
+    const int64_t k_block = streaming ? x_block_bytes / (kg * rows)
+                            : kq > 0  ? (kq + k_blocks - 1) / k_blocks
+                                      : 1;
     for (int64_t gc0 = g0; gc0 < g1; gc0 += chunk_groups) {
       const int64_t gc1 = min64(g1, gc0 + chunk_groups), ldpart = (gc1 - gc0) * group_cols;
       for (int64_t g = gc0; g < gc1; ++g) {
