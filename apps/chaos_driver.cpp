@@ -136,12 +136,15 @@ void chaos_driver::fire(const action& a) {
     f.note = "not fired: no live process of slot " + f.target->slot;
     return;
   }
+  // Stamped before the signal: the victim can die and its supervisor log the exit before this
+  // thread runs again, and an exit stamped before the fault would not count as its detection.
+  const double sent_s = now_s();
   if (::kill(pid, a.signal) != 0) {
     f.note = "not fired: kill(" + std::to_string(pid) + ") failed";
     return;
   }
   f.fired = true;
-  f.fired_s = now_s();
+  f.fired_s = sent_s;
   if (a.signal == SIGSTOP) stopped_[a.fault] = pid;
 }
 

@@ -275,7 +275,11 @@ run_record run_under_faults(const serving_setup& setup, const chaos_options& o,
   ro.max_concurrency = o.concurrency;
   ro.timeout_s = o.timeout_s;
   ro.on_start = [&](std::chrono::steady_clock::time_point origin) {
-    out.origin_unix = unix_now();
+    // The wall-clock time of the load's own origin, so the processes' event stamps and the
+    // driver's share one zero (origin was taken before this call).
+    out.origin_unix =
+        unix_now() -
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - origin).count();
     // The processes' plane faults count from here too.
     if (!plane_plan.empty())
       transport::write_private_file(plane_plan.string() + ".epoch",
