@@ -75,6 +75,17 @@ TEST_P(serving_fault_matrix, the_fault_loses_no_request_and_the_process_comes_ba
       return metric(m, "supernode_kv_blocks_total", {{"instance", target}}).value_or(0.0) > 0;
     });
     ASSERT_TRUE(reporting) << target << " never reported its KV blocks:\n" << text;
+  } else if (c.signal == SIGSTOP && prefill_target) {
+    // A hung process is fenced by the peers that know its incarnation, from its heartbeats. The
+    // scheduler places work on a config member it has not heard yet, so without this wait the
+    // stop can land before any peer heard the target: declared down, but never fenced, it is
+    // taken back as a slow starter when it wakes (docs/recovery.md). Its own load report, with
+    // its plane counters, shows the scheduler's process has heard it on the control flow.
+    const auto [text, reporting] = poll_metrics(cluster.port(), [&](const std::string& m) {
+      return m.find(std::string("supernode_plane_bytes_sent{instance=\"") + c.instance + "\"") !=
+             std::string::npos;
+    });
+    ASSERT_TRUE(reporting) << c.instance << " never reported to the scheduler:\n" << text;
   }
   expect_no_request_lost(
       cluster, prompts, [&](const std::string& m) { return busy(m, c.busy); },
