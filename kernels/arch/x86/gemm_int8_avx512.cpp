@@ -180,14 +180,15 @@ void gemm_int8_block(const int8_operands& o, int64_t m0, int64_t m1, int64_t g0,
   for (int64_t r0 = m0; r0 < m1; r0 += rows_per_pass) {
     const int64_t r1 = min64(m1, r0 + rows_per_pass), rows = r1 - r0;
     // Up to 12 rows: a single tile per group streams its weights linearly. More: row tiles of
-    // equal height (16 rows as 8 + 8, not 12 + 4) walk each 256-run k block in turn.
+    // equal height (16 rows as 8 + 8, not 12 + 4) walk each k block in turn, K cut into equal
+    // blocks of at most tile_k_block_runs (at least one run, so K = 0 still takes one pass).
     const bool streaming = rows <= max_tile_rows;
     const int64_t row_tiles = (rows + max_tile_rows - 1) / max_tile_rows;
     const int64_t mr_max = (rows + row_tiles - 1) / row_tiles;
-    const int64_t k_blocks = kq > 0 ? (kq + tile_k_block_runs - 1) / tile_k_block_runs : 1;
-    const int64_t k_block = streaming ? x_block_bytes / (kg * rows)
-                            : kq > 0  ? (kq + k_blocks - 1) / k_blocks
-                                      : 1;
+    const int64_t runs = kq > 1 ? kq : 1;
+    const int64_t k_blocks = (runs + tile_k_block_runs - 1) / tile_k_block_runs;
+    const int64_t k_block =
+        streaming ? x_block_bytes / (kg * rows) : (runs + k_blocks - 1) / k_blocks;
     for (int64_t gc0 = g0; gc0 < g1; gc0 += chunk_groups) {
       const int64_t gc1 = min64(g1, gc0 + chunk_groups), ldpart = (gc1 - gc0) * group_cols;
       for (int64_t g = gc0; g < gc1; ++g) {
