@@ -82,8 +82,7 @@ TEST_P(serving_fault_matrix, the_fault_loses_no_request_and_the_process_comes_ba
     // taken back as a slow starter when it wakes (docs/recovery.md). Its own load report, with
     // its plane counters, shows the scheduler's process has heard it on the control flow.
     const auto [text, reporting] = poll_metrics(cluster.port(), [&](const std::string& m) {
-      return m.find(std::string("supernode_plane_bytes_sent{instance=\"") + c.instance + "\"") !=
-             std::string::npos;
+      return metric(m, "supernode_plane_bytes_sent", {{"instance", c.instance}}).has_value();
     });
     ASSERT_TRUE(reporting) << c.instance << " never reported to the scheduler:\n" << text;
   }
