@@ -1,5 +1,6 @@
 #include "kernels/attention.hpp"
 
+#include "kernels/attention_decode.hpp"
 #include "kernels/attention_tiles.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/kernel_isa.hpp"
@@ -13,16 +14,6 @@
 #include <vector>
 
 namespace supernode::kernels {
-
-namespace {
-// The simd reduction order is fixed at compile time, so it is the same for every call.
-float dot(const float* a, const float* b, int64_t n) {
-  float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-} // namespace
 
 namespace {
 using tile_fn = void (*)(const attention_tiles::prefill_operands&);
@@ -240,20 +231,73 @@ void mla_prefill(const mla_prefill_args& a, thread_pool& pool) {
 }
 
 void mla_decode(const mla_decode_args& a) {
-  const int64_t keys = a.pos + 1, lora = a.cache.kv_lora, rope = a.cache.rope;
-  std::vector<float> p(keys);
-  for (int64_t h = 0; h < a.heads; ++h) {
-    const float* ql = a.q_latent + h * lora;
-    const float* qp = a.q_pe + h * rope;
-    for (int64_t t = 0; t < keys; ++t) {
-      const float* c = a.cache.token(t);
-      p[t] = (dot(ql, c, lora) + dot(qp, c + lora, rope)) * a.softmax_scale;
+#if defined(__x86_64__)
+  const kernel_isa isa = active_kernel_isa();
+  if (kernel_isa_has_avx512(isa)) return attention_decode::avx512::mla_decode(a);
+  if (kernel_isa_has_avx2(isa)) return attention_decode::avx2::mla_decode(a);
+#endif
+  attention_decode::portable::mla_decode(a);
+}
+
+std::vector<float> mla_transpose_values(const float* kv_b, int64_t heads, int64_t nope, int64_t v,
+                                        int64_t kv_lora) {
+  std::vector<float> t(static_cast<size_t>(heads * kv_lora * v));
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t j = 0; j < v; ++j)
+      for (int64_t c = 0; c < kv_lora; ++c)
+        t[(h * kv_lora + c) * v + j] = kv_b[(h * (nope + v) + nope + j) * kv_lora + c];
+  return t;
+}
+
+void mla_decode_step(const mla_decode_step_args& a, thread_pool& pool) {
+  const int64_t n = static_cast<int64_t>(a.tokens.size()), heads = a.heads, lora = a.kv_lora,
+                qk = a.nope + a.rope, kvw = a.nope + a.v;
+  if (n == 0) return;
+  // q_latent, out_latent and the values of every token, head-major ([heads][n][lora], [heads][n]
+  // [v]): a head's rows for all tokens are contiguous, where a token-major stride of a multiple
+  // of 4 KB would put them all in the same few L1 sets. The calling thread's buffers, reused (a
+  // fresh quarter-megabyte per layer at 32 tokens costs more in page faults than the step); the
+  // tasks reach them through these references, as inside a task the thread_local names would be
+  // the worker's own.
+  thread_local std::vector<float> q_lat_buffer, o_lat_buffer, values_buffer;
+  auto& q_lat = q_lat_buffer;
+  auto& o_lat = o_lat_buffer;
+  auto& values = values_buffer;
+  q_lat.assign(static_cast<size_t>(heads * n * lora), 0.0f);
+  o_lat.resize(static_cast<size_t>(heads * n * lora));
+  values.assign(static_cast<size_t>(heads * n * a.v), 0.0f);
+  // q_nope · W_uk, one head per task: W_uk row d stays in L1 while every token adds it in.
+  pool.parallel_for(heads, [&](int64_t h) {
+    for (int64_t d = 0; d < a.nope; ++d) {
+      const float* row = a.w.kv_b + (h * kvw + d) * lora;
+      for (int64_t i = 0; i < n; ++i)
+        axpy(a.tokens[i].q[h * qk + d], row, q_lat.data() + (h * n + i) * lora, lora);
     }
-    softmax(p.data(), keys);
-    float* o = a.out_latent + h * lora;
-    std::fill(o, o + lora, 0.0f);
-    for (int64_t t = 0; t < keys; ++t) axpy(p[t], a.cache.token(t), o, lora);
-  }
+  });
+  // The latent step, in tasks of (token, heads): enough tasks for the pool even for one token,
+  // as many heads per task as that allows (they share the pass over the cache).
+  const int64_t groups =
+      std::clamp<int64_t>((2 * static_cast<int64_t>(pool.size()) + n - 1) / n, 1, heads);
+  const int64_t per_group = (heads + groups - 1) / groups;
+  pool.parallel_for(n * groups, [&](int64_t task) {
+    const int64_t i = task / groups, h0 = task % groups * per_group;
+    const int64_t hn = std::min(per_group, heads - h0);
+    if (hn <= 0) return;
+    const auto& tok = a.tokens[i];
+    mla_decode({q_lat.data() + (h0 * n + i) * lora, tok.q + h0 * qk + a.nope, tok.cache, tok.pos,
+                hn, a.softmax_scale, o_lat.data() + (h0 * n + i) * lora, qk, n * lora});
+  });
+  // out_latent · W_uv, one head per task, each output element one chain over the latent in order.
+  pool.parallel_for(heads, [&](int64_t h) {
+    float* head_values = values.data() + h * n * a.v;
+    for (int64_t c = 0; c < lora; ++c) {
+      const float* row = a.w.w_uv_t + (h * lora + c) * a.v;
+      for (int64_t i = 0; i < n; ++i)
+        axpy(o_lat[(h * n + i) * lora + c], row, head_values + i * a.v, a.v);
+    }
+    for (int64_t i = 0; i < n; ++i)
+      std::copy_n(head_values + i * a.v, a.v, a.tokens[i].out + h * a.v);
+  });
 }
 
 } // namespace supernode::kernels

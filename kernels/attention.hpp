@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 namespace supernode::kernels {
 
@@ -56,7 +57,9 @@ void set_attention_scores(attention_scores s);
 // Absorbed MLA (decode): attention computed in the latent space.
 //   q_latent [heads][kv_lora]  (q_nope · W_uk, absorbed)   q_pe [heads][rope]
 //   out_latent [heads][kv_lora] = softmax(scale · (q_latent·c + q_pe·k_pe)) · c over all tokens
-// of the view up to and including position `pos`.
+// of the view up to and including position `pos`. Rows of q_pe are q_pe_stride apart, and rows
+// of q_latent and out_latent latent_stride apart (0: packed). The heads share each pass over the
+// cache; every path gives the same bits, whatever heads a call holds (attention_decode.hpp).
 struct mla_decode_args {
   const float* q_latent;
   const float* q_pe;
@@ -64,7 +67,32 @@ struct mla_decode_args {
   int64_t pos, heads;
   float softmax_scale;
   float* out_latent;
+  int64_t q_pe_stride = 0, latent_stride = 0;
 };
 void mla_decode(const mla_decode_args& a);
+
+// A whole decode step's attention, absorbed: for every token, q_latent = q_nope · W_uk per head,
+// the latent-space step above, and out = out_latent · W_uv. Each head's W_uk and W_uv are read
+// once for all the step's tokens. A token's result depends on its own query and cache only.
+struct mla_decode_token {
+  const float* q;       // [heads][nope + rope], the rope part rotated
+  latent_kv_view cache; // its sequence's latent cache, through position pos
+  int64_t pos;
+  float* out; // [heads][v]
+};
+struct mla_absorbed_weights {
+  const float* kv_b;   // [heads * (nope + v)][kv_lora]: each head's W_uk rows, then its W_uv rows
+  const float* w_uv_t; // [heads][kv_lora][v]: W_uv transposed (mla_transpose_values)
+};
+struct mla_decode_step_args {
+  std::span<const mla_decode_token> tokens;
+  mla_absorbed_weights w;
+  int64_t heads, nope, rope, v, kv_lora;
+  float softmax_scale;
+};
+void mla_decode_step(const mla_decode_step_args& a, thread_pool& pool = thread_pool::shared());
+// w_uv_t for mla_absorbed_weights, from kv_b as laid out above.
+std::vector<float> mla_transpose_values(const float* kv_b, int64_t heads, int64_t nope, int64_t v,
+                                        int64_t kv_lora);
 
 } // namespace supernode::kernels

@@ -1,5 +1,6 @@
 #include "kernels/elementwise.hpp"
 
+#include "kernels/attention_decode.hpp"
 #include "kernels/kernel_isa.hpp"
 #include "kernels/vector_exp.hpp"
 
@@ -51,7 +52,12 @@ void softmax(float* x, int64_t n) {
 }
 
 void axpy(float alpha, const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+#if defined(__x86_64__)
+  const kernel_isa isa = active_kernel_isa();
+  if (kernel_isa_has_avx512(isa)) return attention_decode::avx512::axpy(alpha, x, y, n);
+  if (kernel_isa_has_avx2(isa)) return attention_decode::avx2::axpy(alpha, x, y, n);
+#endif
+  attention_decode::portable::axpy(alpha, x, y, n);
 }
 
 } // namespace supernode::kernels

@@ -17,7 +17,8 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t n);
 // In-place softmax of n values.
 void softmax(float* x, int64_t n);
 
-// y += alpha * x.
+// y += alpha * x, element by element (a rounded multiply, then a rounded add): the same bits
+// on every path.
 void axpy(float alpha, const float* x, float* y, int64_t n);
 
 } // namespace supernode::kernels

@@ -53,27 +53,6 @@ void add_rows(float* x, const float* d, int64_t rows, int64_t dim) {
   });
 }
 
-// o[j] = sum_c latent[c] * w_uv[j][c] for j < vd (rows of `lora`), each one chain of adds in c
-// order; eight outputs side by side, so their chains overlap instead of each add waiting on the
-// one before it (one chain per output at a time left a decode step latency-bound here).
-void map_latent_to_values(const float* latent, const float* w_uv, int64_t lora, int64_t vd,
-                          float* o) {
-  constexpr int64_t chains = 8;
-  int64_t j0 = 0;
-  for (; j0 + chains <= vd; j0 += chains) {
-    float acc[chains] = {};
-    const float* w = w_uv + j0 * lora;
-    for (int64_t c = 0; c < lora; ++c)
-      for (int64_t u = 0; u < chains; ++u) acc[u] += latent[c] * w[u * lora + c];
-    std::copy_n(acc, chains, o + j0);
-  }
-  for (; j0 < vd; ++j0) {
-    float acc = 0.0f;
-    for (int64_t c = 0; c < lora; ++c) acc += latent[c] * w_uv[j0 * lora + c];
-    o[j0] = acc;
-  }
-}
-
 } // namespace
 
 transformer::transformer(std::shared_ptr<const model_weights> weights)
@@ -243,11 +222,15 @@ void transformer::attention(const attention_weights& w, int64_t kv_layer, const 
   });
 
   attn_out_.resize(rows * nh * vd);
+  // Each step's cache view keeps its own block pointers: the decode tokens of every step are
+  // attended together after the loop.
+  step_blocks_.resize(steps.size());
+  decode_tokens_.clear();
   int64_t row = 0;
-  std::vector<const float*> pointers;
-  for (auto& s : steps) {
+  for (size_t si = 0; si < steps.size(); ++si) {
+    const auto& s = steps[si];
     const int64_t keys = s.first_pos + s.n_tokens;
-    auto view = s.table->view(pool, kv_layer, keys, pointers);
+    auto view = s.table->view(pool, kv_layer, keys, step_blocks_[si]);
     if (s.mode == attention_mode::prefill) {
       // Expand every cached latent (prefix and new tokens alike) to per-head keys and values,
       // so a prefix served from a cache gives the same numbers as one computed here.
@@ -262,21 +245,25 @@ void transformer::attention(const attention_weights& w, int64_t kv_layer, const 
       kernels::mla_prefill({q_.data() + row * nh * qk, kv.data(), view, s.n_tokens, s.first_pos, nh,
                             nope, rope, vd, softmax_scale_, attn_out_.data() + row * nh * vd});
     } else {
-      // Weight absorption: q_nope·W_uk gives a query in the latent space, and the latent
-      // output is mapped back through W_uv, so the cache is never expanded.
-      kernels::thread_pool::shared().parallel_for(s.n_tokens * nh, [&](int64_t task) {
-        const int64_t i = task / nh, head = task % nh, r = row + i;
-        const float* qn = q_.data() + r * nh * qk + head * qk;
-        std::vector<float> q_lat(lora, 0.0f), o_lat(lora);
-        for (int64_t d = 0; d < nope; ++d)
-          kernels::axpy(qn[d], w.kv_b.data() + (head * kvw + d) * lora, q_lat.data(), lora);
-        kernels::mla_decode(
-            {q_lat.data(), qn + nope, view, s.first_pos + i, 1, softmax_scale_, o_lat.data()});
-        map_latent_to_values(o_lat.data(), w.kv_b.data() + (head * kvw + nope) * lora, lora, vd,
-                             attn_out_.data() + r * nh * vd + head * vd);
-      });
+      for (int64_t i = 0; i < s.n_tokens; ++i)
+        decode_tokens_.push_back({q_.data() + (row + i) * nh * qk, view, s.first_pos + i,
+                                  attn_out_.data() + (row + i) * nh * vd});
     }
     row += s.n_tokens;
+  }
+  if (!decode_tokens_.empty()) {
+    // Weight absorption: q_nope·W_uk gives a query in the latent space, and the latent output
+    // is mapped back through W_uv, so the cache is never expanded. W_uk and W_uv are streamed
+    // once per step, like any weight.
+    kernels::mla_decode_step({decode_tokens_,
+                              {w.kv_b.data(), w.w_uv_t.data()},
+                              nh,
+                              nope,
+                              rope,
+                              vd,
+                              lora,
+                              softmax_scale_});
+    streamed_bytes_ += w.kv_b.size() * sizeof(float);
   }
   matmul(w.o, attn_out_.data(), rows, nh * vd, out, h);
 }

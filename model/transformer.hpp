@@ -4,6 +4,7 @@
 // Every per-token computation is independent of the other tokens in the step, so a sequence's
 // results are bit-identical whatever it is batched with.
 
+#include "kernels/attention.hpp"
 #include "kernels/quantize.hpp"
 #include "kernels/rope.hpp"
 #include "kernels/scratch_vector.hpp"
@@ -110,7 +111,9 @@ private:
   // Each new row's sequence and position, so the KV writes can run in parallel.
   std::vector<const kv_block_table*> row_tables_;
   std::vector<int64_t> row_positions_;
-  std::vector<float> prefill_latent_, prefill_kv_; // a prefill's latents, expanded per head
+  std::vector<float> prefill_latent_, prefill_kv_;     // a prefill's latents, expanded per head
+  std::vector<std::vector<const float*>> step_blocks_; // each step's cache blocks in one layer
+  std::vector<kernels::mla_decode_token> decode_tokens_;
   struct moe_scratch {
     moe_routing routing;
     std::vector<expert_batch> batches; // by expert

@@ -1,5 +1,6 @@
 #include "model/weights.hpp"
 
+#include "kernels/attention.hpp"
 #include "kernels/thread_pool.hpp"
 #include "model/checkpoint_check.hpp"
 #include "model/checkpoint_layout.hpp"
@@ -79,6 +80,8 @@ struct loader {
     const int64_t kvb_rows = nh * (c.qk_nope_head_dim + c.v_head_dim);
     w.attn.kv_b = read(a + "kv_b_proj.weight", {kvb_rows, c.kv_lora_rank});
     w.attn.kv_b_gemm = kernels::fp32_weight::pack(w.attn.kv_b.data(), kvb_rows, c.kv_lora_rank);
+    w.attn.w_uv_t = kernels::mla_transpose_values(w.attn.kv_b.data(), nh, c.qk_nope_head_dim,
+                                                  c.v_head_dim, c.kv_lora_rank);
     w.attn.o = read_linear(a + "o_proj.weight", h, nh * c.v_head_dim);
     w.post_attention_norm = read(p + "post_attention_layernorm.weight", {h});
     w.is_moe = c.is_moe_layer(l);

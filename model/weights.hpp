@@ -31,6 +31,7 @@ struct attention_weights {
   // the output; using one representation keeps the two paths numerically alike.
   std::vector<float> kv_b;        // [heads * (nope + v)][kv_lora]
   kernels::fp32_weight kv_b_gemm; // the same, packed for the prefill expansion
+  std::vector<float> w_uv_t;      // kv_b's W_uv rows transposed, [heads][kv_lora][v], for decode
   linear o;
 };
 

@@ -1,0 +1,32 @@
+#pragma once
+// The latent-space step of absorbed MLA decode (kernels::mla_decode) and the axpy of the
+// absorption, compiled once per instruction set from one source (attention_decode_body.hpp):
+// portable C++, AVX2 and AVX-512. kernels::mla_decode and kernels::axpy pick the unit by
+// kernel_isa; every unit gives the same bits.
+//
+// A score q·c is a 16-lane dot product: lane j sums the products of the elements i ≡ j (mod 16)
+// in order of i (a short last chunk padded with zeros), and the 16 lanes are then added by one
+// fixed halving tree. Outputs are chains of rounded multiplies and adds, one per element (the
+// units are built with -ffp-contract=off). So the result depends neither on the register width
+// nor on which heads share a pass over the cache.
+
+#include "kernels/attention.hpp"
+
+#include <cstdint>
+
+namespace supernode::kernels::attention_decode {
+
+namespace portable {
+void mla_decode(const mla_decode_args& a);
+void axpy(float alpha, const float* x, float* y, int64_t n);
+} // namespace portable
+namespace avx2 {
+void mla_decode(const mla_decode_args& a);
+void axpy(float alpha, const float* x, float* y, int64_t n);
+} // namespace avx2
+namespace avx512 {
+void mla_decode(const mla_decode_args& a);
+void axpy(float alpha, const float* x, float* y, int64_t n);
+} // namespace avx512
+
+} // namespace supernode::kernels::attention_decode

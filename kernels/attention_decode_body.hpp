@@ -1,0 +1,121 @@
+// The body of attention_decode::<isa>::{mla_decode, axpy}, included once per unit inside its
+// namespace (see attention_decode.hpp). The unit defines SUPERNODE_DECODE_WIDTH, the floats of
+// one of its registers.
+
+namespace {
+
+constexpr int width = SUPERNODE_DECODE_WIDTH;
+constexpr int64_t dot_lanes = 16;
+constexpr int parts = dot_lanes / width;
+// Heads scored together in one pass over the cache: each token's row is loaded once for all of
+// them, and their accumulators fill about half the registers.
+constexpr int heads_per_pass = 8 / parts > 0 ? 8 / parts : 1;
+static_assert(dot_lanes % width == 0);
+
+using vn = float __attribute__((vector_size(width * sizeof(float))));
+
+inline vn load(const float* p) {
+  vn v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store(float* p, vn v) {
+  __builtin_memcpy(p, &v, sizeof v);
+}
+
+// out[h] = q_h · c for the H rows q_h = q + h * ldq, n floats each (see attention_decode.hpp).
+template<int H>
+inline void dots(const float* q, int64_t ldq, const float* c, int64_t n, float* out) {
+  vn acc[H][parts];
+  for (int h = 0; h < H; ++h)
+    for (int p = 0; p < parts; ++p) acc[h][p] = vn{};
+  const auto chunk = [&](const float* cc, auto q_at) {
+    vn cv[parts];
+    for (int p = 0; p < parts; ++p) cv[p] = load(cc + p * width);
+#pragma GCC unroll 8
+    for (int h = 0; h < H; ++h)
+      for (int p = 0; p < parts; ++p) acc[h][p] = acc[h][p] + load(q_at(h) + p * width) * cv[p];
+  };
+  int64_t i = 0;
+  for (; i + dot_lanes <= n; i += dot_lanes) chunk(c + i, [&](int h) { return q + h * ldq + i; });
+  if (i < n) {
+    float cpad[dot_lanes] = {}, qpad[H][dot_lanes] = {};
+    __builtin_memcpy(cpad, c + i, (n - i) * sizeof(float));
+    for (int h = 0; h < H; ++h) __builtin_memcpy(qpad[h], q + h * ldq + i, (n - i) * sizeof(float));
+    chunk(cpad, [&](int h) { return static_cast<const float*>(qpad[h]); });
+  }
+  for (int h = 0; h < H; ++h) {
+    float lane[dot_lanes];
+    for (int p = 0; p < parts; ++p) store(lane + p * width, acc[h][p]);
+    for (int half = dot_lanes / 2; half >= 1; half /= 2)
+      for (int j = 0; j < half; ++j) lane[j] = lane[j] + lane[j + half];
+    out[h] = lane[0];
+  }
+}
+
+// Heads h0 .. h0 + H - 1 of a.
+template<int H>
+void decode_heads(const mla_decode_args& a, int64_t h0, const float* const* rows, int64_t keys,
+                  float* p) {
+  const int64_t lora = a.cache.kv_lora, rope = a.cache.rope;
+  const int64_t pe_stride = a.q_pe_stride > 0 ? a.q_pe_stride : rope;
+  const int64_t ld = a.latent_stride > 0 ? a.latent_stride : lora;
+  const float* ql = a.q_latent + h0 * ld;
+  const float* qp = a.q_pe + h0 * pe_stride;
+  for (int64_t t = 0; t < keys; ++t) {
+    float s_lat[H], s_pe[H];
+    dots<H>(ql, ld, rows[t], lora, s_lat);
+    dots<H>(qp, pe_stride, rows[t] + lora, rope, s_pe);
+    for (int h = 0; h < H; ++h) p[h * keys + t] = (s_lat[h] + s_pe[h]) * a.softmax_scale;
+  }
+  for (int h = 0; h < H; ++h) kernels::softmax(p + h * keys, keys);
+  // out_h = sum over t, in order, of p_h[t] * c_t: each element one chain from zero.
+  float* out = a.out_latent + h0 * ld;
+  int64_t l = 0;
+  for (; l + width <= lora; l += width) {
+    vn acc[H];
+    for (int h = 0; h < H; ++h) acc[h] = vn{};
+    for (int64_t t = 0; t < keys; ++t) {
+      const vn cv = load(rows[t] + l);
+#pragma GCC unroll 8
+      for (int h = 0; h < H; ++h) acc[h] = acc[h] + cv * p[h * keys + t];
+    }
+    for (int h = 0; h < H; ++h) store(out + h * ld + l, acc[h]);
+  }
+  for (; l < lora; ++l)
+    for (int h = 0; h < H; ++h) {
+      float acc = 0.0f;
+      for (int64_t t = 0; t < keys; ++t) acc = acc + rows[t][l] * p[h * keys + t];
+      out[h * ld + l] = acc;
+    }
+}
+
+template<int... H>
+constexpr auto decode_table(std::integer_sequence<int, H...>) {
+  using fn = void (*)(const mla_decode_args&, int64_t, const float* const*, int64_t, float*);
+  return std::array<fn, sizeof...(H)>{decode_heads<H + 1>...};
+}
+constexpr auto decode_by_heads = decode_table(std::make_integer_sequence<int, heads_per_pass>{});
+
+} // namespace
+
+void mla_decode(const mla_decode_args& a) {
+  const int64_t keys = a.pos + 1;
+  if (keys <= 0 || a.heads <= 0) return;
+  // Per thread, reused across calls: the rows of every key, and the scores of one pass.
+  thread_local std::vector<const float*> rows;
+  thread_local std::vector<float> scores;
+  rows.resize(static_cast<size_t>(keys));
+  for (int64_t t = 0; t < keys; ++t) rows[t] = a.cache.token(t);
+  scores.resize(static_cast<size_t>(keys * heads_per_pass));
+  for (int64_t h0 = 0; h0 < a.heads; h0 += heads_per_pass) {
+    const int64_t hn = a.heads - h0 < heads_per_pass ? a.heads - h0 : heads_per_pass;
+    decode_by_heads[hn - 1](a, h0, rows.data(), keys, scores.data());
+  }
+}
+
+void axpy(float alpha, const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + width <= n; i += width) store(y + i, load(y + i) + load(x + i) * alpha);
+  for (; i < n; ++i) y[i] = y[i] + x[i] * alpha;
+}
