@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <sys/resource.h>
 
 namespace supernode::apps {
@@ -186,6 +187,11 @@ int run_model_bench(cli_args& args) {
   const bool quick = args.take_flag("--quick");
   // Only the prefill rows, each the best of this many runs (for profiling and A/B runs).
   const int64_t prefill_repeats = args.take_int("--prefill-only", 0, 0, 100);
+  // Only the decode rows, each over this many timed steps (for profiling and A/B runs).
+  const int64_t decode_steps = args.take_int("--decode-only", 0, 0, 10000);
+  const int64_t decode_batch = args.take_int("--batch", 0, 0, 32); // 0: batches 1, 8 and 32
+  if (prefill_repeats > 0 && decode_steps > 0)
+    throw std::invalid_argument("bench model: --prefill-only and --decode-only exclude each other");
   const auto prec = model::parse_precision(args.take_or("--precision", "int8"));
   args.expect_consumed("bench model");
   const int threads = kernels::thread_pool::shared().size();
@@ -218,13 +224,20 @@ int run_model_bench(cli_args& args) {
   out["kernel_isa"] = kernels::kernel_isa_name(isa);
   out["int8_peak_gops_all_threads"] = int8_peak;
 
-  if (prefill_repeats == 0) {
+  if (prefill_repeats == 0 && decode_steps == 0) {
     const int64_t checks = quick ? 20000 : 200000;
     for (int64_t keys : {1, 16, 256})
       out["api_key_check"].push_back(api_key_check_row(keys, checks));
-    const int64_t steps = quick ? 4 : 12;
+  }
+  if (prefill_repeats == 0) {
+    const int64_t steps = decode_steps > 0 ? decode_steps : quick ? 4 : 12;
     for (int64_t batch : {1, 8, 32})
-      out["decode"].push_back(decode_row(weights, batch, steps, bw_all));
+      if (decode_batch == 0 || batch == decode_batch)
+        out["decode"].push_back(decode_row(weights, batch, steps, bw_all));
+  }
+  if (decode_steps > 0) {
+    std::printf("%s\n", out.dump(2).c_str());
+    return 0;
   }
   const auto lengths = quick ? std::vector<int64_t>{512} : std::vector<int64_t>{512, 2048};
   for (int64_t n : lengths)

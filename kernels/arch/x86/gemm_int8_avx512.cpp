@@ -191,11 +191,10 @@ void gemm_int8_block(const int8_operands& o, int64_t m0, int64_t m1, int64_t g0,
         streaming ? x_block_bytes / (kg * rows) : (runs + k_blocks - 1) / k_blocks;
     for (int64_t gc0 = g0; gc0 < g1; gc0 += chunk_groups) {
       const int64_t gc1 = min64(g1, gc0 + chunk_groups), ldpart = (gc1 - gc0) * group_cols;
-      for (int64_t g = gc0; g < gc1; ++g) {
-        const group_view gv = view(o, g);
-        for (int64_t c = 0; c < group_cols; ++c)
-          ws[(g - gc0) * group_cols + c] = c < gv.ncols ? o.w_scale[gv.col0 + c] : 0.0f;
-      }
+      // The chunk's channel scales, zero past n: one copy (the groups' columns are contiguous).
+      const int64_t first_col = gc0 * group_cols, real_cols = min64(ldpart, o.n - first_col);
+      std::memcpy(ws, o.w_scale + first_col, static_cast<size_t>(real_cols) * sizeof(float));
+      std::memset(ws + real_cols, 0, static_cast<size_t>(ldpart - real_cols) * sizeof(float));
       for (int64_t kb = 0; kb < kq || kb == 0; kb += k_block) {
         const int64_t kn = min64(k_block, kq - kb), ldxb = kn * kg;
         const bool first = kb == 0, last = kb + kn >= kq;
