@@ -12,7 +12,9 @@
 
 #include "kernels/vector_exp.hpp" // the units' exp, one copy per instruction set
 
+#include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace supernode::kernels::attention_tiles {
 

@@ -131,11 +131,14 @@ inline void score_group(const prefill_operands& o, int64_t n, const int64_t* que
   scores<group>(o, query, b, s);
 }
 
-// y *= a over n floats.
-inline void scale_row(float* y, float a, int64_t n) {
+// y = x * a over n floats (y may be x).
+inline void scale_row(const float* x, float a, int64_t n, float* y) {
   int64_t c = 0;
-  for (; c + width <= n; c += width) store(y + c, load(y + c) * a);
-  for (; c < n; ++c) y[c] = y[c] * a;
+  for (; c + width <= n; c += width) store(y + c, load(x + c) * a);
+  for (; c < n; ++c) y[c] = x[c] * a;
+}
+inline void scale_row(float* y, float a, int64_t n) {
+  scale_row(y, a, n, y);
 }
 
 // o += p[j] * v_j for the keys j = 0 .. count-1 of packed value block `vb`, in key order: four
@@ -181,14 +184,13 @@ struct query_state {
 // One block's scores for query `i`: masks the keys past its position, rescales its state to the
 // block's new max, adds the block's weights and values.
 inline void absorb_block(const prefill_operands& o, int64_t i, int64_t b, const v16& score,
-                         query_state& st) {
+                         query_state& st, float* out) {
   const int64_t t0 = b * lanes, pos = o.first_pos + i;
   const int visible = static_cast<int>(pos - t0 + 1 < lanes ? pos - t0 + 1 : lanes);
   v16 x;
   for (int i = 0; i < parts; ++i)
     x.p[i] = lane_numbers(i) < visible ? score.p[i] * o.scale : splat(minus_infinity);
   const float block_max = hmax(x);
-  float* out = o.out + i * o.out_stride;
   if (block_max > st.max) {
     const float alpha = exp_nonpositive(splat(st.max - block_max))[0];
     scale_row(st.sum, alpha, lanes);
@@ -208,11 +210,13 @@ inline void absorb_block(const prefill_operands& o, int64_t i, int64_t b, const 
 
 void prefill_tile(const prefill_operands& o) {
   query_state state[max_tile_queries];
-  for (int64_t r = 0; r < o.rows; ++r) {
+  // The tile's outputs accumulate here, contiguous, and go to `out` once normalized: rows of
+  // `out` are heads * v floats apart (2 KB for small), so a tile's 32 rows would share a few
+  // L1 sets and be evicted between the blocks that add to them.
+  thread_local std::vector<float> accumulated;
+  accumulated.assign(static_cast<size_t>(o.rows * o.vd), 0.0f);
+  for (int64_t r = 0; r < o.rows; ++r)
     for (int j = 0; j < lanes; ++j) state[r].sum[j] = 0.0f;
-    float* out = o.out + (o.i0 + r) * o.out_stride;
-    for (int64_t c = 0; c < o.vd; ++c) out[c] = 0.0f;
-  }
   const int64_t last_pos = o.first_pos + o.i0 + o.rows - 1;
   for (int64_t b = 0; b * lanes <= last_pos; ++b) {
     if (o.pack) o.pack(o.pack_context, b, o.block_keys, o.block_values);
@@ -224,12 +228,13 @@ void prefill_tile(const prefill_operands& o) {
       v16 s[group];
       score_group(o, n, query, b, s);
       for (int64_t g = 0; g < n; ++g)
-        if (o.first_pos + query[g] >= b * lanes) absorb_block(o, query[g], b, s[g], state[r0 + g]);
+        if (o.first_pos + query[g] >= b * lanes)
+          absorb_block(o, query[g], b, s[g], state[r0 + g], accumulated.data() + (r0 + g) * o.vd);
     }
   }
   for (int64_t r = 0; r < o.rows; ++r) {
     float total = 0.0f;
     for (int j = 0; j < lanes; ++j) total = total + state[r].sum[j];
-    scale_row(o.out + (o.i0 + r) * o.out_stride, 1.0f / total, o.vd);
+    scale_row(accumulated.data() + r * o.vd, 1.0f / total, o.vd, o.out + (o.i0 + r) * o.out_stride);
   }
 }
