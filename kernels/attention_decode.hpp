@@ -11,6 +11,7 @@
 // nor on which heads share a pass over the cache.
 
 #include "kernels/attention.hpp"
+#include "kernels/vector_memory.hpp" // the units' loads and stores
 
 #include <cstdint>
 

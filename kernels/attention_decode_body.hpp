@@ -15,12 +15,10 @@ static_assert(dot_lanes % width == 0);
 using vn = float __attribute__((vector_size(width * sizeof(float))));
 
 inline vn load(const float* p) {
-  vn v;
-  __builtin_memcpy(&v, p, sizeof v);
-  return v;
+  return vector_memory::load<vn>(p);
 }
 inline void store(float* p, vn v) {
-  __builtin_memcpy(p, &v, sizeof v);
+  vector_memory::store(p, v);
 }
 
 // out[h] = q_h · c for the H rows q_h = q + h * ldq, n floats each (see attention_decode.hpp).

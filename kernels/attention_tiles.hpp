@@ -10,7 +10,8 @@
 //
 // As in avx2_kernels.hpp, the units see plain pointers and sizes only.
 
-#include "kernels/vector_exp.hpp" // the units' exp, one copy per instruction set
+#include "kernels/vector_exp.hpp"    // the units' exp, one copy per instruction set
+#include "kernels/vector_memory.hpp" // the units' loads and stores
 
 #include <cstddef>
 #include <cstdint>

@@ -23,12 +23,10 @@ struct v16 {
 };
 
 inline vn load(const float* p) {
-  vn v;
-  __builtin_memcpy(&v, p, sizeof v);
-  return v;
+  return vector_memory::load<vn>(p);
 }
 inline void store(float* p, vn v) {
-  __builtin_memcpy(p, &v, sizeof v);
+  vector_memory::store(p, v);
 }
 inline vn splat(float x) {
   vn v;

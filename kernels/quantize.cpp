@@ -9,13 +9,14 @@
 #include <limits>
 #if defined(__x86_64__)
 #include "kernels/arch/x86/avx2_kernels.hpp"
+#include "kernels/arch/x86/avx512_kernels.hpp"
 #endif
 
 namespace supernode::kernels {
 
 namespace {
-// The AVX2 twin (arch/x86/quantize_avx2.cpp) computes the same values: max is exact, the
-// division is IEEE, and both round half to even after clamping.
+// The AVX2 and AVX-512 twins (arch/x86/quantize_avx2.cpp, quantize_avx512.cpp) compute the same
+// values: max is exact, the division is IEEE, and both round half to even after clamping.
 float quantize_row_portable(const float* x, int64_t cols, int8_t* q) {
   float amax = 0.0f;
   bool nan = false;
@@ -39,7 +40,9 @@ float quantize_row_portable(const float* x, int64_t cols, int8_t* q) {
 
 float quantize_row(const float* x, int64_t cols, int8_t* q) {
 #if defined(__x86_64__)
-  if (kernel_isa_has_avx2(active_kernel_isa())) return avx2::quantize_row(x, cols, q);
+  const kernel_isa isa = active_kernel_isa();
+  if (kernel_isa_has_avx512(isa)) return avx512::quantize_row(x, cols, q);
+  if (kernel_isa_has_avx2(isa)) return avx2::quantize_row(x, cols, q);
 #endif
   return quantize_row_portable(x, cols, q);
 }

@@ -1,5 +1,5 @@
-// Per-row INT8 quantization: error bound, range, padding, zero and non-finite rows, and the
-// AVX2 path producing exactly the portable result.
+// Per-row INT8 quantization: error bound, range, padding, zero and non-finite rows, and every
+// SIMD path producing exactly the portable result.
 
 #include "kernels/quantize.hpp"
 #include "tests/kernels/isa_test_util.hpp"
@@ -81,11 +81,9 @@ TEST_P(quantize_test, reuses_storage_when_shapes_change) {
     for (int64_t c = 9; c < 12; ++c) EXPECT_EQ(q.row(r)[c], 0);
 }
 
-SUPERNODE_INSTANTIATE_ISA_TESTS(quantize_test);
-
-TEST(quantize, avx2_matches_portable_exactly_including_ties) {
-  if (!kernel_isa_supported(kernel_isa::avx2)) GTEST_SKIP();
-  const auto saved = active_kernel_isa();
+TEST_P(quantize_test, matches_portable_exactly_including_ties) {
+  // Every length to 130 (whole vectors and every tail of AVX2 and AVX-512).
+  const kernel_isa here = GetParam();
   for (int64_t cols = 1; cols <= 130; ++cols) {
     auto x = random_floats(cols, static_cast<uint32_t>(cols) + 500);
     // Values on exact half steps of scale = 127/127 = 1: round-half-even must agree.
@@ -96,13 +94,14 @@ TEST(quantize, avx2_matches_portable_exactly_including_ties) {
     std::vector<int8_t> qa(cols), qb(cols);
     set_kernel_isa(kernel_isa::portable);
     const float sa = quantize_row(x.data(), cols, qa.data());
-    set_kernel_isa(kernel_isa::avx2);
+    set_kernel_isa(here);
     const float sb = quantize_row(x.data(), cols, qb.data());
     EXPECT_EQ(sa, sb) << cols;
     EXPECT_EQ(qa, qb) << cols;
   }
-  set_kernel_isa(saved);
 }
+
+SUPERNODE_INSTANTIATE_ISA_TESTS(quantize_test);
 
 TEST(quantize, honours_row_stride_of_the_input) {
   auto x = random_floats(3 * 20, 4);

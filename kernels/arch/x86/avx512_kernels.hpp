@@ -35,6 +35,9 @@ void gemm_fp32_block(const avx2::fp32_operands& o, int64_t m0, int64_t m1, int64
 // As kernels::silu_mul, bit for bit (swiglu_body.hpp).
 void silu_mul(const float* gate, const float* up, float* out, int64_t n);
 
+// As avx2::quantize_row (and the portable twin), byte for byte.
+float quantize_row(const float* x, int64_t cols, int8_t* q);
+
 } // namespace supernode::kernels::avx512
 
 namespace supernode::kernels::amx {
