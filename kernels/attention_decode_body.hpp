@@ -9,7 +9,7 @@ constexpr int64_t dot_lanes = 16;
 constexpr int parts = dot_lanes / width;
 // Heads scored together in one pass over the cache: each token's row is loaded once for all of
 // them, and their accumulators fill about half the registers.
-constexpr int heads_per_pass = 8 / parts > 0 ? 8 / parts : 1;
+constexpr int heads_per_pass = 8 / parts; // parts <= 4
 static_assert(dot_lanes % width == 0);
 
 using vn = float __attribute__((vector_size(width * sizeof(float))));

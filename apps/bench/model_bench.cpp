@@ -190,6 +190,8 @@ int run_model_bench(cli_args& args) {
   // Only the decode rows, each over this many timed steps (for profiling and A/B runs).
   const int64_t decode_steps = args.take_int("--decode-only", 0, 0, 10000);
   const int64_t decode_batch = args.take_int("--batch", 0, 0, 32); // 0: batches 1, 8 and 32
+  if (decode_batch != 0 && decode_batch != 1 && decode_batch != 8 && decode_batch != 32)
+    throw std::invalid_argument("bench model: --batch must be 1, 8 or 32 (the decode rows)");
   if (prefill_repeats > 0 && decode_steps > 0)
     throw std::invalid_argument("bench model: --prefill-only and --decode-only exclude each other");
   const auto prec = model::parse_precision(args.take_or("--precision", "int8"));

@@ -15,10 +15,14 @@ namespace supernode::kernels::avx512 {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 float quantize_row(const float* x, int64_t cols, int8_t* q) {
+  // The lanes of the 16 floats from i on that are inside the row.
+  const auto inside = [cols](int64_t i) {
+    return cols - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (cols - i)) - 1);
+  };
   __m512 vmax = _mm512_setzero_ps();
   __mmask16 nan = 0;
   for (int64_t i = 0; i < cols; i += 16) {
-    const __mmask16 m = cols - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (cols - i)) - 1);
+    const __mmask16 m = inside(i);
     const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
     vmax = _mm512_max_ps(vmax, _mm512_abs_ps(v));
     nan |= _mm512_mask_cmp_ps_mask(m, v, v, _CMP_UNORD_Q);
@@ -31,7 +35,7 @@ float quantize_row(const float* x, int64_t cols, int8_t* q) {
   const __m512 vs = _mm512_set1_ps(scale), lo = _mm512_set1_ps(-127.0f),
                hi = _mm512_set1_ps(127.0f);
   for (int64_t i = 0; i < cols; i += 16) {
-    const __mmask16 m = cols - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (cols - i)) - 1);
+    const __mmask16 m = inside(i);
     const __m512 r =
         _mm512_min_ps(_mm512_max_ps(_mm512_div_ps(_mm512_maskz_loadu_ps(m, x + i), vs), lo), hi);
     // In [-127, 127] after the clamp, so the narrowing store keeps every value.
