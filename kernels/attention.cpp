@@ -251,8 +251,8 @@ std::vector<float> mla_transpose_values(const float* kv_b, int64_t heads, int64_
 
 namespace {
 // dst(i) += sum over r, in order, of coef(i, r) * row r of w (rows of `len` floats), for the n
-// tokens i: each element one chain of rounded multiplies and adds, and row r stays in L1 while every
-// token adds it in (the absorption of q through W_uk and of the output through W_uv).
+// tokens i: each element one chain of rounded multiplies and adds. Row r stays in L1 while
+// every token adds it in (the absorption of q through W_uk and of the output through W_uv).
 template<class Coef, class Dst>
 void add_weighted_rows(const float* w, int64_t rows, int64_t len, int64_t n, Coef coef, Dst dst) {
   for (int64_t r = 0; r < rows; ++r)
