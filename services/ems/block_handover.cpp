@@ -40,6 +40,7 @@ void block_handover::begin(const pr::ems_ring_target& target, const block_store&
   change_->current = ring_of(target.vnodes, target.current_servers);
   change_->next = ring_of(target.vnodes, target.servers);
   change_->started = std::chrono::steady_clock::now();
+  learn_ring(target.version, target.vnodes, target.copies, target.servers);
   for (auto& usage : store.usage())
     for (auto& key : store.keys(usage.ns)) plan(usage.ns, key, true);
   const auto copies = static_cast<size_t>(std::max(1, target.copies));
@@ -64,8 +65,33 @@ void block_handover::queue_to(const std::string& to, const std::string& ns, cons
   change_->initial_left += initial ? 1 : 0;
 }
 
+void block_handover::learn_ring(uint64_t version, int32_t vnodes, int32_t copies,
+                                const std::vector<std::string>& servers) {
+  if (newest_ && newest_->version > version) return;
+  newest_ = known_ring{version, static_cast<size_t>(std::max(1, copies)), ring_of(vnodes, servers)};
+}
+
 void block_handover::note_put(const std::string& ns, const std::string& key) {
   if (change_) plan(ns, key, false);
+}
+
+bool block_handover::note_client_put(const std::string& ns, const std::string& key) {
+  const auto planned_before = change_ ? change_->planned : 0;
+  note_put(ns, key);
+  // The change moves it, and a server leaves only once its change is idle.
+  if (change_ && change_->planned != planned_before) return false;
+  if (!newest_ || newest_->ring.size() == 0) return false; // no ring yet: every put is ours
+  auto owners = newest_->ring.owners(ns, key, newest_->copies);
+  if (std::find(owners.begin(), owners.end(), self_) != owners.end()) return false;
+  // Neither ours nor moved by a change: a put that crossed the publish of a ring on which its
+  // owner is another server. It goes there, in a change that closes once idle.
+  if (!change_) { // moves nothing of its own: the ring it comes from is the newest too
+    const auto servers = newest_->ring.servers();
+    open_forwarding(newest_->version, newest_->ring.vnodes_per_server(),
+                    static_cast<int32_t>(newest_->copies), servers, servers, true);
+  }
+  for (auto& to : owners) queue_to(to, ns, key, false);
+  return true;
 }
 
 std::optional<handover_batch> block_handover::next_batch(block_store& store) {
@@ -140,19 +166,28 @@ uint64_t block_handover::end(uint64_t published_version) {
 
 void block_handover::forward_to(uint64_t version, int32_t vnodes, int32_t copies,
                                 const std::vector<std::string>& servers) {
+  learn_ring(version, vnodes, copies, servers);
+  // Everything here goes, and the change is open until the process exits: stale clients'
+  // puts go on.
+  open_forwarding(version, vnodes, copies, {self_}, servers, false);
+}
+
+void block_handover::open_forwarding(uint64_t version, int32_t vnodes, int32_t copies,
+                                     const std::vector<std::string>& from,
+                                     const std::vector<std::string>& servers, bool published) {
   if (!change_) {
     change_.emplace();
     change_->started = std::chrono::steady_clock::now();
   }
-  change_->reported = true;   // the controller is done with this server
-  change_->published = false; // open until the process exits: stale clients' puts go on
+  change_->reported = true; // the controller is done with this server
+  change_->published = published;
   change_->target = {};
   change_->target.copies = copies;
   change_->target.version = version;
   change_->target.vnodes = vnodes;
-  change_->target.current_servers = {self_};
+  change_->target.current_servers = from;
   change_->target.servers = servers;
-  change_->current = ring_of(vnodes, {self_});
+  change_->current = ring_of(vnodes, from);
   change_->next = ring_of(vnodes, servers);
 }
 

@@ -58,7 +58,17 @@ public:
   // blocks it still had queued go to their owners under the new target even where this
   // server does not own them now (a put that landed here during the last change).
   void begin(const protocol::ems_ring_target& target, const block_store& store);
-  // A block stored while a change runs: it goes too when it moves.
+  // The newest ring this server knows: a change's target, or a ring the controller published.
+  // An older version is ignored (a resend overtaken by a newer ring).
+  void learn_ring(uint64_t version, int32_t vnodes, int32_t copies,
+                  const std::vector<std::string>& servers);
+  // A block a client stored here. It goes on when a running change moves it, and also when
+  // this server is no owner of it on the newest ring and no change moves it: the put of a
+  // client with an older ring that crossed the publish. True for that stray: nothing else
+  // would ever take it to its owners, so its acknowledgement waits until they have it.
+  bool note_client_put(const std::string& ns, const std::string& key);
+  // A block another server handed over here: it goes on only when a running change moves it
+  // (the sender's ring may be newer than any this server has learnt yet).
   void note_put(const std::string& ns, const std::string& key);
   // The next batch to send, read from `store`, when a change runs, has blocks left and fewer
   // than max_batches_in_flight batches wait for their answers. Blocks gone meanwhile are
@@ -113,10 +123,22 @@ private:
   void queue_to(const std::string& to, const std::string& ns, const std::string& key, bool initial);
   uint64_t queued() const;
   void close_if_done(); // a published change with nothing left
+  // A change the controller does not wait for, from the ring over `from` to the one over
+  // `servers`: open until the process exits, or (`published`) until idle.
+  void open_forwarding(uint64_t version, int32_t vnodes, int32_t copies,
+                       const std::vector<std::string>& from,
+                       const std::vector<std::string>& servers, bool published);
+
+  struct known_ring {
+    uint64_t version = 0;
+    size_t copies = 1;
+    hash_ring ring;
+  };
 
   std::string self_;
   size_t batch_bytes_;
   std::optional<change> change_;
+  std::optional<known_ring> newest_;
   handover_totals totals_;
 };
 

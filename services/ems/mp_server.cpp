@@ -95,6 +95,7 @@ void mp_server::on(const transport::peer_id& from, const pr::ems_ring_view& v,
       pump_handover();
       return;
     }
+    handover_.learn_ring(version, v.vnodes, copies_, v.servers);
     // A change at or below this version is over for the controller; what it still has queued
     // (puts that landed during it, or blocks a timed-out change had not sent) goes on.
     if (const auto left = handover_.end(version)) {
@@ -261,6 +262,7 @@ void mp_server::enqueue(std::function<void()> task) {
 void mp_server::serve(const transport::peer_id& from, const pr::ems_put& p, bool handed_over) {
   pr::ems_put_reply r;
   r.reply_to = p.request_id;
+  bool stray = false; // a block whose owners on the newest ring are other servers
   if (p.sizes.size() != p.keys.size()) {
     r.errors.assign(p.keys.size(), {pr::ems_errc::malformed_request,
                                     "malformed ems_put: " + std::to_string(p.keys.size()) +
@@ -279,11 +281,15 @@ void mp_server::serve(const transport::peer_id& from, const pr::ems_put& p, bool
       at += p.sizes[i];
       r.errors.push_back(result.error);
       if (!result) continue;
-      if (handed_over) handover_.count_received(1);
-      handover_.note_put(p.ns, p.keys[i]); // a block a running change moves goes too
+      if (handed_over) {
+        handover_.count_received(1);
+        handover_.note_put(p.ns, p.keys[i]); // a block a running change moves goes too
+      } else {
+        stray |= handover_.note_client_put(p.ns, p.keys[i]);
+      }
     }
   }
-  if (forwarding_ && p.request_id != 0) {
+  if ((forwarding_ || stray) && p.request_id != 0) {
     held_acks_.push_back({from, std::move(r), handover_.totals().blocks_failed});
     pump_handover();
     return;

@@ -74,6 +74,8 @@ public:
   void on_tick(transport::endpoint& out) override;
   // Blocks ring changes moved in and out of this server so far (any thread).
   handover_totals handover_counts();
+  // The newest ring view taken (any thread); requests that arrive after it see it.
+  uint64_t ring_version() const { return ring_version_; }
 
   static constexpr size_t max_reply_bytes = size_t{16} << 20;
   static constexpr int usage_report_ticks = 10; // heartbeats between usage reports
@@ -119,7 +121,9 @@ private:
   transport::peer_id handover_controller_;    // storage thread: who asked for the hand-over
   // Storage thread. Off the ring, a put from a client with the older ring is acknowledged only
   // once it reached its owner: this process may exit at any moment after it is idle, and an
-  // acknowledgement must never name a block that dies with it.
+  // acknowledgement must never name a block that dies with it. On the ring, so is a put of a
+  // block whose owner on the newest ring is another server (it crossed the publish): here it
+  // is a stale copy no later change would move.
   bool forwarding_ = false;
   struct held_ack {
     transport::peer_id to;

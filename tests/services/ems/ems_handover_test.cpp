@@ -4,6 +4,7 @@
 // ring once every server handed its blocks over, or at the hand-over timeout); and a pool in
 // this process going 2 -> 3 -> 1 servers with every block still at its owner afterwards.
 
+#include "../../support/ask.hpp"
 #include "../../support/eventually.hpp"
 #include "../../support/probe_endpoint.hpp"
 #include "../../support/role_host.hpp"
@@ -199,6 +200,53 @@ TEST(block_handover, a_put_during_a_change_still_reaches_its_owner_when_the_next
   std::filesystem::remove_all(dir);
 }
 
+TEST(block_handover, a_put_that_crossed_the_publish_goes_to_its_owner_on_the_new_ring) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("supernode-handover-stray-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  ems::block_store at_b(store_in(dir / "b"));
+  const auto before = ems::ring_of(64, {"a", "b"});
+  const auto joined = ems::ring_of(64, {"a", "b", "c"});
+  std::string moved, kept; // "b" owns both under {a, b}; "c" takes `moved` under {a, b, c}
+  for (int i = 0; moved.empty() || kept.empty(); ++i) {
+    auto k = "k-" + std::to_string(i);
+    if (before.owner("ctx", k) != "b") continue;
+    (joined.owner("ctx", k) == "c" ? moved : kept) = k;
+  }
+  // "b" took part in the join (nothing of its own moved) and has seen the ring published.
+  ems::block_handover handover("b");
+  handover.begin(target_of(3, {"a", "b"}, {"a", "b", "c"}), at_b);
+  handover.learn_ring(3, 64, 1, {"a", "b", "c"});
+  EXPECT_EQ(handover.end(3), 0u);
+  EXPECT_FALSE(handover.active());
+  // A client still on {a, b} puts both: the block "b" owns stays, the other goes to "c".
+  for (auto& k : {kept, moved}) ASSERT_TRUE(at_b.put("ctx", k, value_of(64, 1)));
+  EXPECT_FALSE(handover.note_client_put("ctx", kept));
+  EXPECT_FALSE(handover.active()) << "nothing to forward";
+  EXPECT_TRUE(handover.note_client_put("ctx", moved)) << "its acknowledgement must wait";
+  EXPECT_TRUE(handover.active());
+  auto batch = handover.next_batch(at_b);
+  ASSERT_TRUE(batch);
+  EXPECT_EQ(batch->to, "c");
+  EXPECT_EQ(batch->put.keys, std::vector<std::string>{moved});
+  EXPECT_FALSE(handover.next_batch(at_b));
+  EXPECT_FALSE(handover.idle()) << "the batch is unanswered";
+  handover.answered(3, batch->planned, 1, 0);
+  EXPECT_TRUE(handover.idle());
+  EXPECT_FALSE(handover.next_batch(at_b));
+  EXPECT_FALSE(handover.active()) << "the forward closes once answered";
+  EXPECT_EQ(handover.totals().blocks_out, 1u);
+
+  // A block another server handed over is never sent on for a ring this server has not seen
+  // yet: its sender's ring is the newer one.
+  handover.note_put("ctx", moved);
+  EXPECT_FALSE(handover.active());
+  // An older ring learnt late does not replace the newest.
+  handover.learn_ring(2, 64, 1, {"a", "b"});
+  EXPECT_TRUE(handover.note_client_put("ctx", moved));
+  std::filesystem::remove_all(dir);
+}
+
 namespace {
 
 // The controller alone, with the servers and a client played by probe endpoints that record the
@@ -369,6 +417,38 @@ TEST(ems_handover, a_pool_goes_from_two_to_three_to_one_server_keeping_every_blo
   EXPECT_TRUE(eventually([&] { return totals(2).blocks_in > 50; }, 5s)) << totals(2).blocks_in;
   EXPECT_EQ(totals(0).blocks_out + totals(1).blocks_out, totals(2).blocks_in);
 
+  // A put that crossed the publish: sent with the older ring to mp_server-1, which has closed
+  // its part of the join, for a block mp_server-2 now owns. It is acknowledged once there.
+  std::string crossed;
+  const auto ring_of_two = ems::ring_of(64, two), ring_of_three = ems::ring_of(64, three);
+  for (int i = 0; crossed.empty(); ++i)
+    if (auto k = "crossed-" + std::to_string(i); ring_of_two.owner("ctx", k) == "mp_server-1" &&
+                                                 ring_of_three.owner("ctx", k) == "mp_server-2")
+      crossed = k;
+  const auto crossed_value = value_of(4096, 77);
+  pr::ems_put late;
+  late.ns = "ctx";
+  late.keys = {crossed};
+  late.sizes = {crossed_value.size()};
+  late.data = transport::shared_bytes(std::vector<char>(
+      reinterpret_cast<const char*>(crossed_value.data()),
+      reinterpret_cast<const char*>(crossed_value.data()) + crossed_value.size()));
+  // After mp_server-1 took the ring with three (its part of the join is over).
+  ASSERT_TRUE(eventually(
+      [&] { return pool.server(1).service().ring_version() >= client.ring_version(); }, 5s));
+  const auto acked = ask<pr::ems_put_reply>(pool.client_endpoint(), "mp_server-1", late);
+  ASSERT_TRUE(acked);
+  ASSERT_EQ(acked->errors.size(), 1u);
+  ASSERT_TRUE(acked->errors[0].ok()) << acked->errors[0];
+  auto crossed_at_its_owner = [&](const char* when) {
+    auto session = pool.new_session();
+    ASSERT_TRUE(session->client().wait_for_servers(10s));
+    EXPECT_EQ(session->client().get("ctx", std::vector<std::string>{crossed}).blocks.at(0),
+              crossed_value)
+        << when;
+  };
+  crossed_at_its_owner("acknowledged by mp_server-1 after the join");
+
   // Two drain at once: each is drained once the ring without it is published.
   for (int s : {1, 2}) pool.server(s).service().drain(services::drain_mode::migrate);
   ASSERT_TRUE(eventually(
@@ -379,6 +459,7 @@ TEST(ems_handover, a_pool_goes_from_two_to_three_to_one_server_keeping_every_blo
   pool.kill_server("mp_server-1");
   pool.kill_server("mp_server-2");
   every_block_at_its_owner("after mp_server-1 and -2 left");
+  crossed_at_its_owner("after mp_server-1 and -2 left");
   EXPECT_EQ(totals(0).blocks_failed, 0u);
 }
 

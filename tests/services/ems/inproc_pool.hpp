@@ -85,7 +85,7 @@ private:
     return "[process.ems_controller]\nroles = [\"mp_controller\"]\n"
            "[process.ems]\nroles = [\"mp_server\"]\ncount = " +
            std::to_string(servers) +
-           "\n[process.probe]\nroles = [\"probe\"]\ncount = 4\n"
+           "\n[process.probe]\nroles = [\"probe\"]\ncount = 6\n"
            "[ems]\ndram_bytes = 8388608\nssd_bytes = 268435456\ntimeout_ms = 2000\n" +
            ems_keys;
   }

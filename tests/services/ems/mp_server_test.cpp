@@ -2,6 +2,7 @@
 // for quotas, its controller) and speaks to it in messages. Every reply answers its request's
 // id; refusals carry ems_errc codes per key.
 
+#include "../../support/ask.hpp"
 #include "../../support/inproc_cluster.hpp"
 #include "../../support/probe_endpoint.hpp"
 #include "../../support/role_host.hpp"
@@ -10,7 +11,6 @@
 #include "transport/shm_region.hpp"
 
 #include <cstring>
-#include <future>
 #include <gtest/gtest.h>
 #include <optional>
 
@@ -52,23 +52,7 @@ struct server_bench {
   }
   template<class Reply, class Request>
   std::optional<Reply> ask_as(transport::endpoint& asker, Request request) {
-    auto promise = std::make_shared<std::promise<std::optional<transport::envelope>>>();
-    auto future = promise->get_future();
-    const auto id = asker.pending().add(
-        server, std::chrono::steady_clock::now() + 5s,
-        [promise](std::optional<transport::envelope> reply, const std::string&) {
-          promise->set_value(std::move(reply));
-        });
-    if (!id) return std::nullopt;
-    request.request_id = *id;
-    EXPECT_EQ(asker.send("ems", server, transport::make_envelope(request)),
-              transport::send_status::ok);
-    if (future.wait_for(10s) != std::future_status::ready) return std::nullopt;
-    const auto reply = future.get();
-    const Reply* r = reply ? reply->get<Reply>() : nullptr;
-    if (!r) return std::nullopt;
-    EXPECT_EQ(r->reply_to, *id) << Request::type_name << " answered another request";
-    return *r;
+    return supernode::testing::ask<Reply>(asker, server, std::move(request));
   }
   std::optional<pr::ems_put_reply> put(const std::string& ns, std::vector<std::string> keys,
                                        const std::vector<std::string>& values) {
