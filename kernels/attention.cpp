@@ -249,17 +249,6 @@ std::vector<float> mla_transpose_values(const float* kv_b, int64_t heads, int64_
   return t;
 }
 
-namespace {
-// dst(i) += sum over r, in order, of coef(i, r) * row r of w (rows of `len` floats), for the n
-// tokens i: each element one chain of rounded multiplies and adds. Row r stays in L1 while
-// every token adds it in (the absorption of q through W_uk and of the output through W_uv).
-template<class Coef, class Dst>
-void add_weighted_rows(const float* w, int64_t rows, int64_t len, int64_t n, Coef coef, Dst dst) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t i = 0; i < n; ++i) axpy(coef(i, r), w + r * len, dst(i), len);
-}
-} // namespace
-
 void mla_decode_step(const mla_decode_step_args& a, thread_pool& pool) {
   const int64_t n = static_cast<int64_t>(a.tokens.size()), heads = a.heads, lora = a.kv_lora,
                 qk = a.nope + a.rope, kvw = a.nope + a.v;
@@ -278,11 +267,11 @@ void mla_decode_step(const mla_decode_step_args& a, thread_pool& pool) {
   o_lat.resize(static_cast<size_t>(heads * n * lora));
   values.assign(static_cast<size_t>(heads * n * a.v), 0.0f);
   // q_nope · W_uk, one head per task.
+  // Each element of each token is one chain of rounded multiplies and adds, in row order.
   pool.parallel_for(heads, [&](int64_t h) {
-    add_weighted_rows(
-        a.w.kv_b + h * kvw * lora, a.nope, lora, n,
-        [&](int64_t i, int64_t d) { return a.tokens[i].q[h * qk + d]; },
-        [&](int64_t i) { return q_lat.data() + (h * n + i) * lora; });
+    for (int64_t i = 0; i < n; ++i)
+      add_weighted_rows(a.w.kv_b + h * kvw * lora, a.nope, lora, a.tokens[i].q + h * qk,
+                        q_lat.data() + (h * n + i) * lora);
   });
   // The latent step, in tasks of (token, heads): enough tasks for the pool even for one token,
   // as many heads per task as that allows (they share the pass over the cache).
@@ -300,10 +289,9 @@ void mla_decode_step(const mla_decode_step_args& a, thread_pool& pool) {
   // out_latent · W_uv, one head per task.
   pool.parallel_for(heads, [&](int64_t h) {
     float* head_values = values.data() + h * n * a.v;
-    add_weighted_rows(
-        a.w.w_uv_t + h * lora * a.v, lora, a.v, n,
-        [&](int64_t i, int64_t c) { return o_lat[(h * n + i) * lora + c]; },
-        [&](int64_t i) { return head_values + i * a.v; });
+    for (int64_t i = 0; i < n; ++i)
+      add_weighted_rows(a.w.w_uv_t + h * lora * a.v, lora, a.v, o_lat.data() + (h * n + i) * lora,
+                        head_values + i * a.v);
     for (int64_t i = 0; i < n; ++i)
       std::copy_n(head_values + i * a.v, a.v, a.tokens[i].out + h * a.v);
   });

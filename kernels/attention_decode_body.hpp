@@ -1,6 +1,6 @@
-// The body of attention_decode::<isa>::{mla_decode, axpy}, included once per unit inside its
-// namespace (see attention_decode.hpp). The unit defines SUPERNODE_DECODE_WIDTH, the floats of
-// one of its registers.
+// The body of attention_decode::<isa>::{mla_decode, axpy, add_weighted_rows}, included once per
+// unit inside its namespace (see attention_decode.hpp). The unit defines SUPERNODE_DECODE_WIDTH,
+// the floats of one of its registers.
 
 namespace {
 
@@ -88,6 +88,33 @@ void decode_heads(const mla_decode_args& a, int64_t h0, const float* const* rows
     }
 }
 
+// add_weighted_rows over R registers of y, which stay in them while every row is added in.
+template<int R>
+void weighted_rows_chunk(const float* w, int64_t rows, int64_t len, const float* coef, float* y) {
+  vn acc[R];
+#pragma GCC unroll 16
+  for (int j = 0; j < R; ++j) acc[j] = load(y + j * width);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float c = coef[r];
+    const float* wr = w + r * len;
+#pragma GCC unroll 16
+    for (int j = 0; j < R; ++j) acc[j] = acc[j] + load(wr + j * width) * c;
+  }
+#pragma GCC unroll 16
+  for (int j = 0; j < R; ++j) store(y + j * width, acc[j]);
+}
+
+// Registers of y per pass over the rows: half of AVX-512's 32, three quarters of the 16 of
+// AVX2 and SSE2 (the rest hold the row's loads).
+constexpr int chunk_regs = width == 16 ? 16 : 12;
+
+template<int... R>
+constexpr auto chunk_table(std::integer_sequence<int, R...>) {
+  using fn = void (*)(const float*, int64_t, int64_t, const float*, float*);
+  return std::array<fn, sizeof...(R)>{weighted_rows_chunk<R + 1>...};
+}
+constexpr auto chunk_by_regs = chunk_table(std::make_integer_sequence<int, chunk_regs>{});
+
 template<int... H>
 constexpr auto decode_table(std::integer_sequence<int, H...>) {
   using fn = void (*)(const mla_decode_args&, int64_t, const float* const*, int64_t, float*);
@@ -109,6 +136,20 @@ void mla_decode(const mla_decode_args& a) {
   for (int64_t h0 = 0; h0 < a.heads; h0 += heads_per_pass) {
     const int64_t hn = a.heads - h0 < heads_per_pass ? a.heads - h0 : heads_per_pass;
     decode_by_heads[hn - 1](a, h0, rows.data(), keys, scores.data());
+  }
+}
+
+void add_weighted_rows(const float* w, int64_t rows, int64_t len, const float* coef, float* y) {
+  int64_t e = 0;
+  while (e + width <= len) {
+    const int64_t fit = (len - e) / width, regs = fit < chunk_regs ? fit : chunk_regs;
+    chunk_by_regs[regs - 1](w + e, rows, len, coef, y + e);
+    e += regs * width;
+  }
+  for (; e < len; ++e) {
+    float acc = y[e];
+    for (int64_t r = 0; r < rows; ++r) acc = acc + w[r * len + e] * coef[r];
+    y[e] = acc;
   }
 }
 

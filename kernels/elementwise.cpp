@@ -60,4 +60,15 @@ void axpy(float alpha, const float* x, float* y, int64_t n) {
   attention_decode::portable::axpy(alpha, x, y, n);
 }
 
+void add_weighted_rows(const float* w, int64_t rows, int64_t len, const float* coef, float* y) {
+#if defined(__x86_64__)
+  const kernel_isa isa = active_kernel_isa();
+  if (kernel_isa_has_avx512(isa))
+    return attention_decode::avx512::add_weighted_rows(w, rows, len, coef, y);
+  if (kernel_isa_has_avx2(isa))
+    return attention_decode::avx2::add_weighted_rows(w, rows, len, coef, y);
+#endif
+  attention_decode::portable::add_weighted_rows(w, rows, len, coef, y);
+}
+
 } // namespace supernode::kernels

@@ -21,4 +21,9 @@ void softmax(float* x, int64_t n);
 // on every path.
 void axpy(float alpha, const float* x, float* y, int64_t n);
 
+// y += coef[r] * row r of w, for the rows r = 0 .. rows - 1 (len floats each, contiguous) in
+// order: the bits of axpy(coef[r], w + r * len, y, len) row after row, with y held in registers
+// over all the rows instead of loaded and stored for each (a weight-absorbed GEMV).
+void add_weighted_rows(const float* w, int64_t rows, int64_t len, const float* coef, float* y);
+
 } // namespace supernode::kernels

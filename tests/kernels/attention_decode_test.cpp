@@ -1,7 +1,8 @@
-// Absorbed MLA decode (mla_decode_step) and axpy on every kernel path the CPU has: close to the
-// expanded attention in double precision, the portable path's bits on every SIMD path, and the
-// same bits for a token whatever else is in its step and however many threads run it (which
-// changes how many heads share a pass over the cache).
+// Absorbed MLA decode (mla_decode_step), axpy and add_weighted_rows on every kernel path the CPU
+// has: close to the expanded attention in double precision, the portable path's bits on every
+// SIMD path, the bits of axpy row after row for add_weighted_rows, and the same bits for a token
+// whatever else is in its step and however many threads run it (which changes how many heads
+// share a pass over the cache).
 
 #include "kernels/attention.hpp"
 #include "kernels/elementwise.hpp"
@@ -126,6 +127,27 @@ TEST_P(mla_decode_isa, gives_the_portable_bits) {
   expect_bitwise_equal(portable, here.data(), here.size(), "step against portable");
   axpy(0.37f, x.data(), y_portable.data(), 37);
   expect_bitwise_equal(y_portable, y.data(), y.size(), "axpy against portable");
+}
+
+TEST_P(mla_decode_isa, weighted_rows_give_the_bits_of_axpy_row_after_row) {
+  // The absorptions' shapes (64 rows of 256, 256 rows of 64), and lengths with every kind of
+  // tail: fewer floats than a register, a part of the register chunk, more than one chunk.
+  for (auto [rows, len] : {std::pair<int64_t, int64_t>{64, 256},
+                           {256, 64},
+                           {7, 3},
+                           {5, 37},
+                           {9, 300},
+                           {1, 16},
+                           {3, 520}}) {
+    const auto w = random_floats(rows * len, 5);
+    const auto coef = random_floats(rows, 6);
+    auto by_axpy = random_floats(len, 7);
+    auto by_rows = by_axpy;
+    for (int64_t r = 0; r < rows; ++r) axpy(coef[r], w.data() + r * len, by_axpy.data(), len);
+    add_weighted_rows(w.data(), rows, len, coef.data(), by_rows.data());
+    expect_bitwise_equal(by_axpy, by_rows.data(), by_rows.size(),
+                         std::to_string(rows) + " rows of " + std::to_string(len));
+  }
 }
 
 TEST_P(mla_decode_isa, a_token_gets_the_same_bits_in_any_step_and_thread_count) {
