@@ -40,6 +40,9 @@ void run_experts(const model_config& c, const moe_weights& w, precision prec,
     b->act.resize(b->rows * inter);
     b->out.resize(b->rows * h);
   }
+  // SwiGLU of every expert's rows and, for INT8, their per-token quantization for the down
+  // projection: one pass over the pool between the two grouped GEMMs.
+  const bool int8 = prec == precision::int8;
   auto swiglu = [&] {
     kernels::thread_pool::shared().parallel_for(
         static_cast<int64_t>(batches.size()), [&](int64_t i) {
@@ -47,20 +50,16 @@ void run_experts(const model_config& c, const moe_weights& w, precision prec,
           for (int64_t r = 0; r < b.rows; ++r)
             kernels::silu_mul(b.up.data() + r * 2 * inter, b.up.data() + r * 2 * inter + inter,
                               b.act.data() + r * inter, inter);
+          if (int8) kernels::quantize_rows(b.act.data(), b.rows, inter, inter, b.mid_q);
         });
   };
-  if (prec == precision::int8) {
+  if (int8) {
     std::vector<kernels::gemm_int8_problem> problems;
     for (auto* b : batches)
       problems.push_back({&b->in_q, &w.experts[b->expert].gate_up.int8(), b->up.data(), 2 * inter});
     kernels::gemm_int8_grouped(problems);
     swiglu();
     problems.clear();
-    kernels::thread_pool::shared().parallel_for(
-        static_cast<int64_t>(batches.size()), [&](int64_t i) {
-          auto& b = *batches[i];
-          kernels::quantize_rows(b.act.data(), b.rows, inter, inter, b.mid_q);
-        });
     for (auto* b : batches)
       problems.push_back({&b->mid_q, &w.experts[b->expert].down.int8(), b->out.data(), h});
     kernels::gemm_int8_grouped(problems);
