@@ -41,7 +41,17 @@ thread_pool::~thread_pool() {
 
 void thread_pool::run_tasks() {
   inside_task = true;
-  for (int64_t i; (i = next_.fetch_add(1, std::memory_order_relaxed)) < n_;) (*fn_)(i);
+  for (int64_t i; (i = next_.fetch_add(1, std::memory_order_relaxed)) < n_;) {
+    if (failed_.load(std::memory_order_relaxed)) continue; // the loop is lost: skip the rest
+    try {
+      (*fn_)(i);
+    } catch (...) {
+      // Escaping a worker's thread would terminate the process: the caller rethrows it.
+      std::lock_guard lock(error_mutex_);
+      if (!error_) error_ = std::current_exception();
+      failed_.store(true, std::memory_order_relaxed);
+    }
+  }
   inside_task = false;
 }
 
@@ -91,6 +101,7 @@ void thread_pool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn
   }
   fn_ = &fn;
   n_ = n;
+  failed_.store(false, std::memory_order_relaxed);
   next_.store(0, std::memory_order_relaxed);
   active_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
   {
@@ -106,6 +117,14 @@ void thread_pool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn
     done_.wait(lock, done);
   }
   fn_ = nullptr;
+  if (failed_.load(std::memory_order_relaxed)) {
+    std::exception_ptr error;
+    {
+      std::lock_guard lock(error_mutex_);
+      error.swap(error_);
+    }
+    std::rethrow_exception(error);
+  }
 }
 
 thread_pool& thread_pool::shared() {

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -25,7 +26,9 @@ public:
 
   // Runs fn(i) for every i in [0, n) and returns when all have finished. The caller takes part.
   // Called from inside a task, or while another thread owns the pool, it runs inline: nesting
-  // and concurrent callers never deadlock.
+  // and concurrent callers never deadlock. An exception a task throws, on whichever thread, is
+  // rethrown here once every task has ended (the first one thrown; tasks not yet started are
+  // skipped), as if the loop had run inline.
   void parallel_for(int64_t n, const std::function<void(int64_t)>& fn);
 
   // The process-wide pool: SUPERNODE_THREADS if set, else the hardware concurrency.
@@ -49,6 +52,9 @@ private:
   std::atomic<int> active_{0};
   std::atomic<uint64_t> generation_{0};
   std::atomic<bool> stop_{false};
+  std::mutex error_mutex_;
+  std::exception_ptr error_; // the first exception of the running parallel_for
+  std::atomic<bool> failed_{false};
 };
 
 } // namespace supernode::kernels

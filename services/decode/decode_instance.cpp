@@ -631,6 +631,13 @@ void decode_instance::compute_round() {
     // the step runs again: the sequences and their KV stay here. If it cannot re-form, the
     // next round finds the group broken and ends them (their gateways place them again).
     out_->log().warn("decode step of {} sequences paused: {}", batch_.size(), e.what());
+  } catch (const std::exception& e) {
+    // A bug, not a fault of the cluster: the step's sequences end with an internal error (their
+    // KV released) instead of the process aborting and taking every other sequence with it.
+    out_->log().error("decode step of {} sequences failed: {}", batch_.size(), e.what());
+    for (auto& u : batch_.fail_all(
+             {protocol::serving_errc::internal, std::string("decode step failed: ") + e.what()}))
+      updates.push_back(std::move(u));
   }
   mtp_drafted_ = batch_.drafted_tokens();
   mtp_accepted_ = batch_.accepted_tokens();

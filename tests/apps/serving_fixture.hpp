@@ -156,8 +156,11 @@ std::pair<std::deque<std::string>, size_t> last_lines(const std::filesystem::pat
 // errors and group and restart events, then the supervisor's last events. Whole logs of a cluster
 // under load run to megabytes, and a CI report keeps only a part of what a failing test prints.
 inline std::string log_digest(const std::filesystem::path& run_dir, size_t per_process = 40) {
-  static const char* const notable[] = {" WARN ",  " ERROR ", "formed", "fenced",
-                                        "restart", "exited",  "ready"};
+  // With the marks a process leaves when it aborts (an uncaught exception, a failed check).
+  static const char* const notable[] = {" WARN ",      " ERROR ",   "formed",    "fenced",
+                                        "restart",     "exited",    "ready",     "terminate",
+                                        "what():",     "Assertion", "Sanitizer", "runtime error",
+                                        "double free", "corrupted"};
   auto is_notable = [](const std::string& line) {
     for (const char* word : notable)
       if (line.find(word) != std::string::npos) return true;
