@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 namespace supernode::services {
 
@@ -105,15 +106,32 @@ std::vector<protocol::token_update> decode_batch::step() {
   const auto batch = static_cast<int64_t>(running_.size());
   const int64_t depth = depth_ ? depth_->depth(batch) : 0;
   steps_.clear();
-  for (auto& s : running_) {
+  // Every sequence's token (and drafts) first; then what the budget leaves goes to catch-ups.
+  fed_.assign(running_.size(), 1);
+  int64_t spare = row_budget_ > 0 ? row_budget_ : std::numeric_limits<int64_t>::max();
+  for (auto& s : running_)
+    spare -= s->feed.size() == 1
+                 ? 1 + std::max<int64_t>(
+                           0, std::min(depth, s->spec.max_tokens -
+                                                  static_cast<int64_t>(s->generated.size()) - 1))
+                 : 1;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    const auto more = std::min<int64_t>(static_cast<int64_t>(running_[i]->feed.size()) - 1,
+                                        std::max<int64_t>(0, spare));
+    fed_[i] += static_cast<size_t>(more);
+    spare -= more;
+  }
+  for (size_t i = 0; i < running_.size(); ++i) {
+    auto& s = running_[i];
     const auto generated = static_cast<int64_t>(s->generated.size());
-    steps_.push_back({&s->table,
-                      s->feed,
-                      depth_ ? &s->mtp : nullptr,
-                      std::min(depth, s->spec.max_tokens - generated - 1),
-                      {s->spec.temperature, s->spec.top_p, s->spec.top_k, s->spec.seed},
-                      static_cast<uint64_t>(generated),
-                      acceptance_});
+    steps_.push_back(
+        {&s->table,
+         std::span<const int32_t>(s->feed).first(fed_[i]),
+         depth_ ? &s->mtp : nullptr,
+         fed_[i] < s->feed.size() ? 0 : std::min(depth, s->spec.max_tokens - generated - 1),
+         {s->spec.temperature, s->spec.top_p, s->spec.top_k, s->spec.seed},
+         static_cast<uint64_t>(generated),
+         acceptance_});
   }
   // All or nothing: when the forward throws (an expert-parallel group broke), the sequences
   // are as before and the step can run again (the KV it wrote is rewritten identically).
@@ -129,6 +147,10 @@ std::vector<protocol::token_update> decode_batch::step() {
   std::vector<size_t> finished;
   for (size_t i = 0; i < running_.size(); ++i) {
     auto& s = *running_[i];
+    if (fed_[i] < s.feed.size()) { // a catch-up cut by the budget: the token after it is known
+      s.feed.erase(s.feed.begin(), s.feed.begin() + static_cast<std::ptrdiff_t>(fed_[i]));
+      continue;
+    }
     const auto& o = outcomes_[i];
     drafted_ += o.drafted;
     accepted_ += o.accepted();

@@ -99,6 +99,13 @@ public:
   using written_fn = std::function<void(decode_sequence&)>;
   void set_after_forward(written_fn f) { after_forward_ = std::move(f); }
 
+  // At most this many rows (tokens fed, drafts included) in one step's forward; 0: no limit.
+  // An expert-parallel group's buffers hold so many tokens an op: every sequence takes its
+  // token (and drafts) first, and a resumed sequence's catch-up takes what is left, the rest
+  // of it in the next steps (same KV bits: a position's arithmetic does not depend on the
+  // forward it is in).
+  void set_row_budget(int64_t rows) { row_budget_ = rows; }
+
   size_t size() const { return running_.size(); }
   // Since start: MTP tokens drafted and accepted, the sequence-steps that drafted, and the
   // depth of the last step.
@@ -125,6 +132,8 @@ private:
   std::vector<model::decode_sequence_step> steps_;
   std::vector<model::decode_sequence_outcome> outcomes_;
   int64_t drafted_ = 0, accepted_ = 0, drafting_steps_ = 0, last_depth_ = 0;
+  int64_t row_budget_ = 0;
+  std::vector<size_t> fed_; // per running sequence, the tokens of its feed this step takes
 };
 
 } // namespace supernode::services

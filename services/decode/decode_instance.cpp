@@ -28,6 +28,7 @@ decode_instance::decode_instance(std::shared_ptr<const model::model_weights> wei
   if (membership) {
     group_ = std::make_unique<ep_rank>(weights, std::move(*membership));
     model_.set_routed_experts(group_.get());
+    batch_.set_row_budget(group_->membership().options.local_batch);
     if (group_->membership().options.microbatches == 2) {
       microbatches_ = std::make_unique<microbatch_pipeline>(weights, *group_);
       batch_.set_forward([this](auto tokens, auto steps, auto& pool, auto& hidden) {

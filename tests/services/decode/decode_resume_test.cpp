@@ -40,8 +40,9 @@ struct outcome {
 // sequence loads what the pool has first (as a decode instance does).
 // With `mtp_drafts`, the batch drafts that many tokens every step (not adaptive), the prefill
 // writes the MTP KV and hands the sequence its MTP state.
+// With `row_budget`, a step's forward takes at most that many rows (decode_batch's budget).
 outcome run(const request_spec& spec, ems::context_cache_client* mirror = nullptr,
-            int64_t mtp_drafts = 0) {
+            int64_t mtp_drafts = 0, int64_t row_budget = 0) {
   model::transformer m(supernode::testing::tiny_weights(model::precision::int8));
   const auto layout = m.kv_layout(block_size, mtp_drafts > 0);
   const auto prompt = static_cast<int64_t>(spec.prompt.size());
@@ -58,6 +59,7 @@ outcome run(const request_spec& spec, ems::context_cache_client* mirror = nullpt
   if (mirror)
     batch.set_after_forward([&](decode_sequence& s) { mirror_full_blocks(s, *mirror, pool); });
   batch.set_mtp(mtp_drafts, false);
+  batch.set_row_budget(row_budget);
   auto seq = std::make_unique<decode_sequence>();
   seq->key = {"gateway-0", 1};
   seq->spec = spec;
@@ -198,6 +200,22 @@ TEST(decode_resume, with_mtp_drafts_the_continuation_equals_the_run_without) {
     std::vector<int32_t> joined(whole.tokens.begin(), whole.tokens.begin() + k);
     joined.insert(joined.end(), resumed.tokens.begin(), resumed.tokens.end());
     EXPECT_EQ(joined, whole.tokens) << "resumed after " << k;
+  }
+}
+
+TEST(decode_resume, a_catch_up_beyond_the_row_budget_takes_several_steps_and_changes_nothing) {
+  // An expert-parallel group's buffers hold so many tokens an op: a resumed sequence's
+  // generated span longer than that is fed over several steps, with the same tokens and KV.
+  const auto spec = long_prompt(0.0f);
+  const auto whole = run(spec);
+  for (int64_t k : {int64_t{10}, int64_t{17}, int64_t{spec.max_tokens - 1}})
+    expect_continues(whole, run(resumed_after(spec, whole, k), nullptr, 0, /*row_budget=*/4), k);
+  // With MTP: a step of one token and its two drafts fits the budget of three.
+  for (int64_t k : {int64_t{10}, int64_t{17}}) {
+    const auto resumed = run(resumed_after(spec, whole, k), nullptr, 2, /*row_budget=*/3);
+    std::vector<int32_t> joined(whole.tokens.begin(), whole.tokens.begin() + k);
+    joined.insert(joined.end(), resumed.tokens.begin(), resumed.tokens.end());
+    EXPECT_EQ(joined, whole.tokens) << "resumed after " << k << " with drafts";
   }
 }
 
