@@ -106,15 +106,15 @@ std::vector<protocol::token_update> decode_batch::step() {
   const auto batch = static_cast<int64_t>(running_.size());
   const int64_t depth = depth_ ? depth_->depth(batch) : 0;
   steps_.clear();
+  // The drafts a sequence may take: up to the depth, less than the tokens it may still emit.
+  auto drafts_of = [&](const decode_sequence& s) {
+    return std::min(depth, s.spec.max_tokens - static_cast<int64_t>(s.generated.size()) - 1);
+  };
   // Every sequence's token (and drafts) first; then what the budget leaves goes to catch-ups.
   fed_.assign(running_.size(), 1);
   int64_t spare = row_budget_ > 0 ? row_budget_ : std::numeric_limits<int64_t>::max();
   for (auto& s : running_)
-    spare -= s->feed.size() == 1
-                 ? 1 + std::max<int64_t>(
-                           0, std::min(depth, s->spec.max_tokens -
-                                                  static_cast<int64_t>(s->generated.size()) - 1))
-                 : 1;
+    spare -= s->feed.size() == 1 ? 1 + std::max<int64_t>(0, drafts_of(*s)) : 1;
   for (size_t i = 0; i < running_.size(); ++i) {
     const auto more = std::min<int64_t>(static_cast<int64_t>(running_[i]->feed.size()) - 1,
                                         std::max<int64_t>(0, spare));
@@ -124,14 +124,13 @@ std::vector<protocol::token_update> decode_batch::step() {
   for (size_t i = 0; i < running_.size(); ++i) {
     auto& s = running_[i];
     const auto generated = static_cast<int64_t>(s->generated.size());
-    steps_.push_back(
-        {&s->table,
-         std::span<const int32_t>(s->feed).first(fed_[i]),
-         depth_ ? &s->mtp : nullptr,
-         fed_[i] < s->feed.size() ? 0 : std::min(depth, s->spec.max_tokens - generated - 1),
-         {s->spec.temperature, s->spec.top_p, s->spec.top_k, s->spec.seed},
-         static_cast<uint64_t>(generated),
-         acceptance_});
+    steps_.push_back({&s->table,
+                      std::span<const int32_t>(s->feed).first(fed_[i]),
+                      depth_ ? &s->mtp : nullptr,
+                      fed_[i] < s->feed.size() ? 0 : drafts_of(*s),
+                      {s->spec.temperature, s->spec.top_p, s->spec.top_k, s->spec.seed},
+                      static_cast<uint64_t>(generated),
+                      acceptance_});
   }
   // All or nothing: when the forward throws (an expert-parallel group broke), the sequences
   // are as before and the step can run again (the KV it wrote is rewritten identically).
