@@ -110,6 +110,18 @@ cache_counts cache_counts_of(const std::string& metrics) {
 cache_counts cache_counts_now(const serving_cluster& cluster) {
   return cache_counts_of(http_call(cluster.port(), "GET", "/metrics").body);
 }
+// The counts once a change is over: the prefill instances' lookups reach /metrics with their
+// load reports, a heartbeat or two late, so a change shorter than that (a hand-over of a few
+// hundred ms) can show none yet. The window then ends once at least three lookups made since
+// `before` are counted (the load goes on meanwhile).
+cache_counts counts_after(const serving_cluster& cluster, const cache_counts& before) {
+  const auto [text, counted] = poll_metrics(cluster.port(), [&](const std::string& m) {
+    return cache_counts_of(m).lookups >= before.lookups + 3;
+  });
+  EXPECT_TRUE(counted) << "no lookups counted after the change: " << text;
+  return cache_counts_of(text);
+}
+
 // Hit tokens over what the prompts looked up between two readings could have hit.
 double hit_rate(const cache_counts& from, const cache_counts& to) {
   return (to.hit_tokens - from.hit_tokens) / ((to.lookups - from.lookups) * hittable_tokens);
@@ -175,7 +187,7 @@ TEST(serving_ems_scale, mp_servers_two_to_three_to_one_under_load_keep_their_blo
   ASSERT_EQ(up["ok"], true) << up.dump();
   EXPECT_EQ(up["started"], json::array({"ems-2"}));
   wait_for_handovers(cluster, 1);
-  const auto after_join = cache_counts_now(cluster);
+  const auto after_join = counts_after(cluster, before_join);
 
   // 3 -> 1: mp_server-1 and -2 drain together, hand their blocks to mp_server-0 and leave.
   const auto before_leave = cache_counts_now(cluster);
@@ -184,7 +196,7 @@ TEST(serving_ems_scale, mp_servers_two_to_three_to_one_under_load_keep_their_blo
   EXPECT_EQ(down["stopped"], json::array({"ems-1", "ems-2"}));
   EXPECT_EQ(down["drain_killed"], false) << "the hand-over ended within the drain timeout";
   wait_for_handovers(cluster, 2);
-  const auto after_leave = cache_counts_now(cluster);
+  const auto after_leave = counts_after(cluster, before_leave);
   load.stop();
 
   EXPECT_EQ(load.failed(), 0u) << load.first_problem();
