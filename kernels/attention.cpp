@@ -253,19 +253,17 @@ void mla_decode_step(const mla_decode_step_args& a, thread_pool& pool) {
   const int64_t n = static_cast<int64_t>(a.tokens.size()), heads = a.heads, lora = a.kv_lora,
                 qk = a.nope + a.rope, kvw = a.nope + a.v;
   if (n == 0) return;
-  // q_latent, out_latent and the values of every token, head-major ([heads][n][lora], [heads][n]
-  // [v]): a head's rows for all tokens are contiguous, where a token-major stride of a multiple
-  // of 4 KB would put them all in the same few L1 sets. The calling thread's buffers, reused (a
+  // q_latent and out_latent of every token, head-major ([heads][n][lora]): a head's rows for all
+  // tokens are contiguous, where a token-major stride of a multiple of 4 KB would put them all
+  // in the same few L1 sets. The calling thread's buffers, reused (a
   // fresh quarter-megabyte per layer at 32 tokens costs more in page faults than the step); the
   // tasks reach them through these references, as inside a task the thread_local names would be
   // the worker's own.
-  thread_local std::vector<float> q_lat_buffer, o_lat_buffer, values_buffer;
+  thread_local std::vector<float> q_lat_buffer, o_lat_buffer;
   auto& q_lat = q_lat_buffer;
   auto& o_lat = o_lat_buffer;
-  auto& values = values_buffer;
   q_lat.assign(static_cast<size_t>(heads * n * lora), 0.0f);
   o_lat.resize(static_cast<size_t>(heads * n * lora));
-  values.assign(static_cast<size_t>(heads * n * a.v), 0.0f);
   // q_nope · W_uk, one head per task.
   // Each element of each token is one chain of rounded multiplies and adds, in row order.
   pool.parallel_for(heads, [&](int64_t h) {
@@ -286,14 +284,15 @@ void mla_decode_step(const mla_decode_step_args& a, thread_pool& pool) {
     mla_decode({q_lat.data() + (h0 * n + i) * lora, tok.q + h0 * qk + a.nope, tok.cache, tok.pos,
                 hn, a.softmax_scale, o_lat.data() + (h0 * n + i) * lora, qk, n * lora});
   });
-  // out_latent · W_uv, one head per task.
+  // out_latent · W_uv, one head per task, straight into each token's output (held in
+  // registers while the rows are added, so its stride does not matter).
   pool.parallel_for(heads, [&](int64_t h) {
-    float* head_values = values.data() + h * n * a.v;
-    for (int64_t i = 0; i < n; ++i)
+    for (int64_t i = 0; i < n; ++i) {
+      float* out = a.tokens[i].out + h * a.v;
+      std::fill_n(out, a.v, 0.0f);
       add_weighted_rows(a.w.w_uv_t + h * lora * a.v, lora, a.v, o_lat.data() + (h * n + i) * lora,
-                        head_values + i * a.v);
-    for (int64_t i = 0; i < n; ++i)
-      std::copy_n(head_values + i * a.v, a.v, a.tokens[i].out + h * a.v);
+                        out);
+    }
   });
 }
 
