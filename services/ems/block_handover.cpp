@@ -52,10 +52,11 @@ void block_handover::begin(const pr::ems_ring_target& target, const block_store&
   }
 }
 
-void block_handover::plan(const std::string& ns, const std::string& key, bool initial) {
+bool block_handover::plan(const std::string& ns, const std::string& key, bool initial) {
   const auto copies = static_cast<size_t>(std::max(1, change_->target.copies));
-  for (auto& to : handover_destinations(change_->current, change_->next, copies, self_, ns, key))
-    queue_to(to, ns, key, initial);
+  const auto to = handover_destinations(change_->current, change_->next, copies, self_, ns, key);
+  for (auto& server : to) queue_to(server, ns, key, initial);
+  return !to.empty();
 }
 
 void block_handover::queue_to(const std::string& to, const std::string& ns, const std::string& key,
@@ -67,7 +68,7 @@ void block_handover::queue_to(const std::string& to, const std::string& ns, cons
 
 void block_handover::learn_ring(uint64_t version, int32_t vnodes, int32_t copies,
                                 const std::vector<std::string>& servers) {
-  if (newest_ && newest_->version > version) return;
+  if (newest_ && newest_->version >= version) return; // a target's ring is its published one
   newest_ = known_ring{version, static_cast<size_t>(std::max(1, copies)), ring_of(vnodes, servers)};
 }
 
@@ -76,10 +77,8 @@ void block_handover::note_put(const std::string& ns, const std::string& key) {
 }
 
 bool block_handover::note_client_put(const std::string& ns, const std::string& key) {
-  const auto planned_before = change_ ? change_->planned : 0;
-  note_put(ns, key);
   // The change moves it, and a server leaves only once its change is idle.
-  if (change_ && change_->planned != planned_before) return false;
+  if (change_ && plan(ns, key, false)) return false;
   if (!newest_ || newest_->ring.size() == 0) return false; // no ring yet: every put is ours
   auto owners = newest_->ring.owners(ns, key, newest_->copies);
   if (std::find(owners.begin(), owners.end(), self_) != owners.end()) return false;

@@ -59,7 +59,7 @@ public:
   // server does not own them now (a put that landed here during the last change).
   void begin(const protocol::ems_ring_target& target, const block_store& store);
   // The newest ring this server knows: a change's target, or a ring the controller published.
-  // An older version is ignored (a resend overtaken by a newer ring).
+  // A version it has or an older one is ignored (a resend, or one overtaken by a newer ring).
   void learn_ring(uint64_t version, int32_t vnodes, int32_t copies,
                   const std::vector<std::string>& servers);
   // A block a client stored here. It goes on when a running change moves it, and also when
@@ -119,7 +119,8 @@ private:
     bool published = false; // the controller is past it: closes once idle
     std::chrono::steady_clock::time_point started;
   };
-  void plan(const std::string& ns, const std::string& key, bool initial);
+  // Queues the key to the servers the change gives it to; true when there are any.
+  bool plan(const std::string& ns, const std::string& key, bool initial);
   void queue_to(const std::string& to, const std::string& ns, const std::string& key, bool initial);
   uint64_t queued() const;
   void close_if_done(); // a published change with nothing left
