@@ -50,6 +50,9 @@ commands:
                 [--int8-only] [--onednn-isa native|avx2|avx2_vnni|avx512_core_vnni]
                                             INT8/FP32 GEMM against oneDNN (native and capped at
                                             each path's ISA) and OpenBLAS
+  bench kernels --expert-stream [--threads N] [--rounds R]
+                                            batch-1 routed experts (grouped, and one call each)
+                                            against lm_head's stream, in GB/s
   bench model   [--model DIR] [--quick]     decode step, prefill throughput, API-key check
   bench planes  [--quick] [--curve-only]    shm, zmq and inproc planes against raw baselines,
                                             and zmq with CurveZMQ on against off over tcp

@@ -1,8 +1,10 @@
 #include "kernels/thread_pool.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
+#include <stdexcept>
 
 namespace supernode::kernels {
 
@@ -26,8 +28,8 @@ int default_threads() {
 std::mutex shared_mutex;
 } // namespace
 
-thread_pool::thread_pool(int threads) {
-  for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+thread_pool::thread_pool(int threads) : shares_(static_cast<size_t>(std::max(threads, 1))) {
+  for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
 thread_pool::~thread_pool() {
@@ -39,9 +41,36 @@ thread_pool::~thread_pool() {
   for (auto& t : workers_) t.join();
 }
 
-void thread_pool::run_tasks() {
+namespace {
+constexpr uint64_t pack(uint64_t front, uint64_t end) {
+  return front | end << 32;
+}
+
+// Takes one task off a share, from its front (the owner) or from its end (any other thread).
+bool take(std::atomic<uint64_t>& bounds, bool from_front, int64_t& task) {
+  for (uint64_t b = bounds.load(std::memory_order_relaxed);;) {
+    const uint64_t front = b & 0xffffffffu, end = b >> 32;
+    if (front >= end) return false;
+    const uint64_t taken = from_front ? front : end - 1;
+    if (bounds.compare_exchange_weak(b, from_front ? pack(front + 1, end) : pack(front, end - 1),
+                                     std::memory_order_relaxed)) {
+      task = static_cast<int64_t>(taken);
+      return true;
+    }
+  }
+}
+} // namespace
+
+bool thread_pool::claim(int self, int64_t& task) {
+  const int count = static_cast<int>(shares_.size());
+  for (int step = 0; step < count; ++step)
+    if (take(shares_[(self + step) % count].bounds, step == 0, task)) return true;
+  return false;
+}
+
+void thread_pool::run_tasks(int self) {
   inside_task = true;
-  for (int64_t i; (i = next_.fetch_add(1, std::memory_order_relaxed)) < n_;) {
+  for (int64_t i; claim(self, i);) {
     if (failed_.load(std::memory_order_relaxed)) continue; // the loop is lost: skip the rest
     try {
       (*fn_)(i);
@@ -71,7 +100,7 @@ bool spin_until(Pred ready) {
 }
 } // namespace
 
-void thread_pool::worker_loop() {
+void thread_pool::worker_loop(int self) {
   uint64_t seen = 0;
   for (;;) {
     auto has_work = [&] {
@@ -84,7 +113,7 @@ void thread_pool::worker_loop() {
     }
     if (stop_.load(std::memory_order_acquire)) return;
     seen = generation_.load(std::memory_order_acquire);
-    run_tasks();
+    run_tasks(self);
     if (active_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       std::lock_guard lock(mutex_);
       done_.notify_one();
@@ -99,10 +128,14 @@ void thread_pool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn
     for (int64_t i = 0; i < n; ++i) fn(i);
     return;
   }
+  if (n > int64_t{0xffffffff}) throw std::length_error("thread_pool::parallel_for: too many tasks");
   fn_ = &fn;
-  n_ = n;
+  const int64_t count = static_cast<int64_t>(shares_.size());
+  for (int64_t i = 0; i < count; ++i)
+    shares_[i].bounds.store(
+        pack(static_cast<uint64_t>(n * i / count), static_cast<uint64_t>(n * (i + 1) / count)),
+        std::memory_order_relaxed);
   failed_.store(false, std::memory_order_relaxed);
-  next_.store(0, std::memory_order_relaxed);
   active_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
   {
     // Under the mutex, so a worker between its spin and its wait cannot miss the wake-up.
@@ -110,7 +143,7 @@ void thread_pool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn
     generation_.fetch_add(1, std::memory_order_release);
   }
   wake_.notify_all();
-  run_tasks();
+  run_tasks(0);
   auto done = [&] { return active_.load(std::memory_order_acquire) == 0; };
   if (!spin_until(done)) {
     std::unique_lock lock(mutex_);

@@ -25,6 +25,9 @@ public:
   int size() const { return static_cast<int>(workers_.size()) + 1; }
 
   // Runs fn(i) for every i in [0, n) and returns when all have finished. The caller takes part.
+  // Each thread runs a contiguous share of [0, n) in order, then takes what is left of the
+  // others' shares from their far ends: the GEMM drivers number tasks in weight order, so each
+  // thread streams one run of memory instead of jumping to wherever a shared counter is.
   // Called from inside a task, or while another thread owns the pool, it runs inline: nesting
   // and concurrent callers never deadlock. An exception a task throws, on whichever thread, is
   // rethrown here once every task has ended (the first one thrown; tasks not yet started are
@@ -37,8 +40,9 @@ public:
   static void configure_shared(int threads);
 
 private:
-  void worker_loop();
-  void run_tasks();
+  void worker_loop(int self);
+  void run_tasks(int self);
+  bool claim(int self, int64_t& task);
 
   std::vector<std::thread> workers_;
   std::mutex submit_mutex_; // one parallel_for at a time owns the workers
@@ -47,8 +51,12 @@ private:
   std::condition_variable done_;
   // Published to the workers by the release increment of generation_.
   const std::function<void(int64_t)>* fn_ = nullptr;
-  int64_t n_ = 0;
-  std::atomic<int64_t> next_{0};
+  // Participant i's share as (front, end): front in the low 32 bits, end in the high 32. The
+  // owner takes the front, the others the task just before the end, each by compare-exchange.
+  struct alignas(64) share {
+    std::atomic<uint64_t> bounds{0};
+  };
+  std::vector<share> shares_;
   std::atomic<int> active_{0};
   std::atomic<uint64_t> generation_{0};
   std::atomic<bool> stop_{false};

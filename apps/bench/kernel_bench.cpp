@@ -1,5 +1,6 @@
 #include "apps/bench/kernel_bench.hpp"
 
+#include "apps/bench/expert_stream_bench.hpp"
 #include "apps/bench/kernel_bench_baselines.hpp"
 #include "apps/bench/kernel_bench_common.hpp"
 #include "apps/bench/kernel_bench_machine.hpp"
@@ -43,6 +44,8 @@ struct options {
   std::vector<int64_t> ms;           // empty: the default set
   std::string onednn_worker;         // non-empty: run as the oneDNN worker with this cap
   std::string onednn_isa = "native"; // the headline baseline's cap (--onednn-isa)
+  bool expert_stream = false;        // only the expert-stream comparison (--expert-stream)
+  int rounds = 9;                    // its alternations of lm_head and the experts (--rounds)
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -87,12 +90,17 @@ options parse(int argc, char** argv) {
         throw std::invalid_argument("--onednn-isa takes native, avx2, avx2_vnni, "
                                     "avx512_core_vnni or avx512_core_amx, not '" +
                                     o.onednn_isa + "'");
+    } else if (a == "--expert-stream") {
+      o.expert_stream = true;
+    } else if (a == "--rounds" && i + 1 < argc) {
+      o.rounds = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--onednn-worker" && i + 1 < argc) {
       o.onednn_worker = argv[++i];
     } else {
       throw std::invalid_argument("unknown option '" + a +
                                   "' (expected --threads N, --quick, --isa avx512_vnni,avx2, "
-                                  "--int8-only, --shapes a,b, --m 1,8, --onednn-isa native)");
+                                  "--int8-only, --shapes a,b, --m 1,8, --onednn-isa native, "
+                                  "--expert-stream [--rounds N])");
     }
   }
   return o;
@@ -288,6 +296,11 @@ int run_kernel_bench(int argc, char** argv) {
   if (!opt.onednn_worker.empty())
     return kb::run_onednn_worker(opt.onednn_worker, opt.threads, opt.quick);
 
+  if (opt.expert_stream) {
+    k::thread_pool::configure_shared(opt.threads);
+    std::printf("%s\n", expert_stream_report(k::thread_pool::shared(), opt.rounds).dump(1).c_str());
+    return 0;
+  }
   if (opt.isas.empty()) {
     // The path the process picked (the headline), then every other SIMD path the CPU has.
     opt.isas.push_back(k::active_kernel_isa());

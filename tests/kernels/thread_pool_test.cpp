@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <gtest/gtest.h>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -13,6 +14,38 @@ TEST(thread_pool, runs_every_task_once) {
   std::vector<std::atomic<int>> hits(1000);
   pool.parallel_for(1000, [&](int64_t i) { hits[i].fetch_add(1); });
   for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+}
+
+TEST(thread_pool, the_caller_runs_its_share_in_order_and_takes_others_from_their_ends) {
+  // Three threads, 30 tasks: the caller's share is [0, 10). It runs that share front to back
+  // (the GEMM drivers number tasks in weight order, so it streams one run of memory), and
+  // what it takes from another share comes off that share's end, in decreasing order.
+  thread_pool pool(3);
+  const auto caller = std::this_thread::get_id();
+  for (int round = 0; round < 50; ++round) {
+    std::mutex mutex;
+    std::vector<int64_t> callers_tasks;
+    std::vector<std::atomic<int>> hits(30);
+    pool.parallel_for(30, [&](int64_t i) {
+      hits[i].fetch_add(1);
+      if (std::this_thread::get_id() != caller) return;
+      std::lock_guard lock(mutex);
+      callers_tasks.push_back(i);
+    });
+    for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+    int64_t next_own = 0;
+    std::vector<int64_t> last_taken(3, 30);
+    for (int64_t i : callers_tasks) {
+      const int64_t share = i / 10;
+      if (share == 0) {
+        ASSERT_EQ(i, next_own) << "round " << round;
+        ++next_own;
+      } else {
+        ASSERT_LT(i, last_taken[share]) << "round " << round;
+        last_taken[share] = i;
+      }
+    }
+  }
 }
 
 TEST(thread_pool, nested_calls_run_inline) {
