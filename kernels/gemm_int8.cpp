@@ -112,17 +112,20 @@ int8_weight int8_weight::quantize(const float* w, int64_t n, int64_t k) {
   r.n_ = n;
   r.k_ = k;
   r.k_padded_ = (k + kg - 1) / kg * kg;
-  r.scale_.resize(static_cast<size_t>(n));
-  r.packed_.assign(static_cast<size_t>(r.panels() * pc * r.k_padded_), 0);
-  r.u8_compensation_.assign(static_cast<size_t>(r.panels() * pc), 0);
+  // The packed panels are a multiple of 64 bytes (an even panel count of 8 x 4 bytes per run),
+  // so the int32 sums and float scales after them stay aligned.
+  r.storage_.assign(static_cast<size_t>(r.scales_offset() + n * int64_t{sizeof(float)}), 0);
+  int8_t* packed = r.storage_.data();
+  auto* compensation = reinterpret_cast<int32_t*>(packed + r.packed_bytes());
+  auto* scales = reinterpret_cast<float*>(packed + r.scales_offset());
   std::vector<int8_t> row(static_cast<size_t>(k));
   for (int64_t c = 0; c < n; ++c) {
-    r.scale_[c] = quantize_row(w + c * k, k, row.data());
+    scales[c] = quantize_row(w + c * k, k, row.data());
     int32_t sum = 0;
     for (int64_t i = 0; i < k; ++i) sum += row[i];
-    r.u8_compensation_[c] = -128 * sum;
+    compensation[c] = -128 * sum;
     const int64_t panel = c / pc, g = panel / gpn, p = panel % gpn, gp = r.panels_in_group(g);
-    int8_t* dst = r.packed_.data() + g * gpn * pc * r.k_padded_ + p * pc * kg + (c % pc) * kg;
+    int8_t* dst = packed + g * gpn * pc * r.k_padded_ + p * pc * kg + (c % pc) * kg;
     for (int64_t q = 0; q * kg < k; ++q)
       for (int64_t j = 0; j < kg && q * kg + j < k; ++j)
         dst[q * gp * pc * kg + j] = row[q * kg + j];
@@ -131,7 +134,7 @@ int8_weight int8_weight::quantize(const float* w, int64_t n, int64_t k) {
 }
 
 int8_t int8_weight::at(int64_t row, int64_t col) const {
-  return packed_[packed_offset(*this, row, col)];
+  return storage_[packed_offset(*this, row, col)];
 }
 
 void gemm_int8(const quantized_rows& x, const int8_weight& w, float* y, int64_t ldy,

@@ -25,12 +25,15 @@ public:
 
   int64_t n() const { return n_; }
   int64_t k() const { return k_; }
-  float scale(int64_t row) const { return scale_[row]; }
-  const std::vector<float>& scales() const { return scale_; }
+  float scale(int64_t row) const { return scales()[row]; }
+  // n() per-channel scales.
+  const float* scales() const {
+    return reinterpret_cast<const float*>(storage_.data() + scales_offset());
+  }
   // The quantized value of W[row][col], read back from the packed layout.
   int8_t at(int64_t row, int64_t col) const;
   // Bytes the kernel streams per full pass over the weight (packed values + scales).
-  size_t bytes() const { return packed_.size() + scale_.size() * sizeof(float); }
+  size_t bytes() const { return static_cast<size_t>(packed_bytes() + n_ * sizeof(float)); }
 
   // Packed layout, owned by the kernel implementations and read by all of them: output
   // channels in panels of 8, four panels to a group; inside a group, for each run of 4 k, the
@@ -43,7 +46,7 @@ public:
   static constexpr int64_t k_group = 4;
   static constexpr int64_t group_panels = 4;
   static constexpr int64_t panel_align = 2;
-  const int8_t* packed() const { return packed_.data(); }
+  const int8_t* packed() const { return storage_.data(); }
   int64_t k_padded() const { return k_padded_; }
   int64_t panels() const {
     return (n_ + panel_cols * panel_align - 1) / (panel_cols * panel_align) * panel_align;
@@ -54,17 +57,25 @@ public:
     return rest < group_panels ? rest : group_panels;
   }
   const int8_t* group_data(int64_t g) const {
-    return packed_.data() + g * group_panels * panel_cols * k_padded_;
+    return storage_.data() + g * group_panels * panel_cols * k_padded_;
   }
   // -128 * sum_k W[c][k] per packed channel c (zero past n), made at load time for the AVX-512
   // path, which multiplies x + 128 (as u8) by w: starting each sum here makes it exact again.
-  const int32_t* u8_compensation() const { return u8_compensation_.data(); }
+  const int32_t* u8_compensation() const {
+    return reinterpret_cast<const int32_t*>(storage_.data() + packed_bytes());
+  }
 
 private:
+  int64_t packed_bytes() const { return panels() * panel_cols * k_padded_; }
+  int64_t scales_offset() const {
+    return packed_bytes() + panels() * panel_cols * static_cast<int64_t>(sizeof(int32_t));
+  }
+
   int64_t n_ = 0, k_ = 0, k_padded_ = 0;
-  weight_vector<int8_t> packed_;
-  std::vector<float> scale_;
-  std::vector<int32_t> u8_compensation_;
+  // One buffer: the packed values, then the compensation sums, then the scales. A small
+  // matrix (a MoE expert's) then sits in one huge page with its metadata instead of touching
+  // two more 4 KB heap pages, each a TLB miss and a page walk once per decode step.
+  weight_vector<int8_t> storage_;
 };
 
 // y has row stride ldy (>= w.n()). x.cols must equal w.k().

@@ -10,17 +10,8 @@ namespace supernode::kernels {
 
 inline avx2::int8_operands int8_operands_of(const quantized_rows& x, const int8_weight& w, float* y,
                                             int64_t ldy) {
-  return {x.q.data(),
-          x.stride,
-          x.scale.data(),
-          w.packed(),
-          w.scales().data(),
-          w.u8_compensation(),
-          w.n(),
-          w.panels(),
-          w.k_padded(),
-          y,
-          ldy};
+  return {x.q.data(), x.stride,   x.scale.data(), w.packed(), w.scales(), w.u8_compensation(),
+          w.n(),      w.panels(), w.k_padded(),   y,          ldy};
 }
 
 } // namespace supernode::kernels
