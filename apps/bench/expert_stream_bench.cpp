@@ -31,14 +31,6 @@ k::quantized_rows quantized(const kb::shape& s, int64_t m) {
   return q;
 }
 
-double median(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + static_cast<int64_t>(v.size() / 2), v.end());
-  return v[v.size() / 2];
-}
-
-double round2(double v) {
-  return static_cast<double>(static_cast<int64_t>(v * 100 + 0.5)) / 100;
-}
 } // namespace
 
 json expert_stream_report(k::thread_pool& pool, int rounds) {
@@ -124,7 +116,7 @@ json expert_stream_report(k::thread_pool& pool, int rounds) {
     single_ratio.push_back(single_gbs.back() / head_gbs.back());
   }
   auto rounded = [](std::vector<double> v) {
-    for (auto& x : v) x = round2(x);
+    for (auto& x : v) x = kb::round3(x);
     return v;
   };
   return {{"threads", pool.size()},
@@ -134,8 +126,8 @@ json expert_stream_report(k::thread_pool& pool, int rounds) {
           {"lm_head_gbs", rounded(head_gbs)},
           {"grouped_gbs", rounded(grouped_gbs)},
           {"one_by_one_gbs", rounded(single_gbs)},
-          {"median_grouped_over_lm_head", round2(median(grouped_ratio))},
-          {"median_one_by_one_over_lm_head", round2(median(single_ratio))}};
+          {"median_grouped_over_lm_head", kb::round3(kb::median(grouped_ratio))},
+          {"median_one_by_one_over_lm_head", kb::round3(kb::median(single_ratio))}};
 }
 
 } // namespace supernode::apps

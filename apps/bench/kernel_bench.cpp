@@ -30,6 +30,7 @@ namespace {
 namespace kb = kernel_bench;
 namespace k = kernels;
 using json = nlohmann::json;
+using kb::round3;
 using kb::shape;
 
 constexpr const char* quick_shapes[] = {
@@ -104,10 +105,6 @@ options parse(int argc, char** argv) {
     }
   }
   return o;
-}
-
-double round3(double v) {
-  return std::round(v * 1000.0) / 1000.0;
 }
 
 // oneDNN native and oneDNN capped at each timed path's ISA, each in its own worker process.

@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <utility>
 #include <vector>
 
 namespace supernode::apps::kernel_bench {
@@ -57,14 +59,24 @@ inline double seconds(const auto& fn) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// The middle value (the upper one of an even count); v must not be empty.
+inline double median(std::vector<double> v) {
+  const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+  std::nth_element(v.begin(), mid, v.end());
+  return *mid;
+}
+
+inline double round3(double v) {
+  return std::round(v * 1000.0) / 1000.0;
+}
+
 // Median of repeated runs after one warm-up; the repetitions fill about `budget` seconds.
 inline double median_seconds(const auto& fn, double budget) {
   const double first = seconds(fn);
   const int reps = static_cast<int>(std::clamp(budget / std::max(first, 1e-7), 3.0, 300.0));
   std::vector<double> t(reps);
   for (auto& x : t) x = seconds(fn);
-  std::nth_element(t.begin(), t.begin() + reps / 2, t.end());
-  return t[reps / 2];
+  return median(std::move(t));
 }
 
 inline double timing_budget(bool quick) {

@@ -2,6 +2,7 @@
 
 #include "apps/bench/attention_kernel_bench.hpp"
 #include "apps/bench/attention_scores_bench.hpp"
+#include "apps/bench/kernel_bench_common.hpp"
 #include "apps/bench/kernel_bench_machine.hpp"
 #include "apps/bench/weight_pages_bench.hpp"
 #include "apps/cli_args.hpp"
@@ -25,10 +26,7 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using kernel_bench::median;
 
 std::filesystem::path small_model_dir(const std::optional<std::string>& arg) {
   if (arg) return *arg;

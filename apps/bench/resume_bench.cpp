@@ -1,5 +1,6 @@
 #include "apps/bench/resume_bench.hpp"
 
+#include "apps/bench/kernel_bench_common.hpp"
 #include "apps/cli_args.hpp"
 #include "kernels/thread_pool.hpp"
 #include "model/transformer.hpp"
@@ -85,10 +86,7 @@ struct resume_rig {
   }
 };
 
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using kernel_bench::median;
 
 } // namespace
 
@@ -144,7 +142,7 @@ int run_resume_bench(cli_args& args) {
     }
     if (last_loaded.next_token != last_recomputed.next_token)
       throw std::logic_error("loading the mirrored KV changed the next token");
-    const double rc = median_of(recompute) * 1e3, ld = median_of(loaded) * 1e3;
+    const double rc = median(recompute) * 1e3, ld = median(loaded) * 1e3;
     std::printf("%10lld %14.2f %14.2f %7.1fx %14lld %14zu\n", static_cast<long long>(n), rc, ld,
                 rc / ld, static_cast<long long>(last_loaded.loaded_blocks),
                 static_cast<size_t>(last_loaded.loaded_blocks) *
