@@ -139,37 +139,68 @@ inline void scale_row(float* y, float a, int64_t n) {
   scale_row(y, a, n, y);
 }
 
-// o += p[j] * v_j for the keys j = 0 .. count-1 of packed value block `vb`, in key order: four
-// registers of o at a time, so four add chains overlap.
-inline void accumulate_values(const prefill_operands& op, const float* vb, const float* p,
-                              int count, float* o) {
+// Queries whose value sums run together: each value register loaded feeds this many queries'
+// outputs, and their add chains overlap (one query's four chains wait on the add latency).
+constexpr int value_queries = width >= 16 ? 4 : 2;
+
+// o[q] += p[q][j] * v_j for the keys j = 0 .. count-1 of packed value block `vb`, in key order,
+// for Q queries at once: each output element is still its own chain over the keys in order, so
+// the bits are those of one query at a time.
+template<int Q>
+inline void accumulate_values(const prefill_operands& op, const float* vb, const float* const* p,
+                              int count, float* const* o) {
   const int64_t vd = op.vd;
   int64_t c = 0;
   for (; c + 4 * width <= vd; c += 4 * width) {
-    vn a0 = load(o + c), a1 = load(o + c + width), a2 = load(o + c + 2 * width),
-       a3 = load(o + c + 3 * width);
+    vn a[Q][4];
+#pragma GCC unroll 4
+    for (int q = 0; q < Q; ++q)
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r) a[q][r] = load(o[q] + c + r * width);
     for (int j = 0; j < count; ++j) {
       const float* v = vb + j * vd + c;
-      a0 = a0 + load(v) * p[j];
-      a1 = a1 + load(v + width) * p[j];
-      a2 = a2 + load(v + 2 * width) * p[j];
-      a3 = a3 + load(v + 3 * width) * p[j];
+      vn vv[4];
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r) vv[r] = load(v + r * width);
+#pragma GCC unroll 4
+      for (int q = 0; q < Q; ++q)
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; ++r) a[q][r] = a[q][r] + vv[r] * p[q][j];
     }
-    store(o + c, a0);
-    store(o + c + width, a1);
-    store(o + c + 2 * width, a2);
-    store(o + c + 3 * width, a3);
+#pragma GCC unroll 4
+    for (int q = 0; q < Q; ++q)
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r) store(o[q] + c + r * width, a[q][r]);
   }
   for (; c + width <= vd; c += width) {
-    vn acc = load(o + c);
-    for (int j = 0; j < count; ++j) acc = acc + load(vb + j * vd + c) * p[j];
-    store(o + c, acc);
+    vn a[Q];
+#pragma GCC unroll 4
+    for (int q = 0; q < Q; ++q) a[q] = load(o[q] + c);
+    for (int j = 0; j < count; ++j) {
+      const vn v = load(vb + j * vd + c);
+#pragma GCC unroll 4
+      for (int q = 0; q < Q; ++q) a[q] = a[q] + v * p[q][j];
+    }
+#pragma GCC unroll 4
+    for (int q = 0; q < Q; ++q) store(o[q] + c, a[q]);
   }
-  for (; c < vd; ++c) {
-    float acc = o[c];
-    for (int j = 0; j < count; ++j) acc = acc + vb[j * vd + c] * p[j];
-    o[c] = acc;
+  for (; c < vd; ++c)
+    for (int q = 0; q < Q; ++q) {
+      float acc = o[q][c];
+      for (int j = 0; j < count; ++j) acc = acc + vb[j * vd + c] * p[q][j];
+      o[q][c] = acc;
+    }
+}
+
+// accumulate_values<qn> for 1 <= qn <= value_queries.
+inline void accumulate_values_of(int qn, const prefill_operands& op, const float* vb,
+                                 const float* const* p, int count, float* const* o) {
+  if constexpr (value_queries >= 4) {
+    if (qn == 4) return accumulate_values<4>(op, vb, p, count, o);
+    if (qn == 3) return accumulate_values<3>(op, vb, p, count, o);
   }
+  if (qn == 2) return accumulate_values<2>(op, vb, p, count, o);
+  accumulate_values<1>(op, vb, p, count, o);
 }
 
 // The running state of one query: the max score so far and the sums of exp per key lane; its
@@ -179,15 +210,15 @@ struct query_state {
   float sum[lanes];
 };
 
-// One block's scores for query `i`: masks the keys past its position, rescales its state to the
-// block's new max, adds the block's weights and values.
-inline void absorb_block(const prefill_operands& o, int64_t i, int64_t b, const v16& score,
-                         query_state& st, float* out) {
+// One block's scores for query `i`: masks the keys past its position, rescales its state and
+// output to the block's new max, and writes the block's weights. Returns the visible keys.
+inline int weigh_block(const prefill_operands& o, int64_t i, int64_t b, const v16& score,
+                       query_state& st, float* out, float* weights) {
   const int64_t t0 = b * lanes, pos = o.first_pos + i;
   const int visible = static_cast<int>(pos - t0 + 1 < lanes ? pos - t0 + 1 : lanes);
   v16 x;
-  for (int i = 0; i < parts; ++i)
-    x.p[i] = lane_numbers(i) < visible ? score.p[i] * o.scale : splat(minus_infinity);
+  for (int r = 0; r < parts; ++r)
+    x.p[r] = lane_numbers(r) < visible ? score.p[r] * o.scale : splat(minus_infinity);
   const float block_max = hmax(x);
   if (block_max > st.max) {
     const float alpha = exp_nonpositive(splat(st.max - block_max))[0];
@@ -195,13 +226,33 @@ inline void absorb_block(const prefill_operands& o, int64_t i, int64_t b, const 
     scale_row(out, alpha, o.vd);
     st.max = block_max;
   }
-  float weights[lanes];
-  for (int i = 0; i < parts; ++i) {
-    const vn p = exp_nonpositive(x.p[i] - st.max);
-    store(weights + i * width, p);
-    store(st.sum + i * width, load(st.sum + i * width) + p);
+  for (int r = 0; r < parts; ++r) {
+    const vn p = exp_nonpositive(x.p[r] - st.max);
+    store(weights + r * width, p);
+    store(st.sum + r * width, load(st.sum + r * width) + p);
   }
-  accumulate_values(o, o.pack ? o.block_values : o.vt + b * lanes * o.vd, weights, visible, out);
+  return visible;
+}
+
+// Adds block `vb`'s values to the outputs of the n queries weighed for it: the keys all of a
+// run of value_queries see together, then each query's own further keys (a diagonal block).
+inline void absorb_values(const prefill_operands& o, const float* vb, int n,
+                          float (*weights)[lanes], const int* visible, float* const* outs) {
+  for (int q0 = 0; q0 < n; q0 += value_queries) {
+    const int qn = n - q0 < value_queries ? n - q0 : value_queries;
+    const float* p[value_queries];
+    int common = lanes;
+    for (int q = 0; q < qn; ++q) {
+      p[q] = weights[q0 + q];
+      common = visible[q0 + q] < common ? visible[q0 + q] : common;
+    }
+    accumulate_values_of(qn, o, vb, p, common, outs + q0);
+    for (int q = 0; q < qn; ++q)
+      if (visible[q0 + q] > common) {
+        const float* rest = p[q] + common;
+        accumulate_values<1>(o, vb + common * o.vd, &rest, visible[q0 + q] - common, outs + q0 + q);
+      }
+  }
 }
 
 } // namespace
@@ -225,9 +276,19 @@ void prefill_tile(const prefill_operands& o) {
       for (int g = 0; g < group; ++g) query[g] = o.i0 + r0 + (g < n ? g : n - 1);
       v16 s[group];
       score_group(o, n, query, b, s);
+      float weights[group][lanes];
+      int visible[group];
+      float* outs[group];
+      int seeing = 0; // queries of the group that see block b
       for (int64_t g = 0; g < n; ++g)
-        if (o.first_pos + query[g] >= b * lanes)
-          absorb_block(o, query[g], b, s[g], state[r0 + g], accumulated.data() + (r0 + g) * o.vd);
+        if (o.first_pos + query[g] >= b * lanes) {
+          outs[seeing] = accumulated.data() + (r0 + g) * o.vd;
+          visible[seeing] =
+              weigh_block(o, query[g], b, s[g], state[r0 + g], outs[seeing], weights[seeing]);
+          ++seeing;
+        }
+      absorb_values(o, o.pack ? o.block_values : o.vt + b * lanes * o.vd, seeing, weights, visible,
+                    outs);
     }
   }
   for (int64_t r = 0; r < o.rows; ++r) {
