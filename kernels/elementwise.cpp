@@ -12,16 +12,32 @@
 
 namespace supernode::kernels {
 
-void rms_norm(const float* x, int64_t rows, int64_t dim, int64_t ldx, const float* weight,
-              float eps, float* y, int64_t ldy) {
-  for (int64_t r = 0; r < rows; ++r) {
+namespace {
+// R rows at once: each row's sum of squares is its own sequential chain in double (exact enough
+// that dim order hardly matters, and fixed), so a row's bits do not depend on R. One chain
+// waits on the add latency; R of them overlap.
+template<int R>
+void rms_norm_rows(const float* x, int64_t dim, int64_t ldx, const float* weight, float eps,
+                   float* y, int64_t ldy) {
+  double ss[R] = {};
+  for (int64_t i = 0; i < dim; ++i)
+    for (int r = 0; r < R; ++r) ss[r] += static_cast<double>(x[r * ldx + i]) * x[r * ldx + i];
+  for (int r = 0; r < R; ++r) {
+    const float inv = static_cast<float>(1.0 / std::sqrt(ss[r] / dim + eps));
     const float* xr = x + r * ldx;
     float* yr = y + r * ldy;
-    double ss = 0.0; // double accumulation: exact enough that dim order hardly matters, and fixed
-    for (int64_t i = 0; i < dim; ++i) ss += static_cast<double>(xr[i]) * xr[i];
-    const float inv = static_cast<float>(1.0 / std::sqrt(ss / dim + eps));
     for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * inv * weight[i];
   }
+}
+} // namespace
+
+void rms_norm(const float* x, int64_t rows, int64_t dim, int64_t ldx, const float* weight,
+              float eps, float* y, int64_t ldy) {
+  constexpr int together = 8;
+  int64_t r = 0;
+  for (; r + together <= rows; r += together)
+    rms_norm_rows<together>(x + r * ldx, dim, ldx, weight, eps, y + r * ldy, ldy);
+  for (; r < rows; ++r) rms_norm_rows<1>(x + r * ldx, dim, ldx, weight, eps, y + r * ldy, ldy);
 }
 
 namespace portable {

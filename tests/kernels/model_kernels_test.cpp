@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <gtest/gtest.h>
 #include <map>
 #include <numbers>
@@ -39,6 +40,21 @@ TEST(rms_norm, matches_definition_and_is_row_independent) {
   }
   rms_norm(x.data() + 37, 1, 37, 37, w.data(), 1e-6f, y1.data(), 37);
   EXPECT_TRUE(std::equal(y1.begin(), y1.end(), y.begin() + 37));
+}
+
+TEST(rms_norm, rows_normalized_together_get_the_bits_of_each_alone_and_in_place) {
+  // 19 rows: two runs of rows normalized together, then single rows.
+  const int rows = 19, dim = 1024;
+  auto x = random_vector(rows * dim, 3), w = random_vector(dim, 4);
+  std::vector<float> together(rows * dim), alone(dim);
+  rms_norm(x.data(), rows, dim, dim, w.data(), 1e-6f, together.data(), dim);
+  for (int r = 0; r < rows; ++r) {
+    rms_norm(x.data() + r * dim, 1, dim, dim, w.data(), 1e-6f, alone.data(), dim);
+    ASSERT_EQ(0, std::memcmp(alone.data(), together.data() + r * dim, dim * sizeof(float)))
+        << "row " << r;
+  }
+  rms_norm(x.data(), rows, dim, dim, w.data(), 1e-6f, x.data(), dim);
+  EXPECT_EQ(0, std::memcmp(x.data(), together.data(), together.size() * sizeof(float)));
 }
 
 TEST(rope, yarn_frequencies_follow_the_reference_formula) {
