@@ -88,32 +88,61 @@ void decode_heads(const mla_decode_args& a, int64_t h0, const float* const* rows
     }
 }
 
-// add_weighted_rows over R registers of y, which stay in them while every row is added in.
-template<int R>
-void weighted_rows_chunk(const float* w, int64_t rows, int64_t len, const float* coef, float* y) {
+// Where row r of a weighted row sum starts: rows `len` floats apart, or listed one by one.
+struct contiguous_rows {
+  const float* w;
+  int64_t len;
+  const float* operator()(int64_t r) const { return w + r * len; }
+};
+struct listed_rows {
+  const float* const* rows;
+  const float* operator()(int64_t r) const { return rows[r]; }
+};
+
+// The weighted row sum over R registers of y, floats e .. e + R * width - 1, which stay in them
+// while every row is added in.
+template<int R, class Rows>
+void weighted_rows_chunk(const Rows& row_at, int64_t rows, int64_t e, const float* coef, float* y) {
   vn acc[R];
 #pragma GCC unroll 16
-  for (int j = 0; j < R; ++j) acc[j] = load(y + j * width);
+  for (int j = 0; j < R; ++j) acc[j] = load(y + e + j * width);
   for (int64_t r = 0; r < rows; ++r) {
     const float c = coef[r];
-    const float* wr = w + r * len;
+    const float* wr = row_at(r) + e;
 #pragma GCC unroll 16
     for (int j = 0; j < R; ++j) acc[j] = acc[j] + load(wr + j * width) * c;
   }
 #pragma GCC unroll 16
-  for (int j = 0; j < R; ++j) store(y + j * width, acc[j]);
+  for (int j = 0; j < R; ++j) store(y + e + j * width, acc[j]);
 }
 
 // Registers of y per pass over the rows: half of AVX-512's 32, three quarters of the 16 of
 // AVX2 and SSE2 (the rest hold the row's loads).
 constexpr int chunk_regs = width == 16 ? 16 : 12;
 
-template<int... R>
+template<class Rows, int... R>
 constexpr auto chunk_table(std::integer_sequence<int, R...>) {
-  using fn = void (*)(const float*, int64_t, int64_t, const float*, float*);
-  return std::array<fn, sizeof...(R)>{weighted_rows_chunk<R + 1>...};
+  using fn = void (*)(const Rows&, int64_t, int64_t, const float*, float*);
+  return std::array<fn, sizeof...(R)>{weighted_rows_chunk<R + 1, Rows>...};
 }
-constexpr auto chunk_by_regs = chunk_table(std::make_integer_sequence<int, chunk_regs>{});
+template<class Rows>
+constexpr auto chunk_by_regs = chunk_table<Rows>(std::make_integer_sequence<int, chunk_regs>{});
+
+// y += coef[r] * row r for r = 0 .. rows - 1 in order, element by element.
+template<class Rows>
+void weighted_rows(const Rows& row_at, int64_t rows, int64_t len, const float* coef, float* y) {
+  int64_t e = 0;
+  while (e + width <= len) {
+    const int64_t fit = (len - e) / width, regs = fit < chunk_regs ? fit : chunk_regs;
+    chunk_by_regs<Rows>[regs - 1](row_at, rows, e, coef, y);
+    e += regs * width;
+  }
+  for (; e < len; ++e) {
+    float acc = y[e];
+    for (int64_t r = 0; r < rows; ++r) acc = acc + row_at(r)[e] * coef[r];
+    y[e] = acc;
+  }
+}
 
 template<int... H>
 constexpr auto decode_table(std::integer_sequence<int, H...>) {
@@ -140,17 +169,12 @@ void mla_decode(const mla_decode_args& a) {
 }
 
 void add_weighted_rows(const float* w, int64_t rows, int64_t len, const float* coef, float* y) {
-  int64_t e = 0;
-  while (e + width <= len) {
-    const int64_t fit = (len - e) / width, regs = fit < chunk_regs ? fit : chunk_regs;
-    chunk_by_regs[regs - 1](w + e, rows, len, coef, y + e);
-    e += regs * width;
-  }
-  for (; e < len; ++e) {
-    float acc = y[e];
-    for (int64_t r = 0; r < rows; ++r) acc = acc + w[r * len + e] * coef[r];
-    y[e] = acc;
-  }
+  weighted_rows(contiguous_rows{w, len}, rows, len, coef, y);
+}
+
+void add_weighted_rows(const float* const* rows, int64_t count, int64_t len, const float* coef,
+                       float* y) {
+  weighted_rows(listed_rows{rows}, count, len, coef, y);
 }
 
 void axpy(float alpha, const float* x, float* y, int64_t n) {

@@ -87,4 +87,16 @@ void add_weighted_rows(const float* w, int64_t rows, int64_t len, const float* c
   attention_decode::portable::add_weighted_rows(w, rows, len, coef, y);
 }
 
+void add_weighted_rows(const float* const* rows, int64_t count, int64_t len, const float* coef,
+                       float* y) {
+#if defined(__x86_64__)
+  const kernel_isa isa = active_kernel_isa();
+  if (kernel_isa_has_avx512(isa))
+    return attention_decode::avx512::add_weighted_rows(rows, count, len, coef, y);
+  if (kernel_isa_has_avx2(isa))
+    return attention_decode::avx2::add_weighted_rows(rows, count, len, coef, y);
+#endif
+  attention_decode::portable::add_weighted_rows(rows, count, len, coef, y);
+}
+
 } // namespace supernode::kernels

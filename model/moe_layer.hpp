@@ -73,10 +73,14 @@ void combine_routes(const moe_routing& routing, int64_t hidden, RoutedRow routed
       (routing.rows + rows_per_task - 1) / rows_per_task, [&](int64_t t) {
         const int64_t r0 = t * rows_per_task, r1 = std::min(routing.rows, r0 + rows_per_task);
         std::fill(out + r0 * hidden, out + r1 * hidden, 0.0f);
-        for (int64_t r = r0; r < r1; ++r)
-          for (int64_t j = 0; j < routing.k; ++j)
-            kernels::axpy(routing.weight[r * routing.k + j], routed(r, j), out + r * hidden,
-                          hidden);
+        // One pass over each output row, held in registers while its routes are added.
+        thread_local std::vector<const float*> rows;
+        rows.resize(static_cast<size_t>(routing.k));
+        for (int64_t r = r0; r < r1; ++r) {
+          for (int64_t j = 0; j < routing.k; ++j) rows[j] = routed(r, j);
+          kernels::add_weighted_rows(rows.data(), routing.k, hidden,
+                                     routing.weight.data() + r * routing.k, out + r * hidden);
+        }
       });
 }
 

@@ -129,7 +129,7 @@ TEST_P(mla_decode_isa, gives_the_portable_bits) {
   expect_bitwise_equal(y_portable, y.data(), y.size(), "axpy against portable");
 }
 
-TEST_P(mla_decode_isa, weighted_rows_give_the_bits_of_axpy_row_after_row) {
+TEST_P(mla_decode_isa, weighted_rows_contiguous_or_listed_give_the_bits_of_axpy_row_after_row) {
   // The absorptions' shapes (64 rows of 256, 256 rows of 64), and lengths with every kind of
   // tail: fewer floats than a register, a part of the register chunk, more than one chunk.
   for (auto [rows, len] : {std::pair<int64_t, int64_t>{64, 256},
@@ -147,6 +147,17 @@ TEST_P(mla_decode_isa, weighted_rows_give_the_bits_of_axpy_row_after_row) {
     add_weighted_rows(w.data(), rows, len, coef.data(), by_rows.data());
     expect_bitwise_equal(by_axpy, by_rows.data(), by_rows.size(),
                          std::to_string(rows) + " rows of " + std::to_string(len));
+    // The same rows listed by pointer, in reverse memory order (as routes point anywhere).
+    std::vector<const float*> listed(static_cast<size_t>(rows));
+    std::vector<float> reversed(w.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      std::copy_n(w.data() + r * len, len, reversed.data() + (rows - 1 - r) * len);
+      listed[r] = reversed.data() + (rows - 1 - r) * len;
+    }
+    auto by_list = random_floats(len, 7);
+    add_weighted_rows(listed.data(), rows, len, coef.data(), by_list.data());
+    expect_bitwise_equal(by_axpy, by_list.data(), by_list.size(),
+                         std::to_string(rows) + " listed rows of " + std::to_string(len));
   }
 }
 
