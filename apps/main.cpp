@@ -1,6 +1,7 @@
 // supernode: the one binary. Subcommands live in cmd_*.cpp; this file only dispatches.
 
 #include "apps/commands.hpp"
+#include "apps/heap_huge_pages.hpp"
 #include "kernels/thread_pool.hpp"
 #include "log/log.hpp"
 
@@ -99,6 +100,7 @@ void apply_log_options(supernode::apps::cli_args& args) {
 
 int main(int argc, char** argv) {
   using namespace supernode::apps;
+  reexec_with_huge_page_heap(argv);
   const auto& log = supernode::log::process();
   // Log options given before the command: `supernode --log-format json serve`.
   std::vector<std::string> leading;

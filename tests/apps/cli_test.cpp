@@ -276,3 +276,23 @@ TEST(cli, cluster_keys_makes_the_missing_pairs_privately_and_only_once) {
   EXPECT_EQ(std::string((std::istreambuf_iterator<char>(after_in)), {}), before);
   std::filesystem::remove_all(dir);
 }
+
+TEST(cli, the_heap_asks_glibc_for_huge_pages_unless_turned_off) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "a sanitizer's allocator ignores glibc's tunables";
+#endif
+  // `bench model` reports what its process runs with (after main() re-executed it).
+  auto heap_huge_pages = [](const run_result& r) {
+    const auto json_start = r.out.find("\n{\n");
+    EXPECT_NE(json_start, std::string::npos) << r.out;
+    return nlohmann::json::parse(r.out.substr(json_start + 1))["heap_huge_pages"].get<bool>();
+  };
+  const std::vector<std::string> bench = {"bench", "model",          "--model",
+                                          tiny(),  "--prefill-only", "1"};
+  const auto on = run(bench);
+  ASSERT_EQ(on.exit_code, 0) << on.out;
+  EXPECT_TRUE(heap_huge_pages(on)) << "glibc before 2.35 has no malloc.hugetlb tunable";
+  const auto off = run(bench, {{"SUPERNODE_HUGE_PAGES", "0"}});
+  ASSERT_EQ(off.exit_code, 0) << off.out;
+  EXPECT_FALSE(heap_huge_pages(off));
+}
