@@ -12,6 +12,20 @@
 
 namespace supernode::kernels {
 
+// Returns `call` made on the unit of the active kernel path: ns::avx512, ns::avx2 or
+// ns::portable (each compiled once per instruction set from one body).
+#if defined(__x86_64__)
+#define SUPERNODE_ON_ACTIVE_UNIT(ns, call)                                                         \
+  do {                                                                                             \
+    const kernel_isa isa = active_kernel_isa();                                                    \
+    if (kernel_isa_has_avx512(isa)) return ns::avx512::call;                                       \
+    if (kernel_isa_has_avx2(isa)) return ns::avx2::call;                                           \
+    return ns::portable::call;                                                                     \
+  } while (false)
+#else
+#define SUPERNODE_ON_ACTIVE_UNIT(ns, call) return ns::portable::call
+#endif
+
 namespace {
 // R rows at once: each row's sum of squares is its own sequential chain in double (exact enough
 // that dim order hardly matters, and fixed), so a row's bits do not depend on R. One chain
@@ -46,12 +60,7 @@ namespace portable {
 } // namespace portable
 
 void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
-#if defined(__x86_64__)
-  const kernel_isa isa = active_kernel_isa();
-  if (kernel_isa_has_avx512(isa)) return avx512::silu_mul(gate, up, out, n);
-  if (kernel_isa_has_avx2(isa)) return avx2::silu_mul(gate, up, out, n);
-#endif
-  portable::silu_mul(gate, up, out, n);
+  SUPERNODE_ON_ACTIVE_UNIT(kernels, silu_mul(gate, up, out, n));
 }
 
 void softmax(float* x, int64_t n) {
@@ -68,35 +77,16 @@ void softmax(float* x, int64_t n) {
 }
 
 void axpy(float alpha, const float* x, float* y, int64_t n) {
-#if defined(__x86_64__)
-  const kernel_isa isa = active_kernel_isa();
-  if (kernel_isa_has_avx512(isa)) return attention_decode::avx512::axpy(alpha, x, y, n);
-  if (kernel_isa_has_avx2(isa)) return attention_decode::avx2::axpy(alpha, x, y, n);
-#endif
-  attention_decode::portable::axpy(alpha, x, y, n);
+  SUPERNODE_ON_ACTIVE_UNIT(attention_decode, axpy(alpha, x, y, n));
 }
 
 void add_weighted_rows(const float* w, int64_t rows, int64_t len, const float* coef, float* y) {
-#if defined(__x86_64__)
-  const kernel_isa isa = active_kernel_isa();
-  if (kernel_isa_has_avx512(isa))
-    return attention_decode::avx512::add_weighted_rows(w, rows, len, coef, y);
-  if (kernel_isa_has_avx2(isa))
-    return attention_decode::avx2::add_weighted_rows(w, rows, len, coef, y);
-#endif
-  attention_decode::portable::add_weighted_rows(w, rows, len, coef, y);
+  SUPERNODE_ON_ACTIVE_UNIT(attention_decode, add_weighted_rows(w, rows, len, coef, y));
 }
 
 void add_weighted_rows(const float* const* rows, int64_t count, int64_t len, const float* coef,
                        float* y) {
-#if defined(__x86_64__)
-  const kernel_isa isa = active_kernel_isa();
-  if (kernel_isa_has_avx512(isa))
-    return attention_decode::avx512::add_weighted_rows(rows, count, len, coef, y);
-  if (kernel_isa_has_avx2(isa))
-    return attention_decode::avx2::add_weighted_rows(rows, count, len, coef, y);
-#endif
-  attention_decode::portable::add_weighted_rows(rows, count, len, coef, y);
+  SUPERNODE_ON_ACTIVE_UNIT(attention_decode, add_weighted_rows(rows, count, len, coef, y));
 }
 
 } // namespace supernode::kernels
