@@ -99,10 +99,9 @@ inline void scores(const prefill_operands& o, const int64_t* query, int64_t b, v
   for (int g = 0; g < G; ++g) s[g].p[0] = __builtin_bit_cast(vn, acc[g]);
 }
 #else
-//
-// With `prefetch`, the next block's keys and values are prefetched as the pass goes: the first
-// group of a tile meets every block first, and a head's packed keys and values (1.3 MB for
-// small's 2,048 tokens) come from L3.
+// With `prefetch` (blocks packed in memory, and block b + 1 exists), block b + 1's keys and
+// values are prefetched as the pass goes: the first group of a tile meets every block first,
+// and a head's packed keys and values (1.3 MB for small's 2,048 tokens) come from L3.
 template<int G>
 inline void scores(const prefill_operands& o, const int64_t* query, int64_t b, v16* s,
                    bool prefetch) {
@@ -112,9 +111,8 @@ inline void scores(const prefill_operands& o, const int64_t* query, int64_t b, v
   vn acc[G][parts];
   for (int g = 0; g < G; ++g)
     for (int i = 0; i < parts; ++i) acc[g][i] = splat(0.0f);
-  prefetch = prefetch && !o.pack;
-  const float* next_keys = o.kt + (b + 1) * o.qk * lanes;
-  const float* next_values = o.vt + (b + 1) * lanes * o.vd;
+  const float* next_keys = prefetch ? o.kt + (b + 1) * o.qk * lanes : nullptr;
+  const float* next_values = prefetch ? o.vt + (b + 1) * lanes * o.vd : nullptr;
   const int64_t value_lines = lanes * o.vd * int64_t{sizeof(float)} / 64;
   for (int64_t d = 0; d < o.qk; ++d) {
     if (prefetch) {
@@ -288,7 +286,7 @@ void prefill_tile(const prefill_operands& o) {
       int64_t query[group];
       for (int g = 0; g < group; ++g) query[g] = o.i0 + r0 + (g < n ? g : n - 1);
       v16 s[group];
-      score_group(o, n, query, b, s, r0 == 0);
+      score_group(o, n, query, b, s, r0 == 0 && !o.pack && (b + 1) * lanes <= last_pos);
       float weights[group][lanes];
       int visible[group];
       float* outs[group];
