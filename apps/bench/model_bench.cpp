@@ -39,18 +39,18 @@ std::filesystem::path small_model_dir(const std::optional<std::string>& arg) {
 using weights_ptr = std::shared_ptr<const model::model_weights>;
 
 // User + system time of every thread of this process so far.
-double process_cpu_seconds() {
+// This process's CPU time (its threads' user + system) and page faults (first touches of fresh
+// memory, mostly), read together.
+struct process_usage {
+  double cpu_seconds;
+  int64_t page_faults;
+};
+process_usage usage_now() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
   auto secs = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec * 1e-6; };
-  return secs(u.ru_utime) + secs(u.ru_stime);
-}
-
-// Page faults this process has taken (first touches of fresh memory, mostly).
-int64_t process_page_faults() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<int64_t>(u.ru_minflt) + static_cast<int64_t>(u.ru_majflt);
+  return {secs(u.ru_utime) + secs(u.ru_stime),
+          static_cast<int64_t>(u.ru_minflt) + static_cast<int64_t>(u.ru_majflt)};
 }
 
 // What the gateway adds to every /v1/* request with API keys configured: hash the presented key
@@ -138,14 +138,14 @@ nlohmann::json prefill_row(const weights_ptr& weights, int64_t n, double int8_pe
   int64_t first_faults = 0, faults = 0;
   for (int64_t r = 0; r < repeats; ++r) {
     m.reset_counters();
-    const double cpu0 = process_cpu_seconds();
-    const int64_t faults0 = process_page_faults();
+    const process_usage before = usage_now();
     auto t0 = clock_type::now();
     m.forward(prompt, st, engine.pool(), hidden);
     m.logits(hidden.data() + (n - 1) * c.hidden_size, 1, logits);
     const double t = std::chrono::duration<double>(clock_type::now() - t0).count();
-    const double cpu = process_cpu_seconds() - cpu0;
-    const int64_t run_faults = process_page_faults() - faults0;
+    const process_usage after = usage_now();
+    const double cpu = after.cpu_seconds - before.cpu_seconds;
+    const int64_t run_faults = after.page_faults - before.page_faults;
     if (r == 0) first_secs = t, first_faults = run_faults;
     if (r == 0 || t < secs) faults = run_faults;
     secs = r == 0 ? t : std::min(secs, t);
