@@ -2,6 +2,7 @@
 
 #include "kernels/weight_memory.hpp"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <unistd.h>
@@ -26,10 +27,7 @@ constexpr bool sanitized =
 bool glibc_has_hugetlb_tunable() {
 #if defined(__GLIBC__)
   int major = 0, minor = 0;
-  const char* v = gnu_get_libc_version();
-  char* end = nullptr;
-  major = static_cast<int>(std::strtol(v, &end, 10));
-  if (end && *end == '.') minor = static_cast<int>(std::strtol(end + 1, nullptr, 10));
+  std::sscanf(gnu_get_libc_version(), "%d.%d", &major, &minor);
   return major > 2 || (major == 2 && minor >= 35);
 #else
   return false;
