@@ -40,10 +40,18 @@ struct expert_batch {
   kernels::quantized_rows mid_q;
 };
 
-// Runs every batch through its expert (gate_up, SiLU·up, down) with one grouped GEMM per
-// projection. Batches with no rows are skipped.
+// How run_experts spreads the experts over the pool. `grouped`: one grouped GEMM per
+// projection, every expert's tiles shared by all threads (a decode's experts, a row or two
+// each). `one_per_thread` (INT8 only; FP32 stays grouped): each expert's gate_up, SwiGLU and
+// down run back to back on one thread, its intermediates staying in that core's cache (a
+// prefill's experts). `automatic` picks by the rows per expert. The bits are the same.
+enum class expert_schedule { automatic, grouped, one_per_thread };
+
+// Runs every batch through its expert (gate_up, SiLU·up, down). Batches with no rows are
+// skipped.
 void run_experts(const model_config& config, const moe_weights& w, precision prec,
-                 std::span<expert_batch* const> batches);
+                 std::span<expert_batch* const> batches,
+                 expert_schedule schedule = expert_schedule::automatic);
 
 // out[r] = Σ_j weight[r,j] · routed[r,j] in route-slot order, where routed(r, j) points at the
 // expert output for route slot j of token r. The fixed order keeps the sum batch-invariant.

@@ -40,7 +40,8 @@ std::vector<float> outputs(model::precision prec, model::expert_schedule schedul
   EXPECT_TRUE(layer.is_moe);
   model::run_experts(c, layer.moe, prec, pointers, schedule);
   std::vector<float> all;
-  for (auto& b : batches) all.insert(all.end(), b.out.begin(), b.out.begin() + b.rows * c.hidden_size);
+  for (auto& b : batches)
+    all.insert(all.end(), b.out.begin(), b.out.begin() + b.rows * c.hidden_size);
   return all;
 }
 
