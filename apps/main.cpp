@@ -55,6 +55,9 @@ commands:
                                             batch-1 routed experts (grouped, and one call each)
                                             against lm_head's stream, in GB/s
   bench model   [--model DIR] [--quick]     decode step, prefill throughput, API-key check
+  bench model   --expert-schedule [--model DIR]
+                                            one MoE layer's experts, grouped GEMMs against one
+                                            expert per thread, at 64 to 2,048 prompt tokens
   bench planes  [--quick] [--curve-only]    shm, zmq and inproc planes against raw baselines,
                                             and zmq with CurveZMQ on against off over tcp
   bench serve   [--url URL] ...             load generator against a running server

@@ -2,6 +2,7 @@
 
 #include "apps/bench/attention_kernel_bench.hpp"
 #include "apps/bench/attention_scores_bench.hpp"
+#include "apps/bench/expert_schedule_bench.hpp"
 #include "apps/bench/kernel_bench_common.hpp"
 #include "apps/bench/kernel_bench_machine.hpp"
 #include "apps/bench/weight_pages_bench.hpp"
@@ -201,6 +202,7 @@ int run_model_bench(cli_args& args) {
     return 0;
   }
   const bool attention_kernel = args.take_flag("--attention-kernel");
+  const bool expert_schedule = args.take_flag("--expert-schedule");
   const bool quick = args.take_flag("--quick");
   // Only the prefill rows, each the best of this many runs (for profiling and A/B runs).
   const int64_t prefill_repeats = args.take_int("--prefill-only", 0, 0, 100);
@@ -226,6 +228,10 @@ int run_model_bench(cli_args& args) {
     const nlohmann::json rows =
         attention_kernel_report(c, {{0, 512}, {0, 2048}, {2032, 16}, {2047, 1}});
     std::printf("%s\n", rows.dump(2).c_str());
+    return 0;
+  }
+  if (expert_schedule) {
+    std::printf("%s\n", expert_schedule_report(*weights, {64, 256, 512, 2048}).dump(2).c_str());
     return 0;
   }
 

@@ -27,6 +27,8 @@ target_sources(supernode PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/model_cache_pool.cpp
   ${CMAKE_CURRENT_LIST_DIR}/model_cache_loaders.cpp
   ${CMAKE_CURRENT_LIST_DIR}/model_cache_report.cpp
+  # `supernode bench model --expert-schedule`: the MoE experts' two schedules against each other
+  ${CMAKE_CURRENT_LIST_DIR}/expert_schedule_bench.cpp
   # `supernode bench model --attention-scores`: BF16 against FP32 attention scores
   ${CMAKE_CURRENT_LIST_DIR}/attention_scores_bench.cpp
   # `supernode bench model --attention-kernel`: prefill attention alone, every path, one process
