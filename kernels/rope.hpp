@@ -29,10 +29,19 @@ public:
   // Rotates `count` vectors of dim() floats, each `stride` apart, all at position `pos`.
   void apply(float* x, int64_t count, int64_t stride, int64_t pos) const;
 
+  // Positions whose cosines and sines are computed once, at construction (a megabyte for
+  // DeepSeek-V3's 64 rope dims, half that for `small`'s 32); later positions compute theirs
+  // per call.
+  static constexpr int64_t tabled_positions = 4096;
+
 private:
+  // cos and sin of position `pos` (cos_scale_ applied) into c and s, dim_ / 2 each.
+  void rotation(int64_t pos, float* c, float* s) const;
+
   int64_t dim_ = 0;
   double cos_scale_ = 1.0; // HF's _mscale: yarn_get_mscale(f, mscale) / yarn_get_mscale(f, all)
   std::vector<double> inv_freq_;
+  std::vector<float> table_; // [pos][cos x dim/2, sin x dim/2] for pos < tabled_positions
 };
 
 } // namespace supernode::kernels

@@ -91,6 +91,25 @@ TEST(rope, rotates_interleaved_pairs_and_keeps_norms) {
   EXPECT_EQ(z, x); // position 0 is the identity
 }
 
+// Positions below tabled_positions read their rotation from the table made at construction,
+// later ones compute it per call: both give exactly the floats of the formula, with YaRN.
+TEST(rope, tabled_and_computed_positions_give_the_formula_bits) {
+  rope_params p{32, 10000.0, true, 40.0, 4096, 32.0, 1.0, 1.0, 1.0};
+  rope_table t(p);
+  const auto x = random_vector(32, 4);
+  for (int64_t pos : {int64_t{1}, int64_t{777}, rope_table::tabled_positions - 1,
+                      rope_table::tabled_positions, int64_t{100000}}) {
+    auto y = x;
+    t.apply(y.data(), 1, 32, pos);
+    for (int i = 0; i < 16; ++i) {
+      const double angle = static_cast<double>(pos) * t.inv_freq()[i];
+      const float c = static_cast<float>(std::cos(angle)), s = static_cast<float>(std::sin(angle));
+      EXPECT_EQ(y[2 * i], x[2 * i] * c - x[2 * i + 1] * s) << "position " << pos << " pair " << i;
+      EXPECT_EQ(y[2 * i + 1], x[2 * i] * s + x[2 * i + 1] * c) << "position " << pos;
+    }
+  }
+}
+
 TEST(moe_gate, matches_the_official_noaux_tc_gate) {
   moe_gate_params p{64, 8, 8, 4, true, true, 2.5f};
   for (uint32_t seed = 0; seed < 50; ++seed) {
