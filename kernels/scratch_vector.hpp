@@ -6,22 +6,25 @@
 // of first touches inside it, cost more than a tenth of the CPU time. Elements added here are
 // default-initialized instead, which for float and int is no write at all.
 
+#include "kernels/weight_memory.hpp"
+
 #include <memory>
 #include <utility>
 #include <vector>
 
 namespace supernode::kernels {
 
-template<class T>
-struct default_init_allocator : std::allocator<T> {
+// `Base` allocates (std::allocator, or weight_allocator for huge pages).
+template<class T, template<class> class Base = std::allocator>
+struct default_init_allocator : Base<T> {
   using value_type = T;
   template<class U>
   struct rebind {
-    using other = default_init_allocator<U>;
+    using other = default_init_allocator<U, Base>;
   };
   default_init_allocator() = default;
   template<class U>
-  default_init_allocator(const default_init_allocator<U>&) noexcept {}
+  default_init_allocator(const default_init_allocator<U, Base>&) noexcept {}
   template<class U, class... Args>
   void construct(U* p, Args&&... args) {
     if constexpr (sizeof...(Args) == 0)
@@ -35,5 +38,11 @@ struct default_init_allocator : std::allocator<T> {
 // indeterminate.
 template<class T>
 using scratch_vector = std::vector<T, default_init_allocator<T>>;
+
+// The same, in memory advised to huge pages (weight_memory.hpp) whichever thread allocates it:
+// a pool worker's own buffers would otherwise come from its malloc arena, outside the
+// huge-page heap, and fault in 4 KB at a time on first use.
+template<class T>
+using huge_page_scratch_vector = std::vector<T, default_init_allocator<T, weight_allocator>>;
 
 } // namespace supernode::kernels
