@@ -38,8 +38,9 @@ void swiglu_rows(const float* up, int64_t rows, int64_t inter, float* act) {
 
 // Whether each expert is worth a whole thread: enough of them to share the pool, each with
 // enough rows that one thread's GEMM is compute-bound (a long prefill's experts, not a
-// decode's). On the Zen 5 guest the one-per-thread schedule took 0.95-0.97x the grouped one's
-// time at 24-32 rows per expert, level at 64, 1.05-1.07x at 128-256.
+// decode's). On the Zen 5 guest (`bench model --expert-schedule`) one expert per thread ran
+// at 0.96-0.99x the grouped schedule's speed at 32 rows per expert, 1.01-1.04x at 64 and
+// 1.04-1.09x at 256.
 bool experts_fill_the_pool(std::span<expert_batch* const> batches, int threads) {
   int64_t rows = 0;
   for (auto* b : batches) rows += b->rows;
