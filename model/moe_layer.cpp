@@ -5,6 +5,8 @@
 #include "kernels/moe_gate.hpp"
 #include "kernels/thread_pool.hpp"
 
+#include <algorithm>
+
 namespace supernode::model {
 
 void route_tokens(const model_config& c, const moe_weights& w, const float* x, int64_t rows,
@@ -27,6 +29,50 @@ void route_tokens(const model_config& c, const moe_weights& w, const float* x, i
   for (int64_t r = 0; r < rows; ++r)
     kernels::moe_gate(out.logits.data() + r * n_exp, w.correction_bias, gp,
                       out.expert.data() + r * k, out.weight.data() + r * k);
+}
+
+void gather_routes(const moe_routing& routing, int64_t n_experts, int64_t hidden, const float* x,
+                   const kernels::quantized_rows* xq, std::vector<expert_batch>& batches,
+                   std::vector<int64_t>& route_row) {
+  const int64_t routes = routing.rows * routing.k;
+  batches.resize(n_experts);
+  for (int64_t e = 0; e < n_experts; ++e) {
+    batches[e].expert = static_cast<int32_t>(e);
+    batches[e].rows = 0;
+  }
+  route_row.resize(routes);
+  for (int64_t i = 0; i < routes; ++i) route_row[i] = batches[routing.expert[i]].rows++;
+  for (auto& b : batches) {
+    if (xq) {
+      b.in_q.rows = b.rows;
+      b.in_q.cols = hidden;
+      b.in_q.stride = xq->stride;
+      b.in_q.q.resize(b.rows * xq->stride);
+      b.in_q.scale.resize(b.rows);
+    } else {
+      b.in_f.resize(b.rows * hidden);
+    }
+  }
+  for (int64_t i = 0; i < routes; ++i) {
+    auto& b = batches[routing.expert[i]];
+    const int64_t src = i / routing.k, dst = route_row[i];
+    if (xq) {
+      std::copy_n(xq->row(src), xq->stride, b.in_q.q.data() + dst * xq->stride);
+      b.in_q.scale[dst] = xq->scale[src];
+    } else {
+      std::copy_n(x + src * hidden, hidden, b.in_f.data() + dst * hidden);
+    }
+  }
+}
+
+routed_batches route_and_gather_int8(const model_config& c, const moe_weights& w, const float* x,
+                                     int64_t rows) {
+  routed_batches r;
+  route_tokens(c, w, x, rows, r.routing);
+  kernels::quantized_rows xq;
+  kernels::quantize_rows(x, rows, c.hidden_size, c.hidden_size, xq);
+  gather_routes(r.routing, c.n_routed_experts, c.hidden_size, x, &xq, r.batches, r.route_row);
+  return r;
 }
 
 namespace {

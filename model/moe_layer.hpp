@@ -40,6 +40,24 @@ struct expert_batch {
   kernels::quantized_rows mid_q;
 };
 
+// Buckets each route's token into its expert's batch (one batch per expert, batches[e] for
+// expert e): route_row[r * k + j] is route (r, j)'s row in its batch. With `xq` (INT8), a batch
+// receives copies of the token's quantized row and scale, the token quantized once as the
+// fused dispatch ships it; without (FP32), copies of its floats from `x` (row stride hidden).
+void gather_routes(const moe_routing& routing, int64_t n_experts, int64_t hidden, const float* x,
+                   const kernels::quantized_rows* xq, std::vector<expert_batch>& batches,
+                   std::vector<int64_t>& route_row);
+
+// A batch of tokens routed by the gate and gathered per expert in INT8 (each token quantized
+// once): what the tests' and benches' reference MoE runs its experts on.
+struct routed_batches {
+  moe_routing routing;
+  std::vector<expert_batch> batches;
+  std::vector<int64_t> route_row;
+};
+routed_batches route_and_gather_int8(const model_config& config, const moe_weights& w,
+                                     const float* x, int64_t rows);
+
 // How run_experts spreads the experts over the pool. `grouped`: one grouped GEMM per
 // projection, every expert's tiles shared by all threads (a decode's experts, a row or two
 // each). `one_per_thread` (INT8 only; FP32 stays grouped): each expert's gate_up, SwiGLU and

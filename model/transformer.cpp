@@ -304,42 +304,13 @@ void transformer::local_routed_experts(const moe_weights& w, const float* x, int
   const int64_t h = c.hidden_size, n_exp = c.n_routed_experts;
   const auto& routing = moe_.routing;
   const int64_t k = routing.k;
-  // Bucket routes by expert; route_row[r * k + j] is that route's row in its expert's batch.
-  auto& batches = moe_.batches;
-  batches.resize(n_exp);
-  for (int64_t e = 0; e < n_exp; ++e) {
-    batches[e].expert = static_cast<int32_t>(e);
-    batches[e].rows = 0;
-  }
-  auto& route_row = moe_.route_row;
-  route_row.resize(rows * k);
-  for (int64_t i = 0; i < rows * k; ++i) route_row[i] = batches[routing.expert[i]].rows++;
-
   // Quantize each token once; experts receive copies of its INT8 row and scale, as the fused
   // dispatch ships them.
   const bool int8 = w_->prec == precision::int8;
   if (int8) kernels::quantize_rows(x, rows, h, h, xq_);
-  for (auto& b : batches) {
-    if (int8) {
-      b.in_q.rows = b.rows;
-      b.in_q.cols = h;
-      b.in_q.stride = xq_.stride;
-      b.in_q.q.resize(b.rows * xq_.stride);
-      b.in_q.scale.resize(b.rows);
-    } else {
-      b.in_f.resize(b.rows * h);
-    }
-  }
-  for (int64_t i = 0; i < rows * k; ++i) {
-    auto& b = batches[routing.expert[i]];
-    const int64_t src = i / k, dst = route_row[i];
-    if (int8) {
-      std::copy_n(xq_.row(src), xq_.stride, b.in_q.q.data() + dst * xq_.stride);
-      b.in_q.scale[dst] = xq_.scale[src];
-    } else {
-      std::copy_n(x + src * h, h, b.in_f.data() + dst * h);
-    }
-  }
+  auto& batches = moe_.batches;
+  auto& route_row = moe_.route_row;
+  gather_routes(routing, n_exp, h, x, int8 ? &xq_ : nullptr, batches, route_row);
   auto& pointers = moe_.batch_pointers;
   pointers.clear();
   for (auto& b : batches) pointers.push_back(&b);

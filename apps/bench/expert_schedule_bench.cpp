@@ -16,27 +16,9 @@ namespace {
 std::vector<model::expert_batch> batches_for(const model::model_weights& weights,
                                              const model::moe_weights& w, int64_t tokens) {
   const auto& c = weights.config;
-  const int64_t h = c.hidden_size, k = c.num_experts_per_tok;
+  const int64_t h = c.hidden_size;
   const auto x = kernel_bench::pseudo_random(static_cast<size_t>(tokens * h), 5);
-  model::moe_routing routing;
-  model::route_tokens(c, w, x.data(), tokens, routing);
-  kernels::quantized_rows xq;
-  kernels::quantize_rows(x.data(), tokens, h, h, xq);
-  std::vector<model::expert_batch> batches(c.n_routed_experts);
-  std::vector<int64_t> row(tokens * k);
-  for (int64_t i = 0; i < tokens * k; ++i) row[i] = batches[routing.expert[i]].rows++;
-  for (int32_t e = 0; e < c.n_routed_experts; ++e) {
-    auto& b = batches[e];
-    b.expert = e;
-    b.in_q = {b.rows, h, xq.stride, std::vector<int8_t>(b.rows * xq.stride),
-              std::vector<float>(b.rows)};
-  }
-  for (int64_t i = 0; i < tokens * k; ++i) {
-    auto& b = batches[routing.expert[i]];
-    std::copy_n(xq.row(i / k), xq.stride, b.in_q.q.data() + row[i] * xq.stride);
-    b.in_q.scale[row[i]] = xq.scale[i / k];
-  }
-  return batches;
+  return model::route_and_gather_int8(c, w, x.data(), tokens).batches;
 }
 
 } // namespace

@@ -44,24 +44,7 @@ std::vector<float> local_moe(const model::model_weights& weights, const model::m
                              const std::vector<float>& x, int64_t rows) {
   const auto& c = weights.config;
   const int64_t h = c.hidden_size, k = c.num_experts_per_tok;
-  model::moe_routing routing;
-  model::route_tokens(c, w, x.data(), rows, routing);
-  std::vector<model::expert_batch> batches(c.n_routed_experts);
-  std::vector<int64_t> row_of(rows * k);
-  for (int64_t i = 0; i < rows * k; ++i) row_of[i] = batches[routing.expert[i]].rows++;
-  kernels::quantized_rows xq;
-  kernels::quantize_rows(x.data(), rows, h, h, xq);
-  for (int32_t e = 0; e < c.n_routed_experts; ++e) {
-    auto& b = batches[e];
-    b.expert = e;
-    b.in_q = {b.rows, h, xq.stride, std::vector<int8_t>(b.rows * xq.stride),
-              std::vector<float>(b.rows)};
-  }
-  for (int64_t i = 0; i < rows * k; ++i) {
-    auto& b = batches[routing.expert[i]];
-    std::memcpy(b.in_q.q.data() + row_of[i] * xq.stride, xq.row(i / k), xq.stride);
-    b.in_q.scale[row_of[i]] = xq.scale[i / k];
-  }
+  auto [routing, batches, row_of] = model::route_and_gather_int8(c, w, x.data(), rows);
   std::vector<model::expert_batch*> pointers;
   for (auto& b : batches) pointers.push_back(&b);
   model::run_experts(c, w, weights.prec, pointers);
