@@ -41,7 +41,8 @@ inline gemm_tiling plan_gemm(int64_t m, int64_t groups, int64_t target_tasks) {
 
 // Tasks wanted for one problem alone, and for each of `problems` scheduled together.
 inline int64_t target_tasks(int threads, int64_t problems = 1) {
-  const int64_t total = 8 * static_cast<int64_t>(threads);
+  // One thread has nothing to balance: every extra task re-reads and re-biases its x rows.
+  const int64_t total = threads > 1 ? 8 * static_cast<int64_t>(threads) : 1;
   return std::max<int64_t>(1, (total + problems - 1) / std::max<int64_t>(1, problems));
 }
 

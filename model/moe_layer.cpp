@@ -83,14 +83,14 @@ void swiglu_rows(const float* up, int64_t rows, int64_t inter, float* act) {
 }
 
 // Whether each expert is worth a whole thread: enough of them to share the pool, each with
-// enough rows that one thread's GEMM is compute-bound (a long prefill's experts, not a
-// decode's). On the Zen 5 guest (`bench model --expert-schedule`) one expert per thread ran
-// at 0.96-0.99x the grouped schedule's speed at 32 rows per expert, 1.01-1.04x at 64 and
-// 1.04-1.09x at 256.
+// enough rows that one thread's GEMM is compute-bound (a prefill's experts, not a decode's
+// few rows each). On the Zen 5 guest (`bench model --expert-schedule`) one expert per thread
+// ran at 1.02-1.07x the grouped schedule's speed at 8 rows per expert, 1.06-1.08x at 32 and
+// 64, 1.07-1.08x at 256.
 bool experts_fill_the_pool(std::span<expert_batch* const> batches, int threads) {
   int64_t rows = 0;
   for (auto* b : batches) rows += b->rows;
-  constexpr int64_t min_mean_rows = 64;
+  constexpr int64_t min_mean_rows = 16;
   return static_cast<int64_t>(batches.size()) >= 2 * threads &&
          rows >= min_mean_rows * static_cast<int64_t>(batches.size());
 }
