@@ -93,7 +93,7 @@ float fp32_weight::at(int64_t row, int64_t col) const {
 void gemm_fp32(const float* x, int64_t m, int64_t ldx, const fp32_weight& w, float* y, int64_t ldy,
                thread_pool& pool) {
   check_shapes(m, ldx, w, ldy);
-  const auto tiling = detail::plan_gemm(m, w.groups(), detail::target_tasks(pool.size()));
+  const auto tiling = detail::plan_gemm(m, w.groups(), detail::target_tasks(pool.parallelism()));
   const block_fn block = pick_block();
   pool.parallel_for(tiling.tasks(), [&](int64_t t) {
     int64_t m0, m1, g0, g1;

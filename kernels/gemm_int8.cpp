@@ -140,7 +140,8 @@ int8_t int8_weight::at(int64_t row, int64_t col) const {
 void gemm_int8(const quantized_rows& x, const int8_weight& w, float* y, int64_t ldy,
                thread_pool& pool) {
   check_shapes(x, w, ldy);
-  const auto tiling = detail::plan_gemm(x.rows, w.groups(), detail::target_tasks(pool.size()));
+  const auto tiling =
+      detail::plan_gemm(x.rows, w.groups(), detail::target_tasks(pool.parallelism()));
   const block_fn block = pick_block();
   pool.parallel_for(tiling.tasks(), [&](int64_t t) {
     int64_t m0, m1, g0, g1;

@@ -53,7 +53,7 @@ template<class Rows, class Groups, class Block>
 void run_grouped(thread_pool& pool, size_t count, Rows rows, Groups groups, Block block) {
   std::vector<gemm_tiling> tilings(count);
   std::vector<int64_t> first(count + 1, 0);
-  const int64_t per_problem = target_tasks(pool.size(), static_cast<int64_t>(count));
+  const int64_t per_problem = target_tasks(pool.parallelism(), static_cast<int64_t>(count));
   for (size_t i = 0; i < count; ++i) {
     tilings[i] = plan_gemm(rows(i), groups(i), per_problem);
     first[i + 1] = first[i] + tilings[i].tasks();

@@ -121,6 +121,10 @@ void thread_pool::worker_loop(int self) {
   }
 }
 
+int thread_pool::parallelism() const {
+  return inside_task ? 1 : size();
+}
+
 void thread_pool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn) {
   if (n <= 0) return;
   std::unique_lock submit(submit_mutex_, std::defer_lock);

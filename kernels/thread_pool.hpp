@@ -23,6 +23,10 @@ public:
   thread_pool& operator=(const thread_pool&) = delete;
 
   int size() const { return static_cast<int>(workers_.size()) + 1; }
+  // The threads a parallel_for called here and now would spread over: 1 inside a task of any
+  // pool (the call runs inline), else size(). Kernels plan their tasks by this, so a GEMM run
+  // inside a task is not cut into pieces only one thread will take.
+  int parallelism() const;
 
   // Runs fn(i) for every i in [0, n) and returns when all have finished. The caller takes part.
   // Each thread runs a contiguous share of [0, n) in order, then takes what is left of the

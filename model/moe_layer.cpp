@@ -99,22 +99,21 @@ bool experts_fill_the_pool(std::span<expert_batch* const> batches, int threads) 
 // thread, so the expert's intermediates (a quarter of a megabyte for 64 rows) stay in that
 // core's L2, in buffers the thread reuses for each of its experts, instead of every expert's
 // gate_up output going out to memory before the first SwiGLU reads it back. (Buffers per
-// batch, written once per layer, gave a third of the gain.) The GEMMs run inline on a pool of
-// one (the shared pool is busy with this loop), and their results do not depend on the cut,
-// so the bits are the grouped path's.
+// batch, written once per layer, gave a third of the gain.) The GEMMs run inline, each as one
+// task (thread_pool::parallelism), and their results do not depend on the cut, so the bits
+// are the grouped path's.
 void run_experts_one_per_thread(const model_config& c, const moe_weights& w,
                                 std::span<expert_batch* const> batches) {
   const int64_t h = c.hidden_size, inter = c.moe_intermediate_size;
   kernels::thread_pool::shared().parallel_for(static_cast<int64_t>(batches.size()), [&](int64_t i) {
     auto& b = *batches[i];
-    thread_local kernels::thread_pool pool(1);
     thread_local kernels::huge_page_scratch_vector<float> up, act;
     up.resize(b.rows * 2 * inter);
     act.resize(b.rows * inter);
-    kernels::gemm_int8(b.in_q, w.experts[b.expert].gate_up.int8(), up.data(), 2 * inter, pool);
+    kernels::gemm_int8(b.in_q, w.experts[b.expert].gate_up.int8(), up.data(), 2 * inter);
     swiglu_rows(up.data(), b.rows, inter, act.data());
     kernels::quantize_rows(act.data(), b.rows, inter, inter, b.mid_q);
-    kernels::gemm_int8(b.mid_q, w.experts[b.expert].down.int8(), b.out.data(), h, pool);
+    kernels::gemm_int8(b.mid_q, w.experts[b.expert].down.int8(), b.out.data(), h);
   });
 }
 } // namespace

@@ -56,6 +56,21 @@ TEST(thread_pool, nested_calls_run_inline) {
   EXPECT_EQ(total.load(), 32);
 }
 
+// Kernels plan by parallelism(): inside a task of any pool a parallel_for runs inline, so one
+// thread is all it has.
+TEST(thread_pool, parallelism_is_one_inside_a_task_and_the_size_outside) {
+  thread_pool pool(3), other(2);
+  EXPECT_EQ(pool.parallelism(), 3);
+  std::atomic<int> inside_pool{0}, inside_other{0};
+  pool.parallel_for(6, [&](int64_t) {
+    inside_pool.fetch_add(pool.parallelism());
+    inside_other.fetch_add(other.parallelism());
+  });
+  EXPECT_EQ(inside_pool.load(), 6);
+  EXPECT_EQ(inside_other.load(), 6);
+  EXPECT_EQ(pool.parallelism(), 3);
+}
+
 TEST(thread_pool, single_thread_pool_runs_inline) {
   thread_pool pool(1);
   int64_t sum = 0;
