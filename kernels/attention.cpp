@@ -155,7 +155,8 @@ void mla_prefill_one_tile(const mla_prefill_args& a, thread_pool& pool) {
   const auto run = fp32_tile();
   pool.parallel_for(a.heads, [&](int64_t h) {
     // The calling thread's buffers, or the worker's own: each task owns its thread's.
-    float* scratch = packing_buffers::of_this_thread().floats((qk + a.v) * lanes);
+    constexpr int64_t step_keys = attention_tiles::step_blocks * lanes;
+    float* scratch = packing_buffers::of_this_thread().floats((qk + a.v) * step_keys);
     const head_packing context{&a, h};
     attention_tiles::prefill_operands o{};
     o.q = a.q + h * qk;
@@ -172,7 +173,7 @@ void mla_prefill_one_tile(const mla_prefill_args& a, thread_pool& pool) {
     o.pack = pack_head_block;
     o.pack_context = &context;
     o.block_keys = scratch;
-    o.block_values = scratch + qk * lanes;
+    o.block_values = scratch + qk * step_keys;
     run(o);
   });
 }

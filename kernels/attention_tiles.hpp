@@ -2,9 +2,12 @@
 // The flash-attention tile of MLA prefill, compiled once per instruction set from one source
 // (attention_tiles_body.hpp): portable C++, AVX2, AVX-512, and AVX-512 BF16 for the scores.
 // Keys come in blocks of 16 aligned to position 0, each block packed transposed (lane = key),
-// so a score is one running sum acc = acc + q[d] * k[d] over d = 0..qk-1 in its lane, and every
-// query runs an online softmax over the blocks 0, 1, ... in order. A query's result therefore
-// depends only on its own position, query and keys: not on the tile, batch, chunk or thread.
+// so a score is one running sum acc = acc + q[d] * k[d] over d = 0..qk-1 in its lane. Every
+// query runs an online softmax over steps of step_blocks blocks (64 keys) aligned to position 0,
+// in order: its running max moves once per step, so the horizontal max, the branch and the
+// rescaling of its output are paid once per 64 keys rather than per 16. A query's result
+// therefore depends only on its own position, query and keys: not on the tile, batch, chunk or
+// thread.
 // The FP32 paths use plain IEEE multiplies and adds (no FMA contraction) and one exp of their
 // own, so portable, AVX2 and AVX-512 give the same bits.
 //
@@ -19,7 +22,8 @@
 
 namespace supernode::kernels::attention_tiles {
 
-inline constexpr int64_t key_block = 16; // keys per packed block: one 16-lane vector
+inline constexpr int64_t key_block = 16;  // keys per packed block: one 16-lane vector
+inline constexpr int64_t step_blocks = 4; // blocks per step of the online softmax
 inline constexpr int64_t max_tile_queries = 32;
 
 struct prefill_operands {
@@ -37,10 +41,10 @@ struct prefill_operands {
   float* out; // query i's output at out + i * out_stride, vd floats
   int64_t out_stride;
   // Packing on the fly (FP32 scores only; kt and vt are then unused): pack(pack_context, b,
-  // keys, values) writes block b as kt and vt would hold it into the scratch block_keys
-  // ([qk][16]) and block_values ([16][vd]), just before the tile uses it. For a tile that is a
-  // whole call (a short chunk), this keeps each block in L1 instead of packing every key to
-  // memory first; the numbers are the same.
+  // keys, values) writes block b as kt and vt would hold it, just before the tile uses it, into
+  // the scratch of its step: block_keys + j * qk * 16 and block_values + j * 16 * vd for the
+  // step's block j < step_blocks. For a tile that is a whole call (a short chunk), this keeps a
+  // step's blocks in L1 instead of packing every key to memory first; the numbers are the same.
   void (*pack)(const void* pack_context, int64_t b, float* keys, float* values);
   const void* pack_context;
   float* block_keys;

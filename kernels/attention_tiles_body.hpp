@@ -1,9 +1,10 @@
 // The body of attention_tiles::<isa>::prefill_tile, included once per unit inside its namespace
 // (see attention_tiles.hpp). The unit defines SUPERNODE_ATTENTION_WIDTH (floats per register),
-// SUPERNODE_ATTENTION_GROUP (queries scored together: as many accumulators as its registers
-// hold) and, for the BF16 scores, SUPERNODE_ATTENTION_BF16. Neither width nor group changes a
-// result: every key lane and output element is its own chain of operations. Units are built with
-// -ffp-contract=off: every a * b + c below is a rounded multiply then a rounded add.
+// SUPERNODE_ATTENTION_GROUP (queries scored together), SUPERNODE_ATTENTION_SCORE_BLOCKS (key
+// blocks scored together: group x score blocks accumulators, as many as its registers hold)
+// and, for the BF16 scores, SUPERNODE_ATTENTION_BF16. None of these changes a result: every key
+// lane and output element is its own chain of operations. Units are built with -ffp-contract=off:
+// every a * b + c below is a rounded multiply then a rounded add.
 
 namespace {
 
@@ -11,7 +12,9 @@ constexpr int width = SUPERNODE_ATTENTION_WIDTH;
 constexpr int64_t lanes = key_block;
 constexpr int parts = lanes / width;
 constexpr int group = SUPERNODE_ATTENTION_GROUP;
+constexpr int score_blocks = SUPERNODE_ATTENTION_SCORE_BLOCKS;
 constexpr float minus_infinity = -__builtin_inff();
+constexpr int step_keys = step_blocks * key_block;
 static_assert(lanes % width == 0);
 
 // One register of the unit (GCC vector extensions), and the 16 key lanes of a block in `parts`
@@ -76,68 +79,106 @@ inline vni lane_numbers(int part) {
   return v;
 }
 
-// s[g] = the 16 keys of block `b` against query g < G: one running sum per lane over d in order.
-// A partial group of n queries (a short chunk, a prompt's last queries) is scored as G = 1, 2 or
-// 4 instead of a whole padded group: one query after a long prefix costs a chain of qk adds per
-// block rather than `group` chains.
+// s[j][g] = the 16 keys of block b + j against query g < G, for j < NB: one running sum per
+// lane over d in order. NB blocks at once let each query element loaded feed NB registers, so
+// the loop issues more arithmetic than loads. A partial group of n queries (a short chunk, a
+// prompt's last queries) is scored as G = 1, 2 or 4 instead of a whole padded group: one query
+// after a long prefix costs a chain of qk adds per block rather than `group` chains.
 #if defined(SUPERNODE_ATTENTION_BF16)
 static_assert(parts == 1, "the BF16 scores are one ZMM register per block");
-template<int G>
-inline void scores(const prefill_operands& o, const int64_t* query, int64_t b, v16* s, bool) {
+template<int G, int NB>
+inline void scores(const prefill_operands& o, const int64_t* query, int64_t b, v16 (*s)[group],
+                   bool) {
   const uint32_t* kt = o.kt_bf16 + b * o.qk_pairs * lanes;
+  const int64_t block_stride = o.qk_pairs * lanes;
   const uint32_t* q[G];
   for (int g = 0; g < G; ++g) q[g] = o.q_bf16 + query[g] * o.q_bf16_stride;
-  __m512 acc[G];
-  for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
+  __m512 acc[NB][G];
+  for (int j = 0; j < NB; ++j)
+    for (int g = 0; g < G; ++g) acc[j][g] = _mm512_setzero_ps();
   for (int64_t d = 0; d < o.qk_pairs; ++d) {
-    const __m512bh k = __builtin_bit_cast(__m512bh, _mm512_loadu_si512(kt + d * lanes));
+    __m512bh k[NB];
+    for (int j = 0; j < NB; ++j)
+      k[j] = __builtin_bit_cast(__m512bh, _mm512_loadu_si512(kt + j * block_stride + d * lanes));
 #pragma GCC unroll 8
-    for (int g = 0; g < G; ++g)
-      acc[g] = _mm512_dpbf16_ps(
-          acc[g], k, __builtin_bit_cast(__m512bh, _mm512_set1_epi32(static_cast<int>(q[g][d]))));
+    for (int g = 0; g < G; ++g) {
+      const __m512bh qg =
+          __builtin_bit_cast(__m512bh, _mm512_set1_epi32(static_cast<int>(q[g][d])));
+      for (int j = 0; j < NB; ++j) acc[j][g] = _mm512_dpbf16_ps(acc[j][g], k[j], qg);
+    }
   }
-  for (int g = 0; g < G; ++g) s[g].p[0] = __builtin_bit_cast(vn, acc[g]);
+  for (int j = 0; j < NB; ++j)
+    for (int g = 0; g < G; ++g) s[j][g].p[0] = __builtin_bit_cast(vn, acc[j][g]);
 }
 #else
-// With `prefetch` (blocks packed in memory, and block b + 1 exists), block b + 1's keys and
-// values are prefetched as the pass goes: the first group of a tile meets every block first,
-// and a head's packed keys and values (1.3 MB for small's 2,048 tokens) come from L3.
-template<int G>
-inline void scores(const prefill_operands& o, const int64_t* query, int64_t b, v16* s,
+// With `prefetch` (blocks packed in memory, and blocks b + NB .. b + 2 NB - 1 exist), the next
+// NB blocks' keys and values are prefetched as the pass goes: the first group of a tile meets
+// every block first, and a head's packed keys and values (1.3 MB for small's 2,048 tokens) come
+// from L3.
+template<int G, int NB>
+inline void scores(const prefill_operands& o, const int64_t* query, int64_t b, v16 (*s)[group],
                    bool prefetch) {
-  const float* kt = o.pack ? o.block_keys : o.kt + b * o.qk * lanes;
+  const float* kt =
+      o.pack ? o.block_keys + b % step_blocks * o.qk * lanes : o.kt + b * o.qk * lanes;
+  const int64_t block_stride = o.qk * lanes;
   const float* q[G];
   for (int g = 0; g < G; ++g) q[g] = o.q + query[g] * o.q_stride;
-  vn acc[G][parts];
-  for (int g = 0; g < G; ++g)
-    for (int i = 0; i < parts; ++i) acc[g][i] = splat(0.0f);
-  const float* next_keys = prefetch ? o.kt + (b + 1) * o.qk * lanes : nullptr;
-  const float* next_values = prefetch ? o.vt + (b + 1) * lanes * o.vd : nullptr;
+  vn acc[NB][G][parts];
+  for (int j = 0; j < NB; ++j)
+    for (int g = 0; g < G; ++g)
+      for (int i = 0; i < parts; ++i) acc[j][g][i] = splat(0.0f);
+  const float* next_keys = prefetch ? o.kt + (b + NB) * block_stride : nullptr;
+  const float* next_values = prefetch ? o.vt + (b + NB) * lanes * o.vd : nullptr;
   const int64_t value_lines = lanes * o.vd * int64_t{sizeof(float)} / 64;
   for (int64_t d = 0; d < o.qk; ++d) {
-    if (prefetch) {
-      __builtin_prefetch(next_keys + d * lanes); // key row d of a block is one 64-byte line
-      if (d < value_lines) __builtin_prefetch(next_values + d * 16);
-    }
-    vn k[parts];
-    for (int i = 0; i < parts; ++i) k[i] = load(kt + d * lanes + i * width);
+    if (prefetch)
+      for (int j = 0; j < NB; ++j) {
+        __builtin_prefetch(next_keys + j * block_stride + d * lanes); // key row d: one line
+        if (d < value_lines) __builtin_prefetch(next_values + (j * lanes * o.vd) + d * 16);
+      }
+    vn k[NB][parts];
+    for (int j = 0; j < NB; ++j)
+      for (int i = 0; i < parts; ++i) k[j][i] = load(kt + j * block_stride + d * lanes + i * width);
 #pragma GCC unroll 8
-    for (int g = 0; g < G; ++g)
+    for (int g = 0; g < G; ++g) {
+      const float qg = q[g][d];
 #pragma GCC unroll 4
-      for (int i = 0; i < parts; ++i) acc[g][i] = acc[g][i] + k[i] * q[g][d];
+      for (int j = 0; j < NB; ++j)
+#pragma GCC unroll 4
+        for (int i = 0; i < parts; ++i) acc[j][g][i] = acc[j][g][i] + k[j][i] * qg;
+    }
   }
-  for (int g = 0; g < G; ++g)
-    for (int i = 0; i < parts; ++i) s[g].p[i] = acc[g][i];
+  for (int j = 0; j < NB; ++j)
+    for (int g = 0; g < G; ++g)
+      for (int i = 0; i < parts; ++i) s[j][g].p[i] = acc[j][g][i];
 }
 #endif
 
-// scores<G> for the n <= group queries of `query` (padded to `group` with copies of the last).
+// scores<G, NB> for the n <= group queries of `query` (padded to `group` with copies of the
+// last).
+template<int NB>
 inline void score_group(const prefill_operands& o, int64_t n, const int64_t* query, int64_t b,
-                        v16* s, bool prefetch) {
-  if (n == 1 && group > 1) return scores<1>(o, query, b, s, prefetch);
-  if (n == 2 && group > 2) return scores<2>(o, query, b, s, prefetch);
-  if (n <= 4 && group > 4) return scores<4>(o, query, b, s, prefetch);
-  scores<group>(o, query, b, s, prefetch);
+                        v16 (*s)[group], bool prefetch) {
+  if (n == 1 && group > 1) return scores<1, NB>(o, query, b, s, prefetch);
+  if (n == 2 && group > 2) return scores<2, NB>(o, query, b, s, prefetch);
+  if (n <= 4 && group > 4) return scores<4, NB>(o, query, b, s, prefetch);
+  scores<group, NB>(o, query, b, s, prefetch);
+}
+
+// The scores of blocks b0 .. b0 + blocks - 1 for a group, score_blocks at a time. Only the
+// tile's first group prefetches (see scores).
+inline void score_step(const prefill_operands& o, int64_t n, const int64_t* query, int64_t b0,
+                       int blocks, v16 (*s)[group], bool first_group, int64_t last_pos) {
+  constexpr int nb = score_blocks;
+  int j = 0;
+  for (; j + nb <= blocks; j += nb) {
+    const int64_t b = b0 + j;
+    score_group<nb>(o, n, query, b, s + j, first_group && !o.pack && (b + nb) * lanes <= last_pos);
+  }
+  for (; j < blocks; ++j) {
+    const int64_t b = b0 + j;
+    score_group<1>(o, n, query, b, s + j, first_group && !o.pack && (b + 1) * lanes <= last_pos);
+  }
 }
 
 // y = x * a over n floats (y may be x).
@@ -221,38 +262,52 @@ struct query_state {
   float sum[lanes];
 };
 
-// One block's scores for query `i`: masks the keys past its position, rescales its state and
-// output to the block's new max, and writes the block's weights. Returns the visible keys.
-inline int weigh_block(const prefill_operands& o, int64_t i, int64_t b, const v16& score,
-                       query_state& st, float* out, float* weights) {
-  const int64_t t0 = b * lanes, pos = o.first_pos + i;
-  const int visible = static_cast<int>(pos - t0 + 1 < lanes ? pos - t0 + 1 : lanes);
-  v16 x;
-  for (int r = 0; r < parts; ++r)
-    x.p[r] = lane_numbers(r) < visible ? score.p[r] * o.scale : splat(minus_infinity);
-  const float block_max = hmax(x);
-  if (block_max > st.max) {
-    const float alpha = exp_nonpositive(splat(st.max - block_max))[0];
+// One step's scores for query `i` (score[j] for the step's blocks j < `blocks`, from block
+// b0): masks the keys past its position, rescales its state and output to the step's new max,
+// and writes the step's weights. Returns the visible keys of the step.
+inline int weigh_step(const prefill_operands& o, int64_t i, int64_t b0, int blocks,
+                      const v16* const* score, query_state& st, float* out, float* weights) {
+  const int64_t t0 = b0 * lanes, pos = o.first_pos + i;
+  const int64_t seen = pos - t0 + 1;
+  const int visible = static_cast<int>(seen < blocks * lanes ? seen : blocks * lanes);
+  const int used = (visible + static_cast<int>(lanes) - 1) / static_cast<int>(lanes);
+  v16 x[step_blocks];
+  vn m = splat(minus_infinity);
+  for (int j = 0; j < used; ++j)
+    for (int r = 0; r < parts; ++r) {
+      x[j].p[r] = lane_numbers(r) + j * static_cast<int>(lanes) < visible ? score[j]->p[r] * o.scale
+                                                                          : splat(minus_infinity);
+      m = vmax(m, x[j].p[r]);
+    }
+  const float step_max = hmax_register(m);
+  if (step_max > st.max) {
+    const float alpha = exp_nonpositive(splat(st.max - step_max))[0];
     scale_row(st.sum, alpha, lanes);
     scale_row(out, alpha, o.vd);
-    st.max = block_max;
+    st.max = step_max;
   }
+  const vn max = splat(st.max);
   for (int r = 0; r < parts; ++r) {
-    const vn p = exp_nonpositive(x.p[r] - st.max);
-    store(weights + r * width, p);
-    store(st.sum + r * width, load(st.sum + r * width) + p);
+    vn sum = load(st.sum + r * width);
+    for (int j = 0; j < used; ++j) {
+      const vn p = exp_nonpositive(x[j].p[r] - max);
+      store(weights + j * lanes + r * width, p);
+      sum = sum + p;
+    }
+    store(st.sum + r * width, sum);
   }
   return visible;
 }
 
-// Adds block `vb`'s values to the outputs of the n queries weighed for it: the keys all of a
-// run of value_queries see together, then each query's own further keys (a diagonal block).
+// Adds a step's values (rows from `vb`) to the outputs of the n queries weighed for it: the keys
+// all of a run of value_queries see together, then each query's own further keys (a diagonal
+// step).
 inline void absorb_values(const prefill_operands& o, const float* vb, int n,
-                          float (*weights)[lanes], const int* visible, float* const* outs) {
+                          float (*weights)[step_keys], const int* visible, float* const* outs) {
   for (int q0 = 0; q0 < n; q0 += value_queries) {
     const int qn = n - q0 < value_queries ? n - q0 : value_queries;
     const float* p[value_queries];
-    int common = lanes;
+    int common = step_keys;
     for (int q = 0; q < qn; ++q) {
       p[q] = weights[q0 + q];
       common = visible[q0 + q] < common ? visible[q0 + q] : common;
@@ -277,28 +332,37 @@ void prefill_tile(const prefill_operands& o) {
   accumulated.assign(static_cast<size_t>(o.rows * o.vd), 0.0f);
   for (int64_t r = 0; r < o.rows; ++r)
     for (int j = 0; j < lanes; ++j) state[r].sum[j] = 0.0f;
-  const int64_t last_pos = o.first_pos + o.i0 + o.rows - 1;
-  for (int64_t b = 0; b * lanes <= last_pos; ++b) {
-    if (o.pack) o.pack(o.pack_context, b, o.block_keys, o.block_values);
+  const int64_t last_pos = o.first_pos + o.i0 + o.rows - 1, last_block = last_pos / lanes;
+  for (int64_t b0 = 0; b0 <= last_block; b0 += step_blocks) {
+    const int64_t step_end = b0 + step_blocks - 1 < last_block ? b0 + step_blocks - 1 : last_block;
+    if (o.pack)
+      for (int64_t b = b0; b <= step_end; ++b)
+        o.pack(o.pack_context, b, o.block_keys + (b - b0) * o.qk * lanes,
+               o.block_values + (b - b0) * lanes * o.vd);
     for (int64_t r0 = 0; r0 < o.rows; r0 += group) {
       const int64_t n = o.rows - r0 < group ? o.rows - r0 : group;
-      if (o.first_pos + o.i0 + r0 + n - 1 < b * lanes) continue; // no query here sees block b
+      const int64_t group_last = o.first_pos + o.i0 + r0 + n - 1;
+      if (group_last < b0 * lanes) continue; // no query here sees this step
+      const int64_t group_end = group_last / lanes < step_end ? group_last / lanes : step_end;
+      const int blocks = static_cast<int>(group_end - b0 + 1);
       int64_t query[group];
       for (int g = 0; g < group; ++g) query[g] = o.i0 + r0 + (g < n ? g : n - 1);
-      v16 s[group];
-      score_group(o, n, query, b, s, r0 == 0 && !o.pack && (b + 1) * lanes <= last_pos);
-      float weights[group][lanes];
+      v16 s[step_blocks][group];
+      score_step(o, n, query, b0, blocks, s, r0 == 0, last_pos);
+      float weights[group][step_keys];
       int visible[group];
       float* outs[group];
-      int seeing = 0; // queries of the group that see block b
+      int seeing = 0; // queries of the group that see this step
       for (int64_t g = 0; g < n; ++g)
-        if (o.first_pos + query[g] >= b * lanes) {
+        if (o.first_pos + query[g] >= b0 * lanes) {
+          const v16* score[step_blocks];
+          for (int j = 0; j < blocks; ++j) score[j] = &s[j][g];
           outs[seeing] = accumulated.data() + (r0 + g) * o.vd;
-          visible[seeing] =
-              weigh_block(o, query[g], b, s[g], state[r0 + g], outs[seeing], weights[seeing]);
+          visible[seeing] = weigh_step(o, query[g], b0, blocks, score, state[r0 + g], outs[seeing],
+                                       weights[seeing]);
           ++seeing;
         }
-      absorb_values(o, o.pack ? o.block_values : o.vt + b * lanes * o.vd, seeing, weights, visible,
+      absorb_values(o, o.pack ? o.block_values : o.vt + b0 * lanes * o.vd, seeing, weights, visible,
                     outs);
     }
   }

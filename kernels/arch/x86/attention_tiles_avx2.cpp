@@ -5,5 +5,6 @@
 namespace supernode::kernels::attention_tiles::avx2 {
 #define SUPERNODE_ATTENTION_WIDTH 8
 #define SUPERNODE_ATTENTION_GROUP 4
+#define SUPERNODE_ATTENTION_SCORE_BLOCKS 1
 #include "kernels/attention_tiles_body.hpp"
 } // namespace supernode::kernels::attention_tiles::avx2

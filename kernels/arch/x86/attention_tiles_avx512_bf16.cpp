@@ -7,6 +7,7 @@
 namespace supernode::kernels::attention_tiles::avx512_bf16 {
 #define SUPERNODE_ATTENTION_WIDTH 16
 #define SUPERNODE_ATTENTION_GROUP 8
+#define SUPERNODE_ATTENTION_SCORE_BLOCKS 2
 #define SUPERNODE_ATTENTION_BF16 1
 #include "kernels/attention_tiles_body.hpp"
 } // namespace supernode::kernels::attention_tiles::avx512_bf16
