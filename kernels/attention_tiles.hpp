@@ -3,9 +3,9 @@
 // (attention_tiles_body.hpp): portable C++, AVX2, AVX-512, and AVX-512 BF16 for the scores.
 // Keys come in blocks of 16 aligned to position 0, each block packed transposed (lane = key),
 // so a score is one running sum acc = acc + q[d] * k[d] over d = 0..qk-1 in its lane. Every
-// query runs an online softmax over steps of step_blocks blocks (64 keys) aligned to position 0,
+// query runs an online softmax over steps of step_blocks blocks (128 keys) aligned to position 0,
 // in order: its running max moves once per step, so the horizontal max, the branch and the
-// rescaling of its output are paid once per 64 keys rather than per 16. A query's result
+// rescaling of its output are paid once per 128 keys rather than per 16. A query's result
 // therefore depends only on its own position, query and keys: not on the tile, batch, chunk or
 // thread.
 // The FP32 paths use plain IEEE multiplies and adds (no FMA contraction) and one exp of their
@@ -23,7 +23,7 @@
 namespace supernode::kernels::attention_tiles {
 
 inline constexpr int64_t key_block = 16;  // keys per packed block: one 16-lane vector
-inline constexpr int64_t step_blocks = 4; // blocks per step of the online softmax
+inline constexpr int64_t step_blocks = 8; // blocks per step of the online softmax
 inline constexpr int64_t max_tile_queries = 32;
 
 struct prefill_operands {

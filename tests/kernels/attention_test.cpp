@@ -78,8 +78,11 @@ void expect_bitwise_equal(const std::vector<float>& a, const float* b, const std
 }
 
 // Chunks crossing key blocks (16) and query tiles (32) at odd places, and leaving partial query
-// groups of 1, 2, 3 and 4 (scored as groups of 1, 2 and 4 rather than 8).
-constexpr int64_t chunk_sizes[] = {1, 20, 17, 40, 27, 3, 2, 1, 10};
+// groups of 1, 2, 3 and 4 (scored as groups of 1, 2 and 4 rather than 8); then chunks that start
+// on a softmax step's first key (128) and inside one (228), and one that crosses a step (228 ..
+// 267 crosses 256).
+constexpr int64_t chunk_sizes[] = {1, 20, 17, 40, 27, 3, 2, 1, 10, 7, 100, 40, 32};
+constexpr int64_t chunked_keys = 300; // their sum: three softmax steps of 128 keys
 
 // Prefilling in the chunks above gives the one-shot result's bits.
 void expect_chunk_invariant(const prefill_case& c, const std::vector<float>& whole,
@@ -99,7 +102,7 @@ TEST_P(mla_prefill_isa, matches_double_precision_softmax) {
   // Head sizes that are and are not whole vectors: 96 = 64 + 32 (small, DeepSeek-V3's rope) and
   // 13 = 8 + 5 with v = 6 (tails everywhere).
   for (auto [nope, rope, v] : {std::tuple{64, 32, 64}, std::tuple{8, 5, 6}}) {
-    prefill_case c(121, 3, nope, rope, v, 0.15f, 11);
+    prefill_case c(300, 3, nope, rope, v, 0.15f, 11); // across three softmax steps
     thread_pool pool(2);
     auto out = c.run(0, c.keys, pool);
     for (int64_t i = 0; i < c.keys; ++i)
@@ -111,7 +114,7 @@ TEST_P(mla_prefill_isa, matches_double_precision_softmax) {
 }
 
 TEST_P(mla_prefill_isa, gives_the_portable_bits) {
-  prefill_case c(150, 2, 64, 32, 64, 0.2f, 21);
+  prefill_case c(300, 2, 64, 32, 64, 0.2f, 21);
   thread_pool pool(2);
   auto here = c.run(0, c.keys, pool);
   set_kernel_isa(kernel_isa::portable);
@@ -120,7 +123,7 @@ TEST_P(mla_prefill_isa, gives_the_portable_bits) {
 }
 
 TEST_P(mla_prefill_isa, chunks_and_threads_give_the_same_bits) {
-  prefill_case c(121, 3, 64, 32, 64, 0.15f, 31);
+  prefill_case c(chunked_keys, 3, 64, 32, 64, 0.15f, 31);
   thread_pool two(2), one(1);
   auto whole = c.run(0, c.keys, two);
   expect_bitwise_equal(c.run(0, c.keys, one), whole.data(), "one thread");
@@ -129,7 +132,7 @@ TEST_P(mla_prefill_isa, chunks_and_threads_give_the_same_bits) {
 
 TEST_P(mla_prefill_isa, extreme_scores_stay_finite) {
   // Scores of ±1e4 after scaling: the running max must absorb a sudden jump and tiny weights.
-  prefill_case c(70, 1, 8, 4, 16, 1.0f, 41);
+  prefill_case c(300, 1, 8, 4, 16, 1.0f, 41);
   for (int64_t t = 0; t < c.keys; ++t)
     for (int64_t d = 0; d < 12; ++d) c.q[t * 12 + d] *= (t % 17 == 3) ? 1000.0f : 1.0f;
   thread_pool pool(1);
@@ -161,7 +164,7 @@ private:
 };
 
 TEST_F(mla_prefill_bf16, differs_from_fp32_within_bf16_rounding_and_is_chunk_invariant) {
-  prefill_case c(121, 3, 64, 32, 64, 0.15f, 51);
+  prefill_case c(chunked_keys, 3, 64, 32, 64, 0.15f, 51);
   thread_pool pool(2);
   auto bf16 = c.run(0, c.keys, pool);
   set_attention_scores(attention_scores::fp32);
