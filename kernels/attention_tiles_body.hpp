@@ -87,8 +87,7 @@ inline vni lane_numbers(int part) {
 #if defined(SUPERNODE_ATTENTION_BF16)
 static_assert(parts == 1, "the BF16 scores are one ZMM register per block");
 template<int G, int NB>
-inline void scores(const prefill_operands& o, const int64_t* query, int64_t b, v16 (*s)[group],
-                   bool) {
+inline void scores(const prefill_operands& o, const int64_t* query, int64_t b, v16 (*s)[group]) {
   const uint32_t* kt = o.kt_bf16 + b * o.qk_pairs * lanes;
   const int64_t block_stride = o.qk_pairs * lanes;
   const uint32_t* q[G];
@@ -111,13 +110,8 @@ inline void scores(const prefill_operands& o, const int64_t* query, int64_t b, v
     for (int g = 0; g < G; ++g) s[j][g].p[0] = __builtin_bit_cast(vn, acc[j][g]);
 }
 #else
-// With `prefetch` (blocks packed in memory, and blocks b + NB .. b + 2 NB - 1 exist), the next
-// NB blocks' keys and values are prefetched as the pass goes: the first group of a tile meets
-// every block first, and a head's packed keys and values (1.3 MB for small's 2,048 tokens) come
-// from L3.
 template<int G, int NB>
-inline void scores(const prefill_operands& o, const int64_t* query, int64_t b, v16 (*s)[group],
-                   bool prefetch) {
+inline void scores(const prefill_operands& o, const int64_t* query, int64_t b, v16 (*s)[group]) {
   const float* kt =
       o.pack ? o.block_keys + b % step_blocks * o.qk * lanes : o.kt + b * o.qk * lanes;
   const int64_t block_stride = o.qk * lanes;
@@ -127,15 +121,7 @@ inline void scores(const prefill_operands& o, const int64_t* query, int64_t b, v
   for (int j = 0; j < NB; ++j)
     for (int g = 0; g < G; ++g)
       for (int i = 0; i < parts; ++i) acc[j][g][i] = splat(0.0f);
-  const float* next_keys = prefetch ? o.kt + (b + NB) * block_stride : nullptr;
-  const float* next_values = prefetch ? o.vt + (b + NB) * lanes * o.vd : nullptr;
-  const int64_t value_lines = lanes * o.vd * int64_t{sizeof(float)} / 64;
   for (int64_t d = 0; d < o.qk; ++d) {
-    if (prefetch)
-      for (int j = 0; j < NB; ++j) {
-        __builtin_prefetch(next_keys + j * block_stride + d * lanes); // key row d: one line
-        if (d < value_lines) __builtin_prefetch(next_values + (j * lanes * o.vd) + d * 16);
-      }
     vn k[NB][parts];
     for (int j = 0; j < NB; ++j)
       for (int i = 0; i < parts; ++i) k[j][i] = load(kt + j * block_stride + d * lanes + i * width);
@@ -158,27 +144,22 @@ inline void scores(const prefill_operands& o, const int64_t* query, int64_t b, v
 // last).
 template<int NB>
 inline void score_group(const prefill_operands& o, int64_t n, const int64_t* query, int64_t b,
-                        v16 (*s)[group], bool prefetch) {
-  if (n == 1 && group > 1) return scores<1, NB>(o, query, b, s, prefetch);
-  if (n == 2 && group > 2) return scores<2, NB>(o, query, b, s, prefetch);
-  if (n <= 4 && group > 4) return scores<4, NB>(o, query, b, s, prefetch);
-  scores<group, NB>(o, query, b, s, prefetch);
+                        v16 (*s)[group]) {
+  if (n == 1 && group > 1) return scores<1, NB>(o, query, b, s);
+  if (n == 2 && group > 2) return scores<2, NB>(o, query, b, s);
+  if (n <= 4 && group > 4) return scores<4, NB>(o, query, b, s);
+  scores<group, NB>(o, query, b, s);
 }
 
-// The scores of blocks b0 .. b0 + blocks - 1 for a group, score_blocks at a time. Only the
-// tile's first group prefetches (see scores).
+// The scores of blocks b0 .. b0 + blocks - 1 for a group, score_blocks at a time. (A software
+// prefetch of the next blocks by a tile's first group was measured slower than none: 4-10 %
+// on the whole tile, once the steps were long enough for the hardware prefetcher.)
 inline void score_step(const prefill_operands& o, int64_t n, const int64_t* query, int64_t b0,
-                       int blocks, v16 (*s)[group], bool first_group, int64_t last_pos) {
-  constexpr int nb = score_blocks;
+                       int blocks, v16 (*s)[group]) {
   int j = 0;
-  for (; j + nb <= blocks; j += nb) {
-    const int64_t b = b0 + j;
-    score_group<nb>(o, n, query, b, s + j, first_group && !o.pack && (b + nb) * lanes <= last_pos);
-  }
-  for (; j < blocks; ++j) {
-    const int64_t b = b0 + j;
-    score_group<1>(o, n, query, b, s + j, first_group && !o.pack && (b + 1) * lanes <= last_pos);
-  }
+  for (; j + score_blocks <= blocks; j += score_blocks)
+    score_group<score_blocks>(o, n, query, b0 + j, s + j);
+  for (; j < blocks; ++j) score_group<1>(o, n, query, b0 + j, s + j);
 }
 
 // y = x * a over n floats (y may be x).
@@ -348,7 +329,7 @@ void prefill_tile(const prefill_operands& o) {
       int64_t query[group];
       for (int g = 0; g < group; ++g) query[g] = o.i0 + r0 + (g < n ? g : n - 1);
       v16 s[step_blocks][group];
-      score_step(o, n, query, b0, blocks, s, r0 == 0, last_pos);
+      score_step(o, n, query, b0, blocks, s);
       float weights[group][step_keys];
       int visible[group];
       float* outs[group];
