@@ -151,11 +151,11 @@ void pack_head_block(const void* context, int64_t b, float* keys, float* values)
 
 void mla_prefill_one_tile(const mla_prefill_args& a, thread_pool& pool) {
   const int64_t qk = a.nope + a.rope;
-  constexpr int64_t lanes = attention_tiles::key_block;
+  constexpr int64_t lanes = attention_tiles::key_block,
+                    step_keys = attention_tiles::step_blocks * lanes;
   const auto run = fp32_tile();
   pool.parallel_for(a.heads, [&](int64_t h) {
     // The calling thread's buffers, or the worker's own: each task owns its thread's.
-    constexpr int64_t step_keys = attention_tiles::step_blocks * lanes;
     float* scratch = packing_buffers::of_this_thread().floats((qk + a.v) * step_keys);
     const head_packing context{&a, h};
     attention_tiles::prefill_operands o{};

@@ -243,21 +243,21 @@ struct query_state {
   float sum[lanes];
 };
 
-// One step's scores for query `i` (score[j] for the step's blocks j < `blocks`, from block
-// b0): masks the keys past its position, rescales its state and output to the step's new max,
+// Query `i`'s scores for the step from block b0 (s[j][column], j over the step's blocks it
+// sees): masks the keys past its position, rescales its state and output to the step's new max,
 // and writes the step's weights. Returns the visible keys of the step.
-inline int weigh_step(const prefill_operands& o, int64_t i, int64_t b0, int blocks,
-                      const v16* const* score, query_state& st, float* out, float* weights) {
-  const int64_t t0 = b0 * lanes, pos = o.first_pos + i;
-  const int64_t seen = pos - t0 + 1;
-  const int visible = static_cast<int>(seen < blocks * lanes ? seen : blocks * lanes);
+inline int weigh_step(const prefill_operands& o, int64_t i, int64_t b0, const v16 (*s)[group],
+                      int column, query_state& st, float* out, float* weights) {
+  const int64_t seen = o.first_pos + i - b0 * lanes + 1;
+  const int visible = static_cast<int>(seen < step_keys ? seen : step_keys);
   const int used = (visible + static_cast<int>(lanes) - 1) / static_cast<int>(lanes);
   v16 x[step_blocks];
   vn m = splat(minus_infinity);
   for (int j = 0; j < used; ++j)
     for (int r = 0; r < parts; ++r) {
-      x[j].p[r] = lane_numbers(r) + j * static_cast<int>(lanes) < visible ? score[j]->p[r] * o.scale
-                                                                          : splat(minus_infinity);
+      x[j].p[r] = lane_numbers(r) + j * static_cast<int>(lanes) < visible
+                      ? s[j][column].p[r] * o.scale
+                      : splat(minus_infinity);
       m = vmax(m, x[j].p[r]);
     }
   const float step_max = hmax_register(m);
@@ -336,11 +336,9 @@ void prefill_tile(const prefill_operands& o) {
       int seeing = 0; // queries of the group that see this step
       for (int64_t g = 0; g < n; ++g)
         if (o.first_pos + query[g] >= b0 * lanes) {
-          const v16* score[step_blocks];
-          for (int j = 0; j < blocks; ++j) score[j] = &s[j][g];
           outs[seeing] = accumulated.data() + (r0 + g) * o.vd;
-          visible[seeing] = weigh_step(o, query[g], b0, blocks, score, state[r0 + g], outs[seeing],
-                                       weights[seeing]);
+          visible[seeing] = weigh_step(o, query[g], b0, s, static_cast<int>(g), state[r0 + g],
+                                       outs[seeing], weights[seeing]);
           ++seeing;
         }
       absorb_values(o, o.pack ? o.block_values : o.vt + b0 * lanes * o.vd, seeing, weights, visible,
