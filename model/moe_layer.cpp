@@ -129,7 +129,7 @@ void run_experts(const model_config& c, const moe_weights& w, precision prec,
   for (auto* b : batches) b->out.resize(b->rows * h);
   const bool int8 = prec == precision::int8;
   if (schedule == expert_schedule::automatic)
-    schedule = experts_fill_the_pool(batches, kernels::thread_pool::shared().size())
+    schedule = experts_fill_the_pool(batches, kernels::thread_pool::shared().parallelism())
                    ? expert_schedule::one_per_thread
                    : expert_schedule::grouped;
   if (int8 && schedule == expert_schedule::one_per_thread) {
