@@ -161,6 +161,21 @@ void transformer::matmul(const linear& l, const float* x, int64_t rows, int64_t 
   l.forward(x, rows, ldx, y, ldy, xq_);
 }
 
+void transformer::matmul(const linear& l, const kernels::quantized_rows& xq, float* y,
+                         int64_t ldy) {
+  count(l, xq.rows);
+  l.forward(xq, y, ldy);
+}
+
+void transformer::matmul_shared_input(const linear& l, const float* x,
+                                      const kernels::quantized_rows* xq, int64_t rows, int64_t cols,
+                                      float* y, int64_t ldy) {
+  if (xq && l.is_int8())
+    matmul(l, *xq, y, ldy);
+  else
+    matmul(l, x, rows, cols, y, ldy);
+}
+
 void transformer::layer_forward(const layer_weights& w, int64_t kv_layer, float* x, int64_t rows,
                                 std::span<const sequence_step> steps, kv_block_pool& pool) {
   const auto& c = config();
@@ -175,7 +190,7 @@ void transformer::layer_forward(const layer_weights& w, int64_t kv_layer, float*
   if (w.is_moe)
     moe(kv_layer, w.moe, h_.data(), rows, proj_.data());
   else
-    mlp(w.dense, h_.data(), rows, proj_.data());
+    mlp(w.dense, h_.data(), nullptr, rows, proj_.data());
   add_rows(x, proj_.data(), rows, h);
 }
 
@@ -188,18 +203,24 @@ void transformer::attention(const attention_weights& w, int64_t kv_layer, const 
                 qk = c.qk_head_dim(), kvw = nope + vd;
   const float eps = static_cast<float>(c.rms_norm_eps);
 
+  // hn feeds q_a (or q_b) and kv_a: quantized once for both.
+  const kernels::quantized_rows* hq = nullptr;
+  if (w.kv_a.is_int8()) {
+    kernels::quantize_rows(hn, rows, h, h, input_q_);
+    hq = &input_q_;
+  }
   q_.resize(rows * nh * qk);
   if (c.q_lora_rank > 0) {
     qa_.resize(rows * c.q_lora_rank);
-    matmul(w.q_a, hn, rows, h, qa_.data(), c.q_lora_rank);
+    matmul_shared_input(w.q_a, hn, hq, rows, h, qa_.data(), c.q_lora_rank);
     rms_norm_rows(qa_.data(), rows, c.q_lora_rank, c.q_lora_rank, w.q_a_norm.data(), eps,
                   qa_.data(), c.q_lora_rank);
     matmul(w.q_b, qa_.data(), rows, c.q_lora_rank, q_.data(), nh * qk);
   } else {
-    matmul(w.q_b, hn, rows, h, q_.data(), nh * qk);
+    matmul_shared_input(w.q_b, hn, hq, rows, h, q_.data(), nh * qk);
   }
   kva_.resize(rows * (lora + rope));
-  matmul(w.kv_a, hn, rows, h, kva_.data(), lora + rope);
+  matmul_shared_input(w.kv_a, hn, hq, rows, h, kva_.data(), lora + rope);
 
   // The new tokens' latent KV goes into the cache before attention reads it.
   row_tables_.resize(rows);
@@ -268,11 +289,12 @@ void transformer::attention(const attention_weights& w, int64_t kv_layer, const 
   matmul(w.o, attn_out_.data(), rows, nh * vd, out, h);
 }
 
-void transformer::mlp(const mlp_weights& w, const float* x, int64_t rows, float* out) {
+void transformer::mlp(const mlp_weights& w, const float* x, const kernels::quantized_rows* xq,
+                      int64_t rows, float* out) {
   const int64_t h = config().hidden_size, inter = w.intermediate;
   gu_.resize(rows * 2 * inter);
   act_.resize(rows * inter);
-  matmul(w.gate_up, x, rows, h, gu_.data(), 2 * inter);
+  matmul_shared_input(w.gate_up, x, xq, rows, h, gu_.data(), 2 * inter);
   for_row_ranges(rows, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r)
       kernels::silu_mul(gu_.data() + r * 2 * inter, gu_.data() + r * 2 * inter + inter,
@@ -284,33 +306,38 @@ void transformer::mlp(const mlp_weights& w, const float* x, int64_t rows, float*
 void transformer::moe(int64_t layer, const moe_weights& w, const float* x, int64_t rows,
                       float* out) {
   const auto& c = config();
-  if (routed_ && layer < c.num_hidden_layers) {
+  const bool local = !routed_ || layer >= c.num_hidden_layers;
+  // x quantized once for the local routed experts and the shared expert.
+  const kernels::quantized_rows* xq = nullptr;
+  if (w_->prec == precision::int8 && (local || w.has_shared)) {
+    kernels::quantize_rows(x, rows, c.hidden_size, c.hidden_size, input_q_);
+    xq = &input_q_;
+  }
+  if (!local) {
     routed_->forward(layer, w, x, rows, out);
   } else {
     count(w.router.bytes(), rows, w.router.n(), w.router.k());
     route_tokens(c, w, x, rows, moe_.routing);
-    local_routed_experts(w, x, rows, out);
+    local_routed_experts(w, x, xq, out);
   }
   if (w.has_shared) {
     moe_out_.resize(rows * c.hidden_size);
-    mlp(w.shared, x, rows, moe_out_.data());
+    mlp(w.shared, x, xq, rows, moe_out_.data());
     add_rows(out, moe_out_.data(), rows, c.hidden_size);
   }
 }
 
-void transformer::local_routed_experts(const moe_weights& w, const float* x, int64_t rows,
-                                       float* out) {
+void transformer::local_routed_experts(const moe_weights& w, const float* x,
+                                       const kernels::quantized_rows* xq, float* out) {
   const auto& c = config();
   const int64_t h = c.hidden_size, n_exp = c.n_routed_experts;
   const auto& routing = moe_.routing;
   const int64_t k = routing.k;
-  // Quantize each token once; experts receive copies of its INT8 row and scale, as the fused
-  // dispatch ships them.
-  const bool int8 = w_->prec == precision::int8;
-  if (int8) kernels::quantize_rows(x, rows, h, h, xq_);
+  // Each token quantized once (xq, INT8); experts receive copies of its INT8 row and scale, as
+  // the fused dispatch ships them.
   auto& batches = moe_.batches;
   auto& route_row = moe_.route_row;
-  gather_routes(routing, n_exp, h, x, int8 ? &xq_ : nullptr, batches, route_row);
+  gather_routes(routing, n_exp, h, x, xq, batches, route_row);
   auto& pointers = moe_.batch_pointers;
   pointers.clear();
   for (auto& b : batches) pointers.push_back(&b);

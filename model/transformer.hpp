@@ -90,13 +90,22 @@ private:
   void count(size_t weight_bytes, int64_t rows, int64_t n, int64_t k);
   void count(const linear& l, int64_t rows);
   void matmul(const linear& l, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy);
+  // The same for activations quantized already: one quantization serves every INT8 matmul
+  // that reads them.
+  void matmul(const linear& l, const kernels::quantized_rows& xq, float* y, int64_t ldy);
+  // x (rows of `cols`) as l takes it: quantized once into `xq` when l is INT8, else as floats.
+  void matmul_shared_input(const linear& l, const float* x, const kernels::quantized_rows* xq,
+                           int64_t rows, int64_t cols, float* y, int64_t ldy);
   void layer_forward(const layer_weights& w, int64_t kv_layer, float* x, int64_t rows,
                      std::span<const sequence_step> steps, kv_block_pool& pool);
   void attention(const attention_weights& w, int64_t kv_layer, const float* h, int64_t rows,
                  std::span<const sequence_step> steps, kv_block_pool& pool, float* out);
-  void mlp(const mlp_weights& w, const float* x, int64_t rows, float* out);
+  // `xq`: x already quantized (INT8 weights), or nullptr.
+  void mlp(const mlp_weights& w, const float* x, const kernels::quantized_rows* xq, int64_t rows,
+           float* out);
   void moe(int64_t layer, const moe_weights& w, const float* x, int64_t rows, float* out);
-  void local_routed_experts(const moe_weights& w, const float* x, int64_t rows, float* out);
+  void local_routed_experts(const moe_weights& w, const float* x, const kernels::quantized_rows* xq,
+                            float* out);
 
   std::shared_ptr<const model_weights> w_;
   kernels::rope_table rope_;
@@ -105,6 +114,9 @@ private:
   routed_experts* routed_ = nullptr;
   // Scratch reused across calls (one transformer per thread).
   kernels::quantized_rows xq_;
+  // A layer input quantized once for the several INT8 matmuls that read it (q_a and kv_a; the
+  // routed and the shared experts).
+  kernels::quantized_rows input_q_;
   std::vector<float> h_, qa_, q_, kva_, attn_out_, proj_;
   // The MLPs' intermediates and the shared expert's output: written in full before read.
   kernels::scratch_vector<float> gu_, act_, moe_out_;
