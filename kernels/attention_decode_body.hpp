@@ -21,6 +21,31 @@ inline void store(float* p, vn v) {
   vector_memory::store(p, v);
 }
 
+// The sum of the 16 dot lanes held in `parts` registers, as a tree: lane j + lane j + half for
+// half = 8, 4, 2, 1 (the order every width shares), in registers. (Through a stack array, the
+// tree's 15 scalar adds and 16 stores were, with 8 heads, as many operations per cached token
+// as its dot products.)
+template<int W> // `width`, as a parameter so only the matching branch is compiled
+inline float tree_sum(const vn (&acc)[dot_lanes / W]) {
+  using v8 = float __attribute__((vector_size(8 * sizeof(float))));
+  using v4 = float __attribute__((vector_size(4 * sizeof(float))));
+  using v2 = float __attribute__((vector_size(2 * sizeof(float))));
+  v8 h8;
+  if constexpr (W == 16) {
+    h8 = __builtin_shufflevector(acc[0], acc[0], 0, 1, 2, 3, 4, 5, 6, 7) +
+         __builtin_shufflevector(acc[0], acc[0], 8, 9, 10, 11, 12, 13, 14, 15);
+  } else if constexpr (W == 8) {
+    h8 = acc[0] + acc[1];
+  } else {
+    static_assert(W == 4);
+    h8 = __builtin_shufflevector(acc[0] + acc[2], acc[1] + acc[3], 0, 1, 2, 3, 4, 5, 6, 7);
+  }
+  const v4 h4 =
+      __builtin_shufflevector(h8, h8, 0, 1, 2, 3) + __builtin_shufflevector(h8, h8, 4, 5, 6, 7);
+  const v2 h2 = __builtin_shufflevector(h4, h4, 0, 1) + __builtin_shufflevector(h4, h4, 2, 3);
+  return h2[0] + h2[1];
+}
+
 // out[h] = q_h · c for the H rows q_h = q + h * ldq, n floats each (see attention_decode.hpp).
 template<int H>
 inline void dots(const float* q, int64_t ldq, const float* c, int64_t n, float* out) {
@@ -42,13 +67,7 @@ inline void dots(const float* q, int64_t ldq, const float* c, int64_t n, float* 
     for (int h = 0; h < H; ++h) __builtin_memcpy(qpad[h], q + h * ldq + i, (n - i) * sizeof(float));
     chunk(cpad, [&](int h) { return static_cast<const float*>(qpad[h]); });
   }
-  for (int h = 0; h < H; ++h) {
-    float lane[dot_lanes];
-    for (int p = 0; p < parts; ++p) store(lane + p * width, acc[h][p]);
-    for (int half = dot_lanes / 2; half >= 1; half /= 2)
-      for (int j = 0; j < half; ++j) lane[j] = lane[j] + lane[j + half];
-    out[h] = lane[0];
-  }
+  for (int h = 0; h < H; ++h) out[h] = tree_sum<width>(acc[h]);
 }
 
 // Heads h0 .. h0 + H - 1 of a.
