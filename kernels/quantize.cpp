@@ -54,9 +54,8 @@ void quantize_rows(const float* x, int64_t rows, int64_t cols, int64_t ldx, quan
   out.q.resize(static_cast<size_t>(rows * out.stride));
   out.scale.resize(static_cast<size_t>(rows));
   // Rows are independent, so a prefill's hundreds of them go to the pool in ranges.
-  constexpr int64_t rows_per_task = 32;
-  thread_pool::shared().parallel_for((rows + rows_per_task - 1) / rows_per_task, [&](int64_t t) {
-    for (int64_t r = t * rows_per_task; r < std::min(rows, (t + 1) * rows_per_task); ++r) {
+  parallel_for_ranges(rows, 32, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
       int8_t* q = out.q.data() + r * out.stride;
       out.scale[r] = quantize_row(x + r * ldx, cols, q);
       std::fill(q + cols, q + out.stride, int8_t{0});

@@ -69,4 +69,15 @@ private:
   std::atomic<bool> failed_{false};
 };
 
+// Runs fn(begin, end) over [0, n) cut into ranges of `per_task` items, on the shared pool: for
+// loops whose items are independent (rows, routes), too many for one thread and too small for a
+// task each.
+template<class Fn>
+void parallel_for_ranges(int64_t n, int64_t per_task, Fn fn) {
+  thread_pool::shared().parallel_for((n + per_task - 1) / per_task, [&](int64_t t) {
+    const int64_t begin = t * per_task, end = begin + per_task < n ? begin + per_task : n;
+    fn(begin, end);
+  });
+}
+
 } // namespace supernode::kernels

@@ -27,13 +27,11 @@ void route_tokens(const model_config& c, const moe_weights& w, const float* x, i
                                     c.norm_topk_prob,
                                     static_cast<float>(c.routed_scaling_factor)};
   // Rows are independent: a prefill's hundreds of them go to the pool in ranges.
-  constexpr int64_t rows_per_task = 64;
-  kernels::thread_pool::shared().parallel_for(
-      (rows + rows_per_task - 1) / rows_per_task, [&](int64_t t) {
-        for (int64_t r = t * rows_per_task; r < std::min(rows, (t + 1) * rows_per_task); ++r)
-          kernels::moe_gate(out.logits.data() + r * n_exp, w.correction_bias, gp,
-                            out.expert.data() + r * k, out.weight.data() + r * k);
-      });
+  kernels::parallel_for_ranges(rows, 64, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      kernels::moe_gate(out.logits.data() + r * n_exp, w.correction_bias, gp,
+                        out.expert.data() + r * k, out.weight.data() + r * k);
+  });
 }
 
 void gather_routes(const moe_routing& routing, int64_t n_experts, int64_t hidden, const float* x,
@@ -59,21 +57,18 @@ void gather_routes(const moe_routing& routing, int64_t n_experts, int64_t hidden
     }
   }
   // Every route has its own row to fill, so a prefill's thousands of copies share the pool.
-  constexpr int64_t routes_per_task = 256;
-  kernels::thread_pool::shared().parallel_for(
-      (routes + routes_per_task - 1) / routes_per_task, [&](int64_t t) {
-        for (int64_t i = t * routes_per_task; i < std::min(routes, (t + 1) * routes_per_task);
-             ++i) {
-          auto& b = batches[routing.expert[i]];
-          const int64_t src = i / routing.k, dst = route_row[i];
-          if (xq) {
-            std::copy_n(xq->row(src), xq->stride, b.in_q.q.data() + dst * xq->stride);
-            b.in_q.scale[dst] = xq->scale[src];
-          } else {
-            std::copy_n(x + src * hidden, hidden, b.in_f.data() + dst * hidden);
-          }
-        }
-      });
+  kernels::parallel_for_ranges(routes, 256, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      auto& b = batches[routing.expert[i]];
+      const int64_t src = i / routing.k, dst = route_row[i];
+      if (xq) {
+        std::copy_n(xq->row(src), xq->stride, b.in_q.q.data() + dst * xq->stride);
+        b.in_q.scale[dst] = xq->scale[src];
+      } else {
+        std::copy_n(x + src * hidden, hidden, b.in_f.data() + dst * hidden);
+      }
+    }
+  });
 }
 
 routed_batches route_and_gather_int8(const model_config& c, const moe_weights& w, const float* x,

@@ -94,20 +94,17 @@ namespace supernode::model {
 template<class RoutedRow>
 void combine_routes(const moe_routing& routing, int64_t hidden, RoutedRow routed, float* out) {
   // Tokens are independent (each its own fixed order of slots), so they go to the pool.
-  constexpr int64_t rows_per_task = 16;
-  kernels::thread_pool::shared().parallel_for(
-      (routing.rows + rows_per_task - 1) / rows_per_task, [&](int64_t t) {
-        const int64_t r0 = t * rows_per_task, r1 = std::min(routing.rows, r0 + rows_per_task);
-        std::fill(out + r0 * hidden, out + r1 * hidden, 0.0f);
-        // One pass over each output row, held in registers while its routes are added.
-        thread_local std::vector<const float*> route_rows;
-        route_rows.resize(static_cast<size_t>(routing.k));
-        for (int64_t r = r0; r < r1; ++r) {
-          for (int64_t j = 0; j < routing.k; ++j) route_rows[j] = routed(r, j);
-          kernels::add_weighted_rows(route_rows.data(), routing.k, hidden,
-                                     routing.weight.data() + r * routing.k, out + r * hidden);
-        }
-      });
+  kernels::parallel_for_ranges(routing.rows, 16, [&](int64_t r0, int64_t r1) {
+    std::fill(out + r0 * hidden, out + r1 * hidden, 0.0f);
+    // One pass over each output row, held in registers while its routes are added.
+    thread_local std::vector<const float*> route_rows;
+    route_rows.resize(static_cast<size_t>(routing.k));
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t j = 0; j < routing.k; ++j) route_rows[j] = routed(r, j);
+      kernels::add_weighted_rows(route_rows.data(), routing.k, hidden,
+                                 routing.weight.data() + r * routing.k, out + r * hidden);
+    }
+  });
 }
 
 } // namespace supernode::model

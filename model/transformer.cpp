@@ -33,10 +33,7 @@ kernels::rope_params rope_params_of(const model_config& c) {
 // prefill has too many rows for one thread.
 template<class Fn>
 void for_row_ranges(int64_t rows, Fn fn) {
-  constexpr int64_t rows_per_task = 16;
-  kernels::thread_pool::shared().parallel_for(
-      (rows + rows_per_task - 1) / rows_per_task,
-      [&](int64_t t) { fn(t * rows_per_task, std::min(rows, (t + 1) * rows_per_task)); });
+  kernels::parallel_for_ranges(rows, 16, fn);
 }
 
 void rms_norm_rows(const float* x, int64_t rows, int64_t dim, int64_t ldx, const float* weight,
@@ -260,7 +257,10 @@ void transformer::attention(const attention_weights& w, int64_t kv_layer, const 
       auto& kv = prefill_kv_;
       latent.resize(keys * lora);
       kv.resize(keys * nh * kvw);
-      for (int64_t t = 0; t < keys; ++t) std::copy_n(view.token(t), lora, latent.data() + t * lora);
+      for_row_ranges(keys, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t)
+          std::copy_n(view.token(t), lora, latent.data() + t * lora);
+      });
       kernels::gemm_fp32(latent.data(), keys, lora, w.kv_b_gemm, kv.data(), nh * kvw);
       count(w.kv_b_gemm.bytes(), keys, w.kv_b_gemm.n(), w.kv_b_gemm.k());
       kernels::mla_prefill({q_.data() + row * nh * qk, kv.data(), view, s.n_tokens, s.first_pos, nh,
