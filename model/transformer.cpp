@@ -164,10 +164,17 @@ void transformer::matmul(const linear& l, const kernels::quantized_rows& xq, flo
   l.forward(xq, y, ldy);
 }
 
+const kernels::quantized_rows* transformer::quantized_input(const float* x, int64_t rows,
+                                                            int64_t cols) {
+  if (w_->prec != precision::int8) return nullptr;
+  kernels::quantize_rows(x, rows, cols, cols, input_q_);
+  return &input_q_;
+}
+
 void transformer::matmul_shared_input(const linear& l, const float* x,
                                       const kernels::quantized_rows* xq, int64_t rows, int64_t cols,
                                       float* y, int64_t ldy) {
-  if (xq && l.is_int8())
+  if (xq)
     matmul(l, *xq, y, ldy);
   else
     matmul(l, x, rows, cols, y, ldy);
@@ -201,11 +208,7 @@ void transformer::attention(const attention_weights& w, int64_t kv_layer, const 
   const float eps = static_cast<float>(c.rms_norm_eps);
 
   // hn feeds q_a (or q_b) and kv_a: quantized once for both.
-  const kernels::quantized_rows* hq = nullptr;
-  if (w.kv_a.is_int8()) {
-    kernels::quantize_rows(hn, rows, h, h, input_q_);
-    hq = &input_q_;
-  }
+  const kernels::quantized_rows* hq = quantized_input(hn, rows, h);
   q_.resize(rows * nh * qk);
   if (c.q_lora_rank > 0) {
     qa_.resize(rows * c.q_lora_rank);
@@ -308,11 +311,8 @@ void transformer::moe(int64_t layer, const moe_weights& w, const float* x, int64
   const auto& c = config();
   const bool local = !routed_ || layer >= c.num_hidden_layers;
   // x quantized once for the local routed experts and the shared expert.
-  const kernels::quantized_rows* xq = nullptr;
-  if (w_->prec == precision::int8 && (local || w.has_shared)) {
-    kernels::quantize_rows(x, rows, c.hidden_size, c.hidden_size, input_q_);
-    xq = &input_q_;
-  }
+  const kernels::quantized_rows* xq =
+      local || w.has_shared ? quantized_input(x, rows, c.hidden_size) : nullptr;
   if (!local) {
     routed_->forward(layer, w, x, rows, out);
   } else {

@@ -93,7 +93,10 @@ private:
   // The same for activations quantized already: one quantization serves every INT8 matmul
   // that reads them.
   void matmul(const linear& l, const kernels::quantized_rows& xq, float* y, int64_t ldy);
-  // x (rows of `cols`) as l takes it: quantized once into `xq` when l is INT8, else as floats.
+  // x (rows of `cols`, contiguous) quantized into input_q_ when the model runs INT8, for every
+  // matmul that reads it; nullptr in FP32.
+  const kernels::quantized_rows* quantized_input(const float* x, int64_t rows, int64_t cols);
+  // x · W^T from `xq` when quantized_input made it, else from the floats.
   void matmul_shared_input(const linear& l, const float* x, const kernels::quantized_rows* xq,
                            int64_t rows, int64_t cols, float* y, int64_t ldy);
   void layer_forward(const layer_weights& w, int64_t kv_layer, float* x, int64_t rows,
