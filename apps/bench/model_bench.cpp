@@ -93,8 +93,8 @@ nlohmann::json decode_row(const weights_ptr& weights, int64_t batch, int64_t ste
   }
   std::vector<float> hidden, logits;
   m.forward(tokens, st, engine.pool(), hidden);
-  std::vector<double> times;
-  uint64_t bytes = 0;
+  std::vector<double> times, layer_times, logits_times;
+  uint64_t bytes = 0, layer_bytes = 0;
   for (int64_t s = 0; s < steps; ++s) {
     tokens.assign(batch, 0);
     st.clear();
@@ -105,13 +105,27 @@ nlohmann::json decode_row(const weights_ptr& weights, int64_t batch, int64_t ste
     m.reset_counters();
     auto t0 = clock_type::now();
     m.forward(tokens, st, engine.pool(), hidden);
+    layer_bytes = m.streamed_weight_bytes();
+    auto t1 = clock_type::now();
     m.logits(hidden.data(), batch, logits);
-    times.push_back(std::chrono::duration<double>(clock_type::now() - t0).count());
+    auto t2 = clock_type::now();
+    times.push_back(std::chrono::duration<double>(t2 - t0).count());
+    layer_times.push_back(std::chrono::duration<double>(t1 - t0).count());
+    logits_times.push_back(std::chrono::duration<double>(t2 - t1).count());
     bytes = m.streamed_weight_bytes();
   }
   for (auto& t : tables) t.release(engine.pool());
   const double step = median(times);
+  // The step split in two: the layers (many small matmuls with attention, routing and pool
+  // hand-offs between them) and the lm_head (one long stream), each against the same probe.
+  auto part = [&](double seconds, uint64_t part_bytes) {
+    return nlohmann::json{{"ms", seconds * 1e3},
+                          {"weight_bytes", part_bytes},
+                          {"fraction_of_read_bandwidth", part_bytes / seconds / 1e9 / bw_all}};
+  };
   return {{"batch", batch},
+          {"layers", part(median(layer_times), layer_bytes)},
+          {"lm_head", part(median(logits_times), bytes - layer_bytes)},
           {"step_ms", step * 1e3},
           {"tokens_per_s", batch / step},
           {"weight_bytes_per_step", bytes},
