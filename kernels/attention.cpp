@@ -272,10 +272,13 @@ void mla_decode_step(const mla_decode_step_args& a, thread_pool& pool) {
       add_weighted_rows(a.w.kv_b + h * kvw * lora, a.nope, lora, a.tokens[i].q + h * qk,
                         q_lat.data() + (h * n + i) * lora);
   });
-  // The latent step, in tasks of (token, heads): enough tasks for the pool even for one token,
-  // as many heads per task as that allows (they share the pass over the cache).
+  // The latent step, in tasks of (token, heads): one task per thread even for one token, and
+  // no more, as many heads per task as that allows. The heads of a task share one pass over the
+  // cache, which at a long context no longer fits L2: a token alone on two threads in four
+  // tasks of two heads read its cache twice per thread, and its layers ran 3-11 % slower at
+  // 1,000 keys (`bench model --decode-only 1000 --batch 1`) than in two tasks of four.
   const int64_t wanted =
-      std::clamp<int64_t>((2 * static_cast<int64_t>(pool.size()) + n - 1) / n, 1, heads);
+      std::clamp<int64_t>((static_cast<int64_t>(pool.size()) + n - 1) / n, 1, heads);
   const int64_t per_group = (heads + wanted - 1) / wanted;
   const int64_t groups = (heads + per_group - 1) / per_group; // none of them empty
   pool.parallel_for(n * groups, [&](int64_t task) {

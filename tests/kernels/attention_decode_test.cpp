@@ -162,15 +162,17 @@ TEST_P(mla_decode_isa, weighted_rows_contiguous_or_listed_give_the_bits_of_axpy_
 }
 
 TEST_P(mla_decode_isa, a_token_gets_the_same_bits_in_any_step_and_thread_count) {
-  // Alone on two threads, its heads are cut into groups; in a step of five, each task holds all
-  // eight heads; on one thread, one group again.
+  // Alone on two threads, its heads are cut into two groups of four, on four threads into four
+  // of two; in a step of five, each task holds all eight heads; on one thread, one group again.
   decode_case c(8, 64, 32, 64, 256, {44, 3, 29, 61, 16}, 27);
-  thread_pool two(2), one(1);
+  thread_pool four(4), two(2), one(1);
   const auto batch = c.run({0, 1, 2, 3, 4}, two);
   const size_t per_token = static_cast<size_t>(c.heads * c.v);
   for (size_t s = 0; s < 5; ++s) {
     expect_bitwise_equal(c.run({s}, two), batch.data() + s * per_token, per_token,
                          "token " + std::to_string(s) + " alone, two threads");
+    expect_bitwise_equal(c.run({s}, four), batch.data() + s * per_token, per_token,
+                         "token " + std::to_string(s) + " alone, four threads");
     expect_bitwise_equal(c.run({s}, one), batch.data() + s * per_token, per_token,
                          "token " + std::to_string(s) + " alone, one thread");
   }
