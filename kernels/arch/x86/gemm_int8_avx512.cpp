@@ -55,7 +55,8 @@ inline __m512i broadcast4(const uint8_t* p) {
 // MR rows x NZ ZMM columns (16 channels each) over kq runs of 4 k, with KS interleaved sets of
 // accumulators (one or two rows have too few independent sums to hide vpdpbusd's latency).
 // `xb` holds biased x for this k block, `part` the partial sums between blocks (row stride
-// ldpart), `comp` the compensation that starts each sum in the first block.
+// ldpart), `comp` the compensation that starts each sum in the first block, `ws` the weight's
+// own channel scales from the tile's first column (read for the `ncols` that exist only).
 template<int MR, int NZ, int KS>
 void tile(const uint8_t* xb, int64_t ldxb, const int8_t* w, int64_t wstride, int64_t kq,
           const int8_t* pf, int64_t pf_step, int32_t* part, int64_t ldpart, const int32_t* comp,
@@ -111,13 +112,13 @@ void tile(const uint8_t* xb, int64_t ldxb, const int8_t* w, int64_t wstride, int
     const __m512 xsv = _mm512_set1_ps(xs[m]);
 #pragma GCC unroll 2
     for (int z = 0; z < NZ; ++z) {
-      const __m512 f = _mm512_mul_ps(_mm512_mul_ps(to_float(acc[0][m][z]), xsv),
-                                     _mm512_loadu_ps(ws + z * zmm_cols));
       const int64_t left = ncols - z * zmm_cols;
-      if (left > 0)
-        _mm512_mask_storeu_ps(y + m * ldy + z * zmm_cols,
-                              left >= zmm_cols ? __mmask16(0xffff) : __mmask16((1u << left) - 1),
-                              f);
+      if (left <= 0) continue;
+      // Masked: the scales are the weight's own array, which ends at channel n.
+      const __mmask16 lanes = left >= zmm_cols ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
+      const __m512 f = _mm512_mul_ps(_mm512_mul_ps(to_float(acc[0][m][z]), xsv),
+                                     _mm512_maskz_loadu_ps(lanes, ws + z * zmm_cols));
+      _mm512_mask_storeu_ps(y + m * ldy + z * zmm_cols, lanes, f);
     }
   }
 }
@@ -170,13 +171,17 @@ group_view view(const int8_operands& o, int64_t g) {
   return {o.packed + g * gpn * pc * o.k_padded, gp * pc * kg, gp / 2, col0,
           min64(gp * pc, o.n - col0)};
 }
+// Asks for every cache line of [p, p + bytes).
+void prefetch_lines(const void* p, int64_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (int64_t i = 0; i < bytes; i += 64) _mm_prefetch(c + i, _MM_HINT_T0);
+}
 } // namespace
 
 void gemm_int8_block(const int8_operands& o, int64_t m0, int64_t m1, int64_t g0, int64_t g1) {
   const int64_t kq = o.k_padded / kg;
   alignas(64) uint8_t xb[x_block_bytes];
   alignas(64) int32_t part[rows_per_pass * chunk_groups * group_cols];
-  alignas(64) float ws[chunk_groups * group_cols];
   for (int64_t r0 = m0; r0 < m1; r0 += rows_per_pass) {
     const int64_t r1 = min64(m1, r0 + rows_per_pass), rows = r1 - r0;
     // Up to 12 rows: a single tile per group streams its weights linearly. More: row tiles of
@@ -191,10 +196,14 @@ void gemm_int8_block(const int8_operands& o, int64_t m0, int64_t m1, int64_t g0,
         streaming ? x_block_bytes / (kg * rows) : (runs + k_blocks - 1) / k_blocks;
     for (int64_t gc0 = g0; gc0 < g1; gc0 += chunk_groups) {
       const int64_t gc1 = min64(g1, gc0 + chunk_groups), ldpart = (gc1 - gc0) * group_cols;
-      // The chunk's channel scales, zero past n: one copy (the groups' columns are contiguous).
-      const int64_t first_col = gc0 * group_cols, real_cols = min64(ldpart, o.n - first_col);
-      std::memcpy(ws, o.w_scale + first_col, static_cast<size_t>(real_cols) * sizeof(float));
-      std::memset(ws + real_cols, 0, static_cast<size_t>(ldpart - real_cols) * sizeof(float));
+      // The chunk's compensation (read as each group's tiles start) and channel scales (read
+      // by their epilogues) live after all the packed weights, outside the stream the tiles
+      // walk: asked for up front, they arrive while the first group streams. Copying the
+      // scales out at this point instead (a demand miss on each of their lines before any
+      // weight was loaded) cost M = 1 GEMVs from memory 3-5 %.
+      const int64_t first_col = gc0 * group_cols;
+      prefetch_lines(o.u8_compensation + first_col, ldpart * int64_t{sizeof(int32_t)});
+      prefetch_lines(o.w_scale + first_col, min64(ldpart, o.n - first_col) * int64_t{sizeof(float)});
       for (int64_t kb = 0; kb < kq || kb == 0; kb += k_block) {
         const int64_t kn = min64(k_block, kq - kb), ldxb = kn * kg;
         const bool first = kb == 0, last = kb + kn >= kq;
@@ -218,7 +227,7 @@ void gemm_int8_block(const int8_operands& o, int64_t m0, int64_t m1, int64_t g0,
             pick_tile(mr, gv.zmms)(xb + (m - r0) * ldxb, ldxb, block, gv.wstride, kn, pf, pf_step,
                                    part + (m - r0) * ldpart + (g - gc0) * group_cols, ldpart,
                                    o.u8_compensation + gv.col0, first, last, o.x_scale + m,
-                                   ws + (g - gc0) * group_cols, o.y + m * o.ldy + gv.col0, o.ldy,
+                                   o.w_scale + gv.col0, o.y + m * o.ldy + gv.col0, o.ldy,
                                    gv.ncols);
             m += mr;
           }
