@@ -28,7 +28,10 @@ int default_threads() {
 std::mutex shared_mutex;
 } // namespace
 
-thread_pool::thread_pool(int threads) : shares_(static_cast<size_t>(std::max(threads, 1))) {
+thread_pool::thread_pool(int threads)
+    : mail_(static_cast<size_t>(std::max(threads, 1) - 1)),
+      finished_(static_cast<size_t>(std::max(threads, 1) - 1)),
+      shares_(static_cast<size_t>(std::max(threads, 1))) {
   for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
@@ -68,12 +71,12 @@ bool thread_pool::claim(int self, int64_t& task) {
   return false;
 }
 
-void thread_pool::run_tasks(int self) {
+void thread_pool::run_tasks(int self, const std::function<void(int64_t)>& fn) {
   inside_task = true;
   for (int64_t i; claim(self, i);) {
     if (failed_.load(std::memory_order_relaxed)) continue; // the loop is lost: skip the rest
     try {
-      (*fn_)(i);
+      fn(i);
     } catch (...) {
       // Escaping a worker's thread would terminate the process: the caller rethrows it.
       std::lock_guard lock(error_mutex_);
@@ -101,22 +104,28 @@ bool spin_until(Pred ready) {
 } // namespace
 
 void thread_pool::worker_loop(int self) {
+  auto& box = mail_[static_cast<size_t>(self - 1)];
+  auto& done = finished_[static_cast<size_t>(self - 1)];
   uint64_t seen = 0;
   for (;;) {
-    auto has_work = [&] {
-      return stop_.load(std::memory_order_acquire) ||
-             generation_.load(std::memory_order_acquire) != seen;
+    auto has_work = [&](std::memory_order order) {
+      return stop_.load(order) || box.generation.load(order) != seen;
     };
-    if (!spin_until(has_work)) {
-      std::unique_lock lock(mutex_);
-      wake_.wait(lock, has_work);
+    if (!spin_until([&] { return has_work(std::memory_order_acquire); })) {
+      sleepers_.fetch_add(1, std::memory_order_seq_cst);
+      {
+        std::unique_lock lock(mutex_);
+        wake_.wait(lock, [&] { return has_work(std::memory_order_seq_cst); });
+      }
+      sleepers_.fetch_sub(1, std::memory_order_seq_cst);
     }
     if (stop_.load(std::memory_order_acquire)) return;
-    seen = generation_.load(std::memory_order_acquire);
-    run_tasks(self);
-    if (active_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      std::lock_guard lock(mutex_);
-      done_.notify_one();
+    seen = box.generation.load(std::memory_order_acquire);
+    run_tasks(self, *box.fn);
+    done.generation.store(seen, std::memory_order_seq_cst);
+    if (caller_sleeping_.load(std::memory_order_seq_cst)) {
+      { std::lock_guard lock(mutex_); }
+      done_.notify_all();
     }
   }
 }
@@ -133,28 +142,38 @@ void thread_pool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn
     return;
   }
   if (n > int64_t{0xffffffff}) throw std::length_error("thread_pool::parallel_for: too many tasks");
-  fn_ = &fn;
   const int64_t count = static_cast<int64_t>(shares_.size());
   for (int64_t i = 0; i < count; ++i)
     shares_[i].bounds.store(
         pack(static_cast<uint64_t>(n * i / count), static_cast<uint64_t>(n * (i + 1) / count)),
         std::memory_order_relaxed);
-  failed_.store(false, std::memory_order_relaxed);
-  active_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
-  {
-    // Under the mutex, so a worker between its spin and its wait cannot miss the wake-up.
-    std::lock_guard lock(mutex_);
-    generation_.fetch_add(1, std::memory_order_release);
+  // The shares and fn reach each worker with its mailbox's generation (a release).
+  const uint64_t generation = ++generation_;
+  for (auto& box : mail_) {
+    box.fn = &fn;
+    box.generation.store(generation, std::memory_order_seq_cst);
   }
-  wake_.notify_all();
-  run_tasks(0);
-  auto done = [&] { return active_.load(std::memory_order_acquire) == 0; };
-  if (!spin_until(done)) {
-    std::unique_lock lock(mutex_);
-    done_.wait(lock, done);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+    // A worker that found no work holds mutex_ from its last check until it sleeps.
+    { std::lock_guard lock(mutex_); }
+    wake_.notify_all();
   }
-  fn_ = nullptr;
+  run_tasks(0, fn);
+  auto all_done = [&](std::memory_order order) {
+    for (auto& f : finished_)
+      if (f.generation.load(order) != generation) return false;
+    return true;
+  };
+  if (!spin_until([&] { return all_done(std::memory_order_acquire); })) {
+    caller_sleeping_.store(true, std::memory_order_seq_cst);
+    {
+      std::unique_lock lock(mutex_);
+      done_.wait(lock, [&] { return all_done(std::memory_order_seq_cst); });
+    }
+    caller_sleeping_.store(false, std::memory_order_relaxed);
+  }
   if (failed_.load(std::memory_order_relaxed)) {
+    failed_.store(false, std::memory_order_relaxed);
     std::exception_ptr error;
     {
       std::lock_guard lock(error_mutex_);

@@ -1,6 +1,7 @@
 #include "kernels/thread_pool.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <gtest/gtest.h>
 #include <mutex>
 #include <stdexcept>
@@ -101,4 +102,25 @@ TEST(thread_pool, a_task_thrown_on_a_worker_reaches_the_caller_and_the_pool_runs
   std::vector<std::atomic<int>> hits(100);
   pool.parallel_for(100, [&](int64_t i) { hits[i].fetch_add(1); });
   for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+}
+
+// Both sides spin for a while and then sleep: a worker idle between loops, and a caller
+// waiting on a worker's long task. Gaps and tasks longer than the spin (tens of microseconds,
+// timed by busy loops, not sleeps) take each round through the sleeping hand-offs; every
+// round must still run each task once and return only when all have run.
+TEST(thread_pool, hands_off_loops_to_sleeping_workers_and_wakes_a_sleeping_caller) {
+  thread_pool pool(3);
+  auto busy_for = [](std::chrono::microseconds d) {
+    const auto until = std::chrono::steady_clock::now() + d;
+    while (std::chrono::steady_clock::now() < until) {}
+  };
+  for (int round = 0; round < 100; ++round) {
+    busy_for(std::chrono::microseconds(round % 2 ? 300 : 0)); // the workers fall asleep
+    std::vector<std::atomic<int>> hits(6);
+    pool.parallel_for(6, [&](int64_t i) {
+      if (i == 5) busy_for(std::chrono::microseconds(round % 3 ? 300 : 0)); // a worker's share
+      hits[i].fetch_add(1);
+    });
+    for (auto& h : hits) ASSERT_EQ(h.load(), 1) << "round " << round;
+  }
 }
