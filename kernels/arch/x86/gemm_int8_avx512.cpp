@@ -203,7 +203,8 @@ void gemm_int8_block(const int8_operands& o, int64_t m0, int64_t m1, int64_t g0,
       // weight was loaded) cost M = 1 GEMVs from memory 3-5 %.
       const int64_t first_col = gc0 * group_cols;
       prefetch_lines(o.u8_compensation + first_col, ldpart * int64_t{sizeof(int32_t)});
-      prefetch_lines(o.w_scale + first_col, min64(ldpart, o.n - first_col) * int64_t{sizeof(float)});
+      prefetch_lines(o.w_scale + first_col,
+                     min64(ldpart, o.n - first_col) * int64_t{sizeof(float)});
       for (int64_t kb = 0; kb < kq || kb == 0; kb += k_block) {
         const int64_t kn = min64(k_block, kq - kb), ldxb = kn * kg;
         const bool first = kb == 0, last = kb + kn >= kq;
@@ -227,8 +228,7 @@ void gemm_int8_block(const int8_operands& o, int64_t m0, int64_t m1, int64_t g0,
             pick_tile(mr, gv.zmms)(xb + (m - r0) * ldxb, ldxb, block, gv.wstride, kn, pf, pf_step,
                                    part + (m - r0) * ldpart + (g - gc0) * group_cols, ldpart,
                                    o.u8_compensation + gv.col0, first, last, o.x_scale + m,
-                                   o.w_scale + gv.col0, o.y + m * o.ldy + gv.col0, o.ldy,
-                                   gv.ncols);
+                                   o.w_scale + gv.col0, o.y + m * o.ldy + gv.col0, o.ldy, gv.ncols);
             m += mr;
           }
         }
