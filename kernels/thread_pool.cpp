@@ -29,8 +29,7 @@ std::mutex shared_mutex;
 } // namespace
 
 thread_pool::thread_pool(int threads)
-    : mail_(static_cast<size_t>(std::max(threads, 1) - 1)),
-      finished_(static_cast<size_t>(std::max(threads, 1) - 1)),
+    : lines_(static_cast<size_t>(std::max(threads, 1) - 1)),
       shares_(static_cast<size_t>(std::max(threads, 1))) {
   for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
@@ -104,8 +103,8 @@ bool spin_until(Pred ready) {
 } // namespace
 
 void thread_pool::worker_loop(int self) {
-  auto& box = mail_[static_cast<size_t>(self - 1)];
-  auto& done = finished_[static_cast<size_t>(self - 1)];
+  auto& box = lines_[static_cast<size_t>(self - 1)].mailbox;
+  auto& done = lines_[static_cast<size_t>(self - 1)].finished;
   uint64_t seen = 0;
   for (;;) {
     auto has_work = [&](std::memory_order order) {
@@ -125,7 +124,7 @@ void thread_pool::worker_loop(int self) {
     done.generation.store(seen, std::memory_order_seq_cst);
     if (caller_sleeping_.load(std::memory_order_seq_cst)) {
       { std::lock_guard lock(mutex_); }
-      done_.notify_all();
+      done_.notify_one(); // only the one caller that owns the pool waits on done_
     }
   }
 }
@@ -149,9 +148,9 @@ void thread_pool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn
         std::memory_order_relaxed);
   // The shares and fn reach each worker with its mailbox's generation (a release).
   const uint64_t generation = ++generation_;
-  for (auto& box : mail_) {
-    box.fn = &fn;
-    box.generation.store(generation, std::memory_order_seq_cst);
+  for (auto& l : lines_) {
+    l.mailbox.fn = &fn;
+    l.mailbox.generation.store(generation, std::memory_order_seq_cst);
   }
   if (sleepers_.load(std::memory_order_seq_cst) > 0) {
     // A worker that found no work holds mutex_ from its last check until it sleeps.
@@ -160,8 +159,8 @@ void thread_pool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn
   }
   run_tasks(0, fn);
   auto all_done = [&](std::memory_order order) {
-    for (auto& f : finished_)
-      if (f.generation.load(order) != generation) return false;
+    for (auto& l : lines_)
+      if (l.finished.generation.load(order) != generation) return false;
     return true;
   };
   if (!spin_until([&] { return all_done(std::memory_order_acquire); })) {

@@ -48,18 +48,19 @@ private:
   void run_tasks(int self, const std::function<void(int64_t)>& fn);
   bool claim(int self, int64_t& task);
 
-  // A parallel_for's hand-off costs a few transfers of cache lines between the cores, and on
-  // the guests this runs on one transfer takes about 330 ns (the two vCPUs sit far apart): at
-  // a decode step's ~250 calls, that was a tenth of the step. So everything the caller writes
-  // for worker i sits in one line (its mailbox), what worker i writes back in another of its
-  // own, the caller's flags stay untouched unless they change, and no mutex changes hands
-  // unless a thread really sleeps.
-  struct alignas(64) mailbox {
-    std::atomic<uint64_t> generation{0}; // bumped by the caller: a new loop for this worker
-    const std::function<void(int64_t)>* fn = nullptr; // published by the generation's release
-  };
-  struct alignas(64) finished {
-    std::atomic<uint64_t> generation{0}; // the last loop this worker is done with
+  // A parallel_for's hand-off moves cache lines between the cores, and on the guests this runs
+  // on one crossing takes about 330 ns (the two vCPUs sit far apart; a decode step makes about
+  // 280 calls). So everything the caller writes for a worker sits in one line (its mailbox),
+  // what the worker writes back in another of its own, the caller's flags stay untouched
+  // unless they change, and no mutex changes hands unless a thread really sleeps.
+  struct worker_lines {
+    struct alignas(64) {
+      std::atomic<uint64_t> generation{0}; // bumped by the caller: a new loop for this worker
+      const std::function<void(int64_t)>* fn = nullptr; // published by the generation's release
+    } mailbox;
+    struct alignas(64) {
+      std::atomic<uint64_t> generation{0}; // the last loop this worker is done with
+    } finished;
   };
   // Participant i's share as (front, end): front in the low 32 bits, end in the high 32. The
   // owner takes the front, the others the task just before the end, each by compare-exchange.
@@ -68,11 +69,10 @@ private:
   };
 
   std::vector<std::thread> workers_;
-  std::vector<mailbox> mail_;      // [worker - 1]
-  std::vector<finished> finished_; // [worker - 1]
-  std::vector<share> shares_;      // [participant]
-  uint64_t generation_ = 0;        // the caller's count of loops handed out
-  std::mutex submit_mutex_;        // one parallel_for at a time owns the workers
+  std::vector<worker_lines> lines_; // [worker - 1]
+  std::vector<share> shares_;       // [participant]
+  uint64_t generation_ = 0;         // the caller's count of loops handed out
+  std::mutex submit_mutex_;         // one parallel_for at a time owns the workers
   // Sleeping, on either side, goes through mutex_: a sleeper announces itself (sleepers_,
   // caller_sleeping_) before it checks its condition a last time, and the other side takes the
   // mutex before notifying only when it sees the announcement (both sides sequentially
