@@ -250,6 +250,26 @@ std::vector<float> mla_transpose_values(const float* kv_b, int64_t heads, int64_
   return t;
 }
 
+namespace {
+// Heads per task of the latent step for n tokens on `threads`. The heads of a task share one
+// pass over their token's cache, which at a long context no longer fits L2, so tasks are as
+// few as keep every thread busy: at least one per thread, and an even spread when that takes
+// at most twice as many. A token alone on two threads in four tasks of two heads read its
+// cache twice per thread, and its layers ran 3-11 % slower at 1,000 keys (`bench model
+// --decode-only 1000 --batch 1`) than in two tasks of four; three tokens take six tasks of
+// four heads rather than three of eight, which would leave one thread idle for a third.
+int64_t heads_per_decode_task(int64_t n, int64_t threads, int64_t heads) {
+  auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+  const int64_t fewest = std::clamp<int64_t>(ceil_div(threads, n), 1, heads);
+  const int64_t most = std::clamp<int64_t>(ceil_div(2 * threads, n), 1, heads);
+  for (int64_t wanted = fewest; wanted <= most; ++wanted) {
+    const int64_t per_group = ceil_div(heads, wanted);
+    if (n * ceil_div(heads, per_group) % threads == 0) return per_group;
+  }
+  return ceil_div(heads, fewest);
+}
+} // namespace
+
 void mla_decode_step(const mla_decode_step_args& a, thread_pool& pool) {
   const int64_t n = static_cast<int64_t>(a.tokens.size()), heads = a.heads, lora = a.kv_lora,
                 qk = a.nope + a.rope, kvw = a.nope + a.v;
@@ -272,14 +292,8 @@ void mla_decode_step(const mla_decode_step_args& a, thread_pool& pool) {
       add_weighted_rows(a.w.kv_b + h * kvw * lora, a.nope, lora, a.tokens[i].q + h * qk,
                         q_lat.data() + (h * n + i) * lora);
   });
-  // The latent step, in tasks of (token, heads): one task per thread even for one token, and
-  // no more, as many heads per task as that allows. The heads of a task share one pass over the
-  // cache, which at a long context no longer fits L2: a token alone on two threads in four
-  // tasks of two heads read its cache twice per thread, and its layers ran 3-11 % slower at
-  // 1,000 keys (`bench model --decode-only 1000 --batch 1`) than in two tasks of four.
-  const int64_t wanted =
-      std::clamp<int64_t>((static_cast<int64_t>(pool.size()) + n - 1) / n, 1, heads);
-  const int64_t per_group = (heads + wanted - 1) / wanted;
+  // The latent step, in tasks of (token, heads).
+  const int64_t per_group = heads_per_decode_task(n, pool.size(), heads);
   const int64_t groups = (heads + per_group - 1) / per_group; // none of them empty
   pool.parallel_for(n * groups, [&](int64_t task) {
     const int64_t i = task / groups, h0 = task % groups * per_group;

@@ -163,7 +163,8 @@ TEST_P(mla_decode_isa, weighted_rows_contiguous_or_listed_give_the_bits_of_axpy_
 
 TEST_P(mla_decode_isa, a_token_gets_the_same_bits_in_any_step_and_thread_count) {
   // Alone on two threads, its heads are cut into two groups of four, on four threads into four
-  // of two; in a step of five, each task holds all eight heads; on one thread, one group again.
+  // of two; in a step of three on two threads, two of four; in a step of five, each task holds
+  // all eight heads; on one thread, one group again.
   decode_case c(8, 64, 32, 64, 256, {44, 3, 29, 61, 16}, 27);
   thread_pool four(4), two(2), one(1);
   const auto batch = c.run({0, 1, 2, 3, 4}, two);
@@ -178,6 +179,9 @@ TEST_P(mla_decode_isa, a_token_gets_the_same_bits_in_any_step_and_thread_count) 
   }
   expect_bitwise_equal(c.run({3, 0}, one), batch.data() + 3 * per_token, per_token,
                        "token 3 first of two");
+  // Three tokens on two threads: six tasks of four heads.
+  expect_bitwise_equal(c.run({0, 1, 2}, two), batch.data(), 3 * per_token,
+                       "tokens 0-2 as a step of three, two threads");
 }
 
 SUPERNODE_INSTANTIATE_ISA_TESTS(mla_decode_isa);
