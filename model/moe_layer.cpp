@@ -81,6 +81,10 @@ routed_batches route_and_gather_int8(const model_config& c, const moe_weights& w
   return r;
 }
 
+const mlp_weights& weights_of(const moe_weights& w, const expert_batch& b) {
+  return b.weights ? *b.weights : w.experts[b.expert];
+}
+
 namespace {
 // SiLU(gate) · up for each row of an expert's gate_up output, `inter` wide.
 void swiglu_rows(const float* up, int64_t rows, int64_t inter, float* act) {
@@ -110,23 +114,26 @@ bool experts_fill_the_pool(std::span<expert_batch* const> batches, int threads) 
 // are the grouped path's.
 void run_experts_one_per_thread(const model_config& c, const moe_weights& w,
                                 std::span<expert_batch* const> batches) {
-  const int64_t h = c.hidden_size, inter = c.moe_intermediate_size;
+  const int64_t h = c.hidden_size;
   kernels::thread_pool::shared().parallel_for(static_cast<int64_t>(batches.size()), [&](int64_t i) {
     auto& b = *batches[i];
+    const auto& mlp = weights_of(w, b);
+    const int64_t inter = mlp.intermediate;
     thread_local kernels::huge_page_scratch_vector<float> up, act;
     up.resize(b.rows * 2 * inter);
     act.resize(b.rows * inter);
-    kernels::gemm_int8(b.in_q, w.experts[b.expert].gate_up.int8(), up.data(), 2 * inter);
+    kernels::gemm_int8(b.in_q, mlp.gate_up.int8(), up.data(), 2 * inter);
     swiglu_rows(up.data(), b.rows, inter, act.data());
     kernels::quantize_rows(act.data(), b.rows, inter, inter, b.mid_q);
-    kernels::gemm_int8(b.mid_q, w.experts[b.expert].down.int8(), b.out.data(), h);
+    kernels::gemm_int8(b.mid_q, mlp.down.int8(), b.out.data(), h);
   });
 }
 } // namespace
 
 void run_experts(const model_config& c, const moe_weights& w, precision prec,
                  std::span<expert_batch* const> all, expert_schedule schedule) {
-  const int64_t h = c.hidden_size, inter = c.moe_intermediate_size;
+  const int64_t h = c.hidden_size;
+  auto inter = [&](const expert_batch* b) { return weights_of(w, *b).intermediate; };
   std::vector<expert_batch*> batches;
   for (auto* b : all)
     if (b->rows > 0) batches.push_back(b);
@@ -143,8 +150,8 @@ void run_experts(const model_config& c, const moe_weights& w, precision prec,
     return;
   }
   for (auto* b : batches) {
-    b->up.resize(b->rows * 2 * inter);
-    b->act.resize(b->rows * inter);
+    b->up.resize(b->rows * 2 * inter(b));
+    b->act.resize(b->rows * inter(b));
   }
   // SwiGLU of every expert's rows and, for INT8, their per-token quantization for the down
   // projection: one pass over the pool between the two grouped GEMMs.
@@ -152,31 +159,32 @@ void run_experts(const model_config& c, const moe_weights& w, precision prec,
     kernels::thread_pool::shared().parallel_for(
         static_cast<int64_t>(batches.size()), [&](int64_t i) {
           auto& b = *batches[i];
-          swiglu_rows(b.up.data(), b.rows, inter, b.act.data());
-          if (int8) kernels::quantize_rows(b.act.data(), b.rows, inter, inter, b.mid_q);
+          const int64_t n = inter(&b);
+          swiglu_rows(b.up.data(), b.rows, n, b.act.data());
+          if (int8) kernels::quantize_rows(b.act.data(), b.rows, n, n, b.mid_q);
         });
   };
   if (int8) {
     std::vector<kernels::gemm_int8_problem> problems;
     for (auto* b : batches)
-      problems.push_back({&b->in_q, &w.experts[b->expert].gate_up.int8(), b->up.data(), 2 * inter});
+      problems.push_back({&b->in_q, &weights_of(w, *b).gate_up.int8(), b->up.data(), 2 * inter(b)});
     kernels::gemm_int8_grouped(problems);
     swiglu();
     problems.clear();
     for (auto* b : batches)
-      problems.push_back({&b->mid_q, &w.experts[b->expert].down.int8(), b->out.data(), h});
+      problems.push_back({&b->mid_q, &weights_of(w, *b).down.int8(), b->out.data(), h});
     kernels::gemm_int8_grouped(problems);
   } else {
     std::vector<kernels::gemm_fp32_problem> problems;
     for (auto* b : batches)
-      problems.push_back({b->in_f.data(), b->rows, h, &w.experts[b->expert].gate_up.fp32(),
-                          b->up.data(), 2 * inter});
+      problems.push_back({b->in_f.data(), b->rows, h, &weights_of(w, *b).gate_up.fp32(),
+                          b->up.data(), 2 * inter(b)});
     kernels::gemm_fp32_grouped(problems);
     swiglu();
     problems.clear();
     for (auto* b : batches)
       problems.push_back(
-          {b->act.data(), b->rows, inter, &w.experts[b->expert].down.fp32(), b->out.data(), h});
+          {b->act.data(), b->rows, inter(b), &weights_of(w, *b).down.fp32(), b->out.data(), h});
     kernels::gemm_fp32_grouped(problems);
   }
 }
@@ -185,7 +193,8 @@ expert_cost cost_of(const moe_weights& w, std::span<expert_batch* const> batches
   expert_cost cost;
   for (auto* b : batches) {
     if (b->rows == 0) continue;
-    for (auto* l : {&w.experts[b->expert].gate_up, &w.experts[b->expert].down}) {
+    const auto& mlp = weights_of(w, *b);
+    for (auto* l : {&mlp.gate_up, &mlp.down}) {
       cost.weight_bytes += l->bytes();
       cost.macs += static_cast<uint64_t>(b->rows) * l->n() * l->k();
     }

@@ -33,6 +33,9 @@ void route_tokens(const model_config& config, const moe_weights& w, const float*
 struct expert_batch {
   int32_t expert = 0;
   int64_t rows = 0;
+  // The MLP these rows run through: routed expert `expert` when null, else this one (the
+  // shared expert, batched with the routed ones so they share the pool's calls).
+  const mlp_weights* weights = nullptr;
   kernels::quantized_rows in_q;
   std::vector<float> in_f;
   // Written in full by the expert GEMMs and SwiGLU each step, so never zero-filled.
@@ -64,6 +67,9 @@ routed_batches route_and_gather_int8(const model_config& config, const moe_weigh
 // down run back to back on one thread, its intermediates staying in that core's cache (a
 // prefill's experts). `automatic` picks by the rows per expert. The bits are the same.
 enum class expert_schedule { automatic, grouped, one_per_thread };
+
+// The MLP a batch runs through (expert_batch::weights).
+const mlp_weights& weights_of(const moe_weights& w, const expert_batch& b);
 
 // Runs every batch through its expert (gate_up, SiLU·up, down). Batches with no rows are
 // skipped.

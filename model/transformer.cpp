@@ -180,6 +180,22 @@ void transformer::matmul_shared_input(const linear& l, const float* x,
     matmul(l, x, rows, cols, y, ldy);
 }
 
+void transformer::matmul_shared_input(std::span<const projection> outputs, const float* x,
+                                      const kernels::quantized_rows* xq, int64_t rows,
+                                      int64_t cols) {
+  if (rows == 0) return;
+  for (auto& o : outputs) count(*o.l, rows);
+  if (xq) {
+    std::vector<kernels::gemm_int8_problem> problems;
+    for (auto& o : outputs) problems.push_back({xq, &o.l->int8(), o.y, o.ldy});
+    kernels::gemm_int8_grouped(problems);
+  } else {
+    std::vector<kernels::gemm_fp32_problem> problems;
+    for (auto& o : outputs) problems.push_back({x, rows, cols, &o.l->fp32(), o.y, o.ldy});
+    kernels::gemm_fp32_grouped(problems);
+  }
+}
+
 void transformer::layer_forward(const layer_weights& w, int64_t kv_layer, float* x, int64_t rows,
                                 std::span<const sequence_step> steps, kv_block_pool& pool) {
   const auto& c = config();
@@ -210,17 +226,19 @@ void transformer::attention(const attention_weights& w, int64_t kv_layer, const 
   // hn feeds q_a (or q_b) and kv_a: quantized once for both.
   const kernels::quantized_rows* hq = quantized_input(hn, rows, h);
   q_.resize(rows * nh * qk);
+  kva_.resize(rows * (lora + rope));
   if (c.q_lora_rank > 0) {
     qa_.resize(rows * c.q_lora_rank);
-    matmul_shared_input(w.q_a, hn, hq, rows, h, qa_.data(), c.q_lora_rank);
+    const projection down[] = {{&w.q_a, qa_.data(), c.q_lora_rank},
+                               {&w.kv_a, kva_.data(), lora + rope}};
+    matmul_shared_input(down, hn, hq, rows, h);
     rms_norm_rows(qa_.data(), rows, c.q_lora_rank, c.q_lora_rank, w.q_a_norm.data(), eps,
                   qa_.data(), c.q_lora_rank);
     matmul(w.q_b, qa_.data(), rows, c.q_lora_rank, q_.data(), nh * qk);
   } else {
-    matmul_shared_input(w.q_b, hn, hq, rows, h, q_.data(), nh * qk);
+    const projection both[] = {{&w.q_b, q_.data(), nh * qk}, {&w.kv_a, kva_.data(), lora + rope}};
+    matmul_shared_input(both, hn, hq, rows, h);
   }
-  kva_.resize(rows * (lora + rope));
-  matmul_shared_input(w.kv_a, hn, hq, rows, h, kva_.data(), lora + rope);
 
   // The new tokens' latent KV goes into the cache before attention reads it.
   row_tables_.resize(rows);
@@ -315,20 +333,20 @@ void transformer::moe(int64_t layer, const moe_weights& w, const float* x, int64
       local || w.has_shared ? quantized_input(x, rows, c.hidden_size) : nullptr;
   if (!local) {
     routed_->forward(layer, w, x, rows, out);
+    if (w.has_shared) {
+      moe_out_.resize(rows * c.hidden_size);
+      mlp(w.shared, x, xq, rows, moe_out_.data());
+      add_rows(out, moe_out_.data(), rows, c.hidden_size);
+    }
   } else {
     count(w.router.bytes(), rows, w.router.n(), w.router.k());
     route_tokens(c, w, x, rows, moe_.routing);
-    local_routed_experts(w, x, xq, out);
-  }
-  if (w.has_shared) {
-    moe_out_.resize(rows * c.hidden_size);
-    mlp(w.shared, x, xq, rows, moe_out_.data());
-    add_rows(out, moe_out_.data(), rows, c.hidden_size);
+    local_experts(w, x, xq, out);
   }
 }
 
-void transformer::local_routed_experts(const moe_weights& w, const float* x,
-                                       const kernels::quantized_rows* xq, float* out) {
+void transformer::local_experts(const moe_weights& w, const float* x,
+                                const kernels::quantized_rows* xq, float* out) {
   const auto& c = config();
   const int64_t h = c.hidden_size, n_exp = c.n_routed_experts;
   const auto& routing = moe_.routing;
@@ -340,6 +358,20 @@ void transformer::local_routed_experts(const moe_weights& w, const float* x,
   gather_routes(routing, n_exp, h, x, xq, batches, route_row);
   auto& pointers = moe_.batch_pointers;
   pointers.clear();
+  // The shared expert sees every token: a batch of all the rows, run with the routed ones so
+  // its GEMMs share their calls to the pool (two hand-offs fewer per layer), and first, as the
+  // largest task when a prefill gives each expert a thread of its own.
+  auto& shared = moe_.shared;
+  if (w.has_shared) {
+    const int64_t rows = routing.rows;
+    shared.weights = &w.shared;
+    shared.rows = rows;
+    if (xq)
+      shared.in_q = *xq;
+    else
+      shared.in_f.assign(x, x + rows * h);
+    pointers.push_back(&shared);
+  }
   for (auto& b : batches) pointers.push_back(&b);
   const auto cost = cost_of(w, pointers);
   streamed_bytes_ += cost.weight_bytes;
@@ -351,6 +383,7 @@ void transformer::local_routed_experts(const moe_weights& w, const float* x,
         return batches[routing.expert[r * k + j]].out.data() + route_row[r * k + j] * h;
       },
       out);
+  if (w.has_shared) add_rows(out, shared.out.data(), routing.rows, h);
 }
 
 } // namespace supernode::model

@@ -99,6 +99,15 @@ private:
   // x · W^T from `xq` when quantized_input made it, else from the floats.
   void matmul_shared_input(const linear& l, const float* x, const kernels::quantized_rows* xq,
                            int64_t rows, int64_t cols, float* y, int64_t ldy);
+  // Several projections of the same x in one grouped GEMM: one hand-off to the pool instead of
+  // one per projection (each output's bits are those of its own matmul).
+  struct projection {
+    const linear* l;
+    float* y;
+    int64_t ldy;
+  };
+  void matmul_shared_input(std::span<const projection> outputs, const float* x,
+                           const kernels::quantized_rows* xq, int64_t rows, int64_t cols);
   void layer_forward(const layer_weights& w, int64_t kv_layer, float* x, int64_t rows,
                      std::span<const sequence_step> steps, kv_block_pool& pool);
   void attention(const attention_weights& w, int64_t kv_layer, const float* h, int64_t rows,
@@ -107,8 +116,9 @@ private:
   void mlp(const mlp_weights& w, const float* x, const kernels::quantized_rows* xq, int64_t rows,
            float* out);
   void moe(int64_t layer, const moe_weights& w, const float* x, int64_t rows, float* out);
-  void local_routed_experts(const moe_weights& w, const float* x, const kernels::quantized_rows* xq,
-                            float* out);
+  // The routed experts and the shared one, on this process.
+  void local_experts(const moe_weights& w, const float* x, const kernels::quantized_rows* xq,
+                     float* out);
 
   std::shared_ptr<const model_weights> w_;
   kernels::rope_table rope_;
@@ -134,6 +144,7 @@ private:
     std::vector<expert_batch> batches; // by expert
     std::vector<expert_batch*> batch_pointers;
     std::vector<int64_t> route_row; // route r*k+j's row in its expert's batch
+    expert_batch shared;            // every row, through the shared expert
   } moe_;
 };
 

@@ -1,6 +1,7 @@
 // run_experts gives the same bits whichever schedule spreads the experts over the pool: the
 // grouped GEMMs a decode uses, and one expert per thread as a long prefill runs them.
 
+#include "kernels/elementwise.hpp"
 #include "model/moe_layer.hpp"
 #include "tiny_model.hpp"
 
@@ -52,6 +53,56 @@ TEST_P(moe_layer_test, every_expert_schedule_gives_the_same_bits) {
   ASSERT_FALSE(grouped.empty());
   EXPECT_EQ(grouped, outputs(GetParam(), model::expert_schedule::one_per_thread));
   EXPECT_EQ(grouped, outputs(GetParam(), model::expert_schedule::automatic));
+}
+
+// The shared expert runs as a batch of its own beside the routed ones (expert_batch::weights):
+// its rows get the bits a plain MLP forward gives them (gate_up, SiLU·up, down), under every
+// schedule, and an MLP wider than the experts (a shared expert of n_shared_experts > 1) keeps
+// its own width.
+TEST_P(moe_layer_test, a_batch_with_its_own_mlp_gets_that_mlps_bits_among_the_experts) {
+  const auto prec = GetParam();
+  const auto weights = supernode::testing::tiny_weights(prec);
+  const auto& c = weights->config;
+  const int64_t h = c.hidden_size, inter = 2 * c.moe_intermediate_size, rows = 37;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> d(0.0f, 0.5f);
+  auto random = [&](int64_t n) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(rng);
+    return v;
+  };
+  model::mlp_weights wide;
+  wide.intermediate = inter;
+  wide.gate_up = model::linear::from_float(random(2 * inter * h).data(), 2 * inter, h, prec);
+  wide.down = model::linear::from_float(random(h * inter).data(), h, inter, prec);
+  const auto x = random(rows * h);
+
+  // The MLP forward of the transformer's dense layers, on the same rows.
+  kernels::quantized_rows xq, scratch;
+  kernels::quantize_rows(x.data(), rows, h, h, xq);
+  std::vector<float> up(rows * 2 * inter), act(rows * inter), expected(rows * h);
+  if (prec == model::precision::int8)
+    wide.gate_up.forward(xq, up.data(), 2 * inter);
+  else
+    wide.gate_up.forward(x.data(), rows, h, up.data(), 2 * inter, scratch);
+  for (int64_t r = 0; r < rows; ++r)
+    kernels::silu_mul(up.data() + r * 2 * inter, up.data() + r * 2 * inter + inter,
+                      act.data() + r * inter, inter);
+  wide.down.forward(act.data(), rows, inter, expected.data(), h, scratch);
+
+  for (auto schedule : {model::expert_schedule::grouped, model::expert_schedule::one_per_thread}) {
+    auto batches = random_batches(c, 11);
+    model::expert_batch own;
+    own.weights = &wide;
+    own.rows = rows;
+    own.in_q = xq;
+    own.in_f = x;
+    std::vector<model::expert_batch*> pointers{&own};
+    for (auto& b : batches) pointers.push_back(&b);
+    model::run_experts(c, weights->layers.back().moe, prec, pointers, schedule);
+    EXPECT_EQ(std::vector<float>(own.out.begin(), own.out.begin() + rows * h), expected)
+        << (schedule == model::expert_schedule::grouped ? "grouped" : "one per thread");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(precisions, moe_layer_test,
