@@ -54,6 +54,7 @@ commands:
   bench kernels --expert-stream [--threads N] [--rounds R]
                                             batch-1 routed experts (grouped, and one call each)
                                             against lm_head's stream, in GB/s
+  bench kernels --rms-norm [--rounds R]     RMSNorm on every kernel path, 1/8/512 rows of 1,024
   bench model   [--model DIR] [--quick]     decode step, prefill throughput, API-key check
   bench model   --expert-schedule [--model DIR]
                                             one MoE layer's experts, grouped GEMMs against one

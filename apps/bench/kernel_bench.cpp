@@ -5,6 +5,7 @@
 #include "apps/bench/kernel_bench_common.hpp"
 #include "apps/bench/kernel_bench_machine.hpp"
 #include "apps/bench/kernel_bench_onednn.hpp"
+#include "apps/bench/rms_norm_bench.hpp"
 #include "kernels/gemm_fp32.hpp"
 #include "kernels/gemm_int8.hpp"
 #include "kernels/kernel_isa.hpp"
@@ -46,7 +47,8 @@ struct options {
   std::string onednn_worker;         // non-empty: run as the oneDNN worker with this cap
   std::string onednn_isa = "native"; // the headline baseline's cap (--onednn-isa)
   bool expert_stream = false;        // only the expert-stream comparison (--expert-stream)
-  int rounds = 9;                    // its alternations of lm_head and the experts (--rounds)
+  bool rms_norm = false;             // only RMSNorm on every path (--rms-norm)
+  int rounds = 9;                    // alternations of --expert-stream or --rms-norm (--rounds)
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -93,6 +95,8 @@ options parse(int argc, char** argv) {
                                     o.onednn_isa + "'");
     } else if (a == "--expert-stream") {
       o.expert_stream = true;
+    } else if (a == "--rms-norm") {
+      o.rms_norm = true;
     } else if (a == "--rounds" && i + 1 < argc) {
       o.rounds = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--onednn-worker" && i + 1 < argc) {
@@ -101,7 +105,7 @@ options parse(int argc, char** argv) {
       throw std::invalid_argument("unknown option '" + a +
                                   "' (expected --threads N, --quick, --isa avx512_vnni,avx2, "
                                   "--int8-only, --shapes a,b, --m 1,8, --onednn-isa native, "
-                                  "--expert-stream [--rounds N])");
+                                  "--expert-stream [--rounds N], --rms-norm [--rounds N])");
     }
   }
   return o;
@@ -293,6 +297,10 @@ int run_kernel_bench(int argc, char** argv) {
   if (!opt.onednn_worker.empty())
     return kb::run_onednn_worker(opt.onednn_worker, opt.threads, opt.quick);
 
+  if (opt.rms_norm) {
+    std::printf("%s\n", rms_norm_report(opt.rounds).dump(1).c_str());
+    return 0;
+  }
   if (opt.expert_stream) {
     k::thread_pool::configure_shared(opt.threads);
     std::printf("%s\n", expert_stream_report(k::thread_pool::shared(), opt.rounds).dump(1).c_str());

@@ -38,6 +38,12 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t n);
 // As avx2::quantize_row (and the portable twin), byte for byte.
 float quantize_row(const float* x, int64_t cols, int8_t* q);
 
+// ss[r] = the sum of x[r * ldx + i]² over i in order, in double, for r = 0 .. 7: the bits of
+// kernels::rms_norm's scalar loop (rms_norm_avx512.cpp).
+void sums_of_squares_8_rows(const float* x, int64_t ldx, int64_t dim, double* ss);
+// y[i] = (x[i] * inv) * weight[i], the bits of kernels::rms_norm's scalar loop.
+void scale_row(const float* x, float inv, const float* weight, float* y, int64_t dim);
+
 } // namespace supernode::kernels::avx512
 
 namespace supernode::kernels::amx {
