@@ -27,6 +27,26 @@ namespace supernode::kernels {
 #endif
 
 namespace {
+// ss[r] += x[r * ldx + i]² for i in order, R rows.
+template<int R>
+void sums_of_squares(const float* x, int64_t ldx, int64_t dim, double (&ss)[R]) {
+#if defined(__x86_64__)
+  if constexpr (R == 8)
+    if (kernel_isa_has_avx512(active_kernel_isa()))
+      return avx512::sums_of_squares_8_rows(x, ldx, dim, ss);
+#endif
+  for (int64_t i = 0; i < dim; ++i)
+    for (int r = 0; r < R; ++r) ss[r] += static_cast<double>(x[r * ldx + i]) * x[r * ldx + i];
+}
+
+// y[i] = (x[i] * inv) * weight[i].
+void scale_row(const float* x, float inv, const float* weight, float* y, int64_t dim) {
+#if defined(__x86_64__)
+  if (kernel_isa_has_avx512(active_kernel_isa())) return avx512::scale_row(x, inv, weight, y, dim);
+#endif
+  for (int64_t i = 0; i < dim; ++i) y[i] = x[i] * inv * weight[i];
+}
+
 // R rows at once: each row's sum of squares is its own sequential chain in double (exact enough
 // that dim order hardly matters, and fixed), so a row's bits do not depend on R. One chain
 // waits on the add latency; R of them overlap. On AVX-512 eight rows' chains share one register,
@@ -35,35 +55,11 @@ namespace {
 template<int R>
 void rms_norm_rows(const float* x, int64_t dim, int64_t ldx, const float* weight, float eps,
                    float* y, int64_t ldy) {
-#if defined(__x86_64__)
-  const bool avx512 = kernel_isa_has_avx512(active_kernel_isa());
-#else
-  [[maybe_unused]] constexpr bool avx512 = false;
-#endif
   double ss[R] = {};
-  bool summed = false;
-#if defined(__x86_64__)
-  if constexpr (R == 8)
-    if (avx512) {
-      avx512::sums_of_squares_8_rows(x, ldx, dim, ss);
-      summed = true;
-    }
-#endif
-  if (!summed)
-    for (int64_t i = 0; i < dim; ++i)
-      for (int r = 0; r < R; ++r) ss[r] += static_cast<double>(x[r * ldx + i]) * x[r * ldx + i];
-  for (int r = 0; r < R; ++r) {
-    const float inv = static_cast<float>(1.0 / std::sqrt(ss[r] / dim + eps));
-    const float* xr = x + r * ldx;
-    float* yr = y + r * ldy;
-#if defined(__x86_64__)
-    if (avx512) {
-      avx512::scale_row(xr, inv, weight, yr, dim);
-      continue;
-    }
-#endif
-    for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * inv * weight[i];
-  }
+  sums_of_squares(x, ldx, dim, ss);
+  for (int r = 0; r < R; ++r)
+    scale_row(x + r * ldx, static_cast<float>(1.0 / std::sqrt(ss[r] / dim + eps)), weight,
+              y + r * ldy, dim);
 }
 } // namespace
 

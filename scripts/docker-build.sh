@@ -31,8 +31,9 @@ build_args=(--build-arg JOBS="$JOBS")
 if [[ -n "$BINARY" ]]; then
   [[ -x "$BINARY" ]] || { echo "docker-build: --binary $BINARY is not an executable file" >&2; exit 2; }
   packages=()
+  resolved="$(ldd "$BINARY")"
   for lib in $(readelf -d "$BINARY" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
-    path="$(ldd "$BINARY" | awk -v lib="$lib" '$1 == lib { print $3 }')"
+    path="$(awk -v lib="$lib" '$1 == lib { print $3 }' <<<"$resolved")"
     # dpkg knows a library by the path its package installed: the real file behind an
     # alternatives link, or the /lib name on a merged-/usr system.
     owner="$({ dpkg -S "$(readlink -f "$path")" 2>/dev/null || dpkg -S "$path" 2>/dev/null || true; } | head -1)"
