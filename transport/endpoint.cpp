@@ -268,15 +268,17 @@ void endpoint::on_message(const peer_id& from, envelope message) {
       return;
     }
   }
+  // Before connect_announced, which may replace the links a drop left down.
+  const bool links_up = links_up_to(from);
   if (auto* h = message.get<heartbeat>()) {
     std::lock_guard lock(mutex_);
-    events = membership_.on_heartbeat(*h, now);
+    events = membership_.on_heartbeat(*h, now, links_up);
   } else if (auto* j = message.get<member_join>()) {
     connect_announced(*j);
     member_directory directory;
     {
       std::lock_guard lock(mutex_);
-      events = membership_.on_join(*j, now);
+      events = membership_.on_join(*j, now, links_up);
       if (j->wants_directory)
         for (auto& [id, m] : membership_.members())
           if (m.state == member_state::alive && id != j->peer)
@@ -295,7 +297,7 @@ void endpoint::on_message(const peer_id& from, envelope message) {
   } else {
     {
       std::lock_guard lock(mutex_);
-      events = membership_.on_message(from, now);
+      events = membership_.on_message(from, now, links_up);
     }
     emit(events);
     // A reply nobody waits for any more (expired, failed) is dropped; one with reply_to 0 was
@@ -349,9 +351,10 @@ void endpoint::on_directory(const peer_id& from, const member_directory& d) {
           known->incarnation >= entry.incarnation)
         continue;
     }
+    const bool links_up = links_up_to(entry.peer);
     connect_announced(entry);
     std::lock_guard lock(mutex_);
-    auto e = membership_.on_join(entry, now);
+    auto e = membership_.on_join(entry, now, links_up);
     // A member new to this endpoint hears of it through emit() (its joined event); one adopted
     // quietly (a config member not heard from yet) is told here.
     if (e.empty()) to_announce.push_back(entry.peer);
@@ -360,6 +363,12 @@ void endpoint::on_directory(const peer_id& from, const member_directory& d) {
   directory_received_ = true;
   emit(events);
   for (auto& peer : to_announce) announce_join(peer);
+}
+
+bool endpoint::links_up_to(const peer_id& peer) const {
+  for (auto& [name, p] : planes_)
+    if (p->link_down(peer)) return false;
+  return true;
 }
 
 void endpoint::connect_announced(const member_join& j) {

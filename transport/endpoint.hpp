@@ -105,6 +105,9 @@ public:
 
 private:
   void on_message(const peer_id& from, envelope message);
+  // No plane has `peer`'s connection down now (membership revives a member whose connection
+  // dropped only then).
+  bool links_up_to(const peer_id& peer) const;
   std::string membership_refusal(const peer_id& from, const envelope& message) const;
   // A message of `from`'s fenced incarnation (anything but a heartbeat or join bringing a new
   // one): refused, and a heartbeat answered with member_fenced so the process learns it.

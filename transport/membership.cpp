@@ -19,11 +19,23 @@ const char* to_string(member_state s) {
   return "unknown";
 }
 
-std::vector<membership_event> membership::on_join(const member_join& m, steady_time now) {
+namespace {
+// A member down for a dropped connection, heard from in the incarnation that dropped it while
+// its links are still down: a message it sent before it died, queued behind the drop.
+bool queued_before_the_drop(const member& m, uint64_t incarnation, bool links_up) {
+  return m.state == member_state::down && m.connection_dropped && !links_up &&
+         m.incarnation == incarnation;
+}
+} // namespace
+
+std::vector<membership_event> membership::on_join(const member_join& m, steady_time now,
+                                                  bool links_up) {
   std::vector<membership_event> events;
   auto it = members_.find(m.peer);
   if (it != members_.end() && it->second.fenced && it->second.incarnation == m.incarnation)
     return events; // the fenced process itself: only a new incarnation comes back
+  if (it != members_.end() && queued_before_the_drop(it->second, m.incarnation, links_up))
+    return events;
   if (it != members_.end() && it->second.state == member_state::alive) {
     // A repeated join, or the first word of a config member not heard from yet: nothing was
     // known of an earlier process, so nothing went down. Refresh what the join tells.
@@ -58,20 +70,25 @@ uint64_t new_incarnation() {
   return (now & ~uint64_t{0xffff}) | ((static_cast<uint64_t>(::getpid()) + ++starts) & 0xffff);
 }
 
-std::vector<membership_event> membership::on_message(const std::string& peer, steady_time now) {
+std::vector<membership_event> membership::on_message(const std::string& peer, steady_time now,
+                                                     bool links_up) {
   auto it = members_.find(peer);
   if (it == members_.end() || it->second.state == member_state::left || it->second.fenced)
     return {};
+  if (queued_before_the_drop(it->second, it->second.incarnation, links_up)) return {};
   it->second.last_heard = now;
   if (it->second.state != member_state::down) return {};
   it->second.state = member_state::alive;
+  it->second.connection_dropped = false;
   return {{membership_event::kind::joined, peer, "a message arrived"}};
 }
 
-std::vector<membership_event> membership::on_heartbeat(const heartbeat& h, steady_time now) {
+std::vector<membership_event> membership::on_heartbeat(const heartbeat& h, steady_time now,
+                                                       bool links_up) {
   auto it = members_.find(h.sender);
   if (it == members_.end()) return {}; // heartbeats do not make members; joins (or the config) do
   auto& m = it->second;
+  if (queued_before_the_drop(m, h.incarnation, links_up)) return {};
   if (m.incarnation == 0 && h.incarnation != 0) {
     // A member known from the config: its first heartbeat tells us which process it is.
     m.incarnation = h.incarnation;
@@ -85,6 +102,7 @@ std::vector<membership_event> membership::on_heartbeat(const heartbeat& h, stead
     m.incarnation = h.incarnation;
     m.state = member_state::alive;
     m.fenced = false;
+    m.connection_dropped = false;
     m.last_heard = now;
     events.push_back({membership_event::kind::joined, m.id, "rejoined after a restart"});
     return events;
@@ -93,6 +111,7 @@ std::vector<membership_event> membership::on_heartbeat(const heartbeat& h, stead
   m.last_heard = now;
   if (m.state == member_state::down) {
     m.state = member_state::alive;
+    m.connection_dropped = false;
     return {{membership_event::kind::joined, m.id, "heartbeats resumed"}};
   }
   return {};
@@ -103,6 +122,7 @@ std::vector<membership_event> membership::on_disconnect(const std::string& peer,
   auto it = members_.find(peer);
   if (it == members_.end() || it->second.state != member_state::alive) return {};
   it->second.state = member_state::down;
+  it->second.connection_dropped = true;
   return {{membership_event::kind::down, peer, reason}};
 }
 

@@ -12,7 +12,10 @@
 //     take the incarnation of their first heartbeat;
 //   - a member declared down for silence once we knew its incarnation is fenced: that
 //     incarnation never comes back (its work was recovered elsewhere), only a new one does. A
-//     dropped connection does not fence (the process may still be starting its planes).
+//     dropped connection does not fence (the process may still be starting its planes);
+//   - a member down because its connection dropped comes back in the same incarnation only
+//     once its links are up again (`links_up`): what a killed process sent just before it died
+//     can still be queued behind the drop, and is no sign of life.
 
 #include "transport/control_messages.hpp"
 
@@ -37,6 +40,7 @@ struct member {
   member_state state = member_state::alive;
   steady_time last_heard{};
   bool fenced = false; // this incarnation was declared down for silence: refused from now on
+  bool connection_dropped = false; // down because a plane saw its connection drop
 };
 
 struct membership_event {
@@ -61,13 +65,17 @@ public:
   explicit membership(liveness_options options = {}) : options_(options) {}
 
   const liveness_options& options() const { return options_; }
-  std::vector<membership_event> on_join(const member_join& m, steady_time now);
+  // `links_up`: no plane knows the sender's connection to be down now (see above).
+  std::vector<membership_event> on_join(const member_join& m, steady_time now,
+                                        bool links_up = true);
   std::vector<membership_event> on_leave(const member_leave& m, steady_time now);
-  std::vector<membership_event> on_heartbeat(const heartbeat& h, steady_time now);
+  std::vector<membership_event> on_heartbeat(const heartbeat& h, steady_time now,
+                                             bool links_up = true);
   // Any other message from `peer` is a sign of life too: a member declared down for silence
   // (not one that left) is alive again. A process that starts after its peers' liveness window
   // may send its first request before its first heartbeat arrives.
-  std::vector<membership_event> on_message(const std::string& peer, steady_time now);
+  std::vector<membership_event> on_message(const std::string& peer, steady_time now,
+                                           bool links_up = true);
   std::vector<membership_event> on_disconnect(const std::string& peer, const std::string& reason,
                                               steady_time now);
   // Declares down the members silent for longer than the liveness bound. A tick later than one

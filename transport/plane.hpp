@@ -71,6 +71,12 @@ public:
   void set_disconnect_handler(std::function<void(const peer_id&, const std::string& reason)> h) {
     on_disconnect_ = std::move(h);
   }
+  // True while the plane has reported `peer` disconnected and not seen it connect again. Any
+  // thread.
+  virtual bool link_down(const peer_id& peer) const {
+    (void)peer;
+    return false;
+  }
 
   const plane_counters& counters() const { return counters_; }
   // Who this plane's log lines name (the endpoint passes its instance and incarnation); until

@@ -236,6 +236,11 @@ void shm_plane::stop() {
   inbox_ = nullptr;
 }
 
+bool shm_plane::link_down(const peer_id& peer) const {
+  std::lock_guard lock(handler_mutex_);
+  return reported_down_.count(peer) > 0;
+}
+
 void shm_plane::report_down(const peer_id& peer) {
   // Whichever direction noticed first, sends to the peer fail from now on (or reconnect, if it
   // is back): the handler must never see a send to a peer it was just told about succeed.

@@ -84,6 +84,7 @@ public:
   send_status send_frame(const peer_id& to, std::span<const std::byte> frame);
   void set_handler(message_handler handler) override;
   void set_disconnect_handler(disconnect_handler handler);
+  bool link_down(const peer_id& peer) const override;
   // Test-only: makes the ring to `to` unreadable (a record header pointing past its end), as a
   // scribbling sender would.
   send_status corrupt_ring_for_test(const peer_id& to);
@@ -154,7 +155,7 @@ private:
   std::vector<std::unique_ptr<inbound>> in_; // receiving thread only
   std::shared_ptr<buffer_pool> reassembly_pool_;
 
-  std::mutex handler_mutex_;
+  mutable std::mutex handler_mutex_;
   message_handler handler_;
   std::atomic<uint32_t> handler_generation_{0};
   disconnect_handler disconnect_handler_;

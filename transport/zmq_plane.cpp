@@ -230,6 +230,12 @@ void zmq_plane::on_message(const char* path, const std::string& routing_id,
   }
 }
 
+bool zmq_plane::link_down(const peer_id& peer) const {
+  std::lock_guard lock(mutex_);
+  const auto it = peers_.find(peer);
+  return it != peers_.end() && it->second->down.load();
+}
+
 void zmq_plane::on_link(int path, const std::shared_ptr<detail::peer_link>& link, bool connected,
                         const std::string& where) {
   link->connected[path] = connected;

@@ -85,6 +85,7 @@ public:
   std::string bound_address(const std::string& channel) const override {
     return channel == "bulk" ? bulk_endpoint() : control_endpoint();
   }
+  bool link_down(const peer_id& peer) const override;
 
   // Makes `peer` reachable; connecting again replaces the old connection (a restarted peer).
   // Secured, a peer without a public key in the key folder stays unreachable (sends answer

@@ -48,6 +48,30 @@ TEST(membership, a_dropped_connection_does_not_fence) {
   EXPECT_EQ(ev[0].what, membership_event::kind::joined);
 }
 
+TEST(membership, what_a_process_sent_before_its_connection_dropped_does_not_revive_it) {
+  membership m;
+  m.on_join(join("p0", 1), t0);
+  m.on_disconnect("p0", "connection dropped", t0 + 1ms);
+  // Its last heartbeat, a reply and a join were still queued behind the drop: the links are
+  // down, so none of them brings it back (a killed process's group would re-form over it).
+  EXPECT_TRUE(m.on_heartbeat({"p0", 1, 2}, t0 + 2ms, /*links_up=*/false).empty());
+  EXPECT_TRUE(m.on_message("p0", t0 + 2ms, /*links_up=*/false).empty());
+  EXPECT_TRUE(m.on_join(join("p0", 1), t0 + 2ms, /*links_up=*/false).empty());
+  EXPECT_FALSE(m.is_alive("p0"));
+  // Its restart is a new incarnation, over links still down: it joins.
+  auto ev = m.on_heartbeat({"p0", 2, 1}, t0 + 300ms, /*links_up=*/false);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].what, membership_event::kind::joined);
+  EXPECT_TRUE(m.is_alive("p0"));
+  // A process whose connection dropped and came back (it lives): its next message revives it.
+  m.on_disconnect("p0", "connection dropped", t0 + 400ms);
+  EXPECT_TRUE(m.on_message("p0", t0 + 401ms, /*links_up=*/false).empty());
+  ev = m.on_message("p0", t0 + 500ms, /*links_up=*/true);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].what, membership_event::kind::joined);
+  EXPECT_TRUE(m.is_alive("p0"));
+}
+
 TEST(membership, disconnect_is_immediate_and_restart_is_a_new_member) {
   membership m;
   m.on_join(join("p0", 1), t0);

@@ -710,6 +710,9 @@ TEST_F(shm_fixture, a_peer_killed_mid_transfer_is_reported_and_leaves_nothing_be
                 std::chrono::duration<double, std::milli>(*down_at - killed_at).count());
   }
   EXPECT_EQ(wait_child(child), 128 + SIGKILL);
+  // Until a victim of that name connects again, what it sent before it died is no sign of life.
+  EXPECT_TRUE(survivor.link_down("victim"));
+  EXPECT_FALSE(survivor.link_down("never-seen"));
   // Sends to the dead peer answer at once instead of hanging.
   const auto t0 = clock_type::now();
   for (int i = 0; i < 100; ++i)

@@ -317,6 +317,9 @@ TEST_F(zmq_plane_fixture, a_peer_killed_mid_transfer_is_reported_within_two_seco
   std::printf("disconnect of %s seen after %.1f ms: %s\n", peer.c_str(), detect_ms, reason.c_str());
   EXPECT_EQ(peer, child.id);
   EXPECT_LT(detect_ms, 2000.0);
+  // Until it connects again, what it sent before it died is no sign of life.
+  EXPECT_TRUE(parent.link_down(child.id));
+  EXPECT_FALSE(parent.link_down("never-seen"));
 
   const auto t0 = steady::now();
   EXPECT_EQ(parent.send(child.id, make_envelope(ping{})), send_status::peer_down);
