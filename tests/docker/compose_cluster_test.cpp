@@ -118,6 +118,10 @@ std::string shape_on_a_port_of_its_own(const std::string& shape, const std::file
   supernode::services::cluster::cluster_file::read(std::string(SUPERNODE_SOURCE_DIR) + "/configs/" +
                                                    shape + ".toml")
       .set("gateway", "port", std::to_string(port))
+      // The liveness bound the process tests use: eight containers starting at once on two
+      // cores kept a healthy process's heartbeats away for more than the default half second,
+      // and the peer that judged it fenced it (a restart, and a healthcheck out of retries).
+      .set("cluster", "missed_heartbeats", supernode::testing::test_missed_heartbeats)
       .write(config);
   compose::compose_request request;
   request.config = config;
