@@ -435,7 +435,8 @@ void endpoint::tick(steady_time now) {
   std::chrono::nanoseconds paused{0};
   {
     std::lock_guard lock(mutex_);
-    events = membership_.tick(now);
+    events =
+        membership_.tick(now, planes_.at(cluster_.plane_for_flow("control").name)->read_up_to(now));
     paused = membership_.last_pause();
     for (auto& [id, m] : membership_.members())
       if (id != self_.name && m.state == member_state::alive) targets.push_back(id);

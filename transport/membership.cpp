@@ -126,7 +126,7 @@ std::vector<membership_event> membership::on_disconnect(const std::string& peer,
   return {{membership_event::kind::down, peer, reason}};
 }
 
-std::vector<membership_event> membership::tick(steady_time now) {
+std::vector<membership_event> membership::tick(steady_time now, steady_time read_up_to) {
   std::vector<membership_event> events;
   const auto limit = options_.heartbeat_interval * options_.missed_heartbeats;
   const auto previous = std::exchange(last_tick_, now);
@@ -150,13 +150,13 @@ std::vector<membership_event> membership::tick(steady_time now) {
     }
   }
   for (auto& [id, m] : members_)
-    if (m.state == member_state::alive && now - m.last_heard > limit) {
+    if (m.state == member_state::alive && read_up_to - m.last_heard > limit) {
       m.state = member_state::down;
       m.fenced = m.incarnation != 0;
       events.push_back({membership_event::kind::down, id,
                         "no heartbeat for " +
                             std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                               now - m.last_heard)
+                                               read_up_to - m.last_heard)
                                                .count()) +
                             " ms"});
     }

@@ -83,7 +83,12 @@ public:
   // silence it sees is its own, so every member gets a fresh bound instead (the heartbeats
   // queued meanwhile arrive next) and last_pause() says how long the pause was. A tick late by
   // less than that credits its lateness to every member: silence counts only while we ran.
-  std::vector<membership_event> tick(steady_time now);
+  //
+  // `read_up_to`: the time up to which this process has read its peers' heartbeats (the
+  // control plane's read_up_to). Silence counts only until then: a receive thread that is behind
+  // must not make healthy peers look dead — and be fenced for it.
+  std::vector<membership_event> tick(steady_time now) { return tick(now, now); }
+  std::vector<membership_event> tick(steady_time now, steady_time read_up_to);
   // The pause the last tick found (zero when none).
   std::chrono::nanoseconds last_pause() const { return last_pause_; }
 

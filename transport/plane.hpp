@@ -8,6 +8,7 @@
 #include "transport/message.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -16,6 +17,7 @@
 namespace supernode::transport {
 
 using peer_id = std::string;
+using steady_time = std::chrono::steady_clock::time_point;
 
 enum class send_status : uint8_t {
   ok = 0,
@@ -77,6 +79,11 @@ public:
     (void)peer;
     return false;
   }
+  // The time up to which this plane has read the small messages (heartbeats) peers sent it: a
+  // receive thread that is behind, or does not get to run, has not seen the heartbeats waiting
+  // for it, and their senders are not silent. `now` for planes that do not track it. Any
+  // thread.
+  virtual steady_time read_up_to(steady_time now) const { return now; }
 
   const plane_counters& counters() const { return counters_; }
   // Who this plane's log lines name (the endpoint passes its instance and incarnation); until

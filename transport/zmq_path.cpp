@@ -288,14 +288,28 @@ void zmq_path::flush(dealer& d) {
   }
 }
 
+std::chrono::steady_clock::time_point
+zmq_path::read_up_to(std::chrono::steady_clock::time_point now) const {
+  if (settings_.read_stamp_interval.count() <= 0) return now;
+  const std::chrono::steady_clock::time_point caught_up(
+      std::chrono::steady_clock::duration(receiver_caught_up_.load()));
+  return std::min(now, caught_up);
+}
+
 void zmq_path::run_receiver() {
   std::vector<zmq::pollitem_t> items{{router_.handle(), 0, ZMQ_POLLIN, 0},
                                      {nullptr, receiver_fd_, ZMQ_POLLIN, 0},
                                      handshakes_->poll_item()};
   if (zap_) items.push_back(zap_->poll_item());
   std::vector<zmq::message_t> parts;
+  const bool stamps = settings_.read_stamp_interval.count() > 0;
+  const auto poll_timeout = stamps ? settings_.read_stamp_interval : std::chrono::milliseconds(-1);
+  bool caught_up = true;
   while (!stopping_) {
-    poll_retrying(items);
+    if (caught_up && stamps)
+      receiver_caught_up_.store(std::chrono::steady_clock::now().time_since_epoch().count());
+    poll_retrying(items, poll_timeout);
+    caught_up = false;
     // Handshakes first: a flood of messages must not hold back a peer's connection.
     if (items[2].revents) handshakes_->drain(callbacks_.on_handshake_refused);
     if (zap_ && items[3].revents) zap_->serve();
@@ -303,8 +317,10 @@ void zmq_path::run_receiver() {
     for (int i = 0; i < 64 && !stopping_; ++i) {
       parts.clear();
       try {
-        if (!zmq::recv_multipart(router_, std::back_inserter(parts), zmq::recv_flags::dontwait))
+        if (!zmq::recv_multipart(router_, std::back_inserter(parts), zmq::recv_flags::dontwait)) {
+          caught_up = true;
           break;
+        }
       } catch (const zmq::error_t& e) {
         if (e.num() == EINTR) continue;
         throw;

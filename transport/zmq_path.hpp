@@ -11,6 +11,7 @@
 #include "transport/zmq_curve.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <deque>
 #include <functional>
@@ -51,6 +52,9 @@ struct path_settings {
   int receive_hwm = 1000;    // messages the ROUTER buffers per peer before pushing back
   int64_t max_message_bytes = -1;
   bool heartbeats = false; // zmq-level PING/PONG, so a silent tcp peer is noticed too
+  // How often the receive thread at least stamps that it has read everything (read_up_to);
+  // zero: it keeps no stamp and sleeps until input comes.
+  std::chrono::milliseconds read_stamp_interval{0};
   // CURVE: with keys, the ROUTER is a server holding `own` and the context's ZAP handler names
   // each client by its key; DEALERs are clients of their link's server_key. Null: no security.
   std::shared_ptr<const cluster_keys> keys;
@@ -81,6 +85,11 @@ public:
   zmq_path& operator=(const zmq_path&) = delete;
 
   const std::string& endpoint() const { return endpoint_; }
+  // The time up to which the receive thread has read what peers sent: the last moment it found
+  // nothing left to read. It looks at least every read_stamp_interval, so this lags `now` by
+  // that much when all is read, and by more when the thread works through a backlog or does not
+  // get to run. `now` when the path keeps no stamp (read_stamp_interval zero). Any thread.
+  std::chrono::steady_clock::time_point read_up_to(std::chrono::steady_clock::time_point now) const;
   void start();
   // Joins both threads, closes every socket with linger 0, removes the ipc file we bound.
   void stop();
@@ -129,6 +138,8 @@ private:
   std::string endpoint_, ipc_file_;
   std::atomic<bool> stopping_{false};
   bool started_ = false, stopped_ = false;
+  // When the receive thread last found the ROUTER empty (steady_clock ticks; 0: not yet).
+  std::atomic<std::chrono::steady_clock::rep> receiver_caught_up_{0};
 
   std::mutex mutex_; // guards commands_
   std::deque<command> commands_;

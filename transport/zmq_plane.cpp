@@ -54,6 +54,8 @@ zmq_plane::zmq_plane(zmq_plane_options options) : options_(std::move(options)) {
   };
   auto control = settings("control", control_path, options_.control_endpoint);
   control.heartbeats = true; // small frames only, so a PONG is never stuck behind a transfer
+  // Heartbeats ride the control path: liveness judges silence only up to what it has read.
+  control.read_stamp_interval = std::chrono::milliseconds(50);
   auto bulk = settings("bulk", bulk_path, options_.bulk_endpoint);
   bulk.receive_hwm = options_.bulk_receive_hwm;
   control_ = std::make_unique<detail::zmq_path>(std::move(control), callbacks(control_path));
@@ -228,6 +230,10 @@ void zmq_plane::on_message(const char* path, const std::string& routing_id,
     log_.limited(peer_lines_, log::level::error, "handler threw on a message from " + sender,
                  "zmq: handler threw on a message from '{}': {}", sender, e.what());
   }
+}
+
+steady_time zmq_plane::read_up_to(steady_time now) const {
+  return control_->read_up_to(now);
 }
 
 bool zmq_plane::link_down(const peer_id& peer) const {

@@ -86,6 +86,7 @@ public:
     return channel == "bulk" ? bulk_endpoint() : control_endpoint();
   }
   bool link_down(const peer_id& peer) const override;
+  steady_time read_up_to(steady_time now) const override;
 
   // Makes `peer` reachable; connecting again replaces the old connection (a restarted peer).
   // Secured, a peer without a public key in the key folder stays unreachable (sends answer

@@ -125,6 +125,23 @@ TEST(membership, a_process_woken_from_a_pause_declares_nobody_down_for_its_own_s
   EXPECT_TRUE(m.is_fenced("peer"));
 }
 
+TEST(membership, silence_counts_only_up_to_what_this_process_has_read) {
+  membership m({100ms, 5}); // a 500 ms bound
+  m.on_join(join("peer", 7), t0);
+  EXPECT_TRUE(m.on_heartbeat({"peer", 7, 1}, t0).empty());
+  // Ticks on time, but the receive thread has read nothing since t0 + 50 ms: the heartbeats of
+  // the last second may be waiting in its socket.
+  for (auto t = t0 + 100ms; t <= t0 + 1000ms; t += 100ms) EXPECT_TRUE(m.tick(t, t0 + 50ms).empty());
+  EXPECT_TRUE(m.is_alive("peer"));
+  EXPECT_FALSE(m.is_fenced("peer"));
+  // Caught up, and still nothing from the peer past the bound: down.
+  const auto ev = m.tick(t0 + 1100ms, t0 + 1050ms);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].what, membership_event::kind::down);
+  EXPECT_EQ(ev[0].reason, "no heartbeat for 1050 ms");
+  EXPECT_TRUE(m.is_fenced("peer"));
+}
+
 TEST(membership, a_late_tick_within_the_bound_counts_only_the_silence_seen_awake) {
   membership m({100ms, 5}); // a 500 ms bound
   m.on_join(join("peer", 7), t0);

@@ -1,3 +1,4 @@
+#include "../support/eventually.hpp"
 #include "plane_collector.hpp"
 #include "transport/checksum.hpp"
 #include "transport/control_messages.hpp"
@@ -212,6 +213,44 @@ TEST_F(zmq_plane_fixture, unknown_peer_before_connect_and_after_disconnect) {
   EXPECT_EQ(a.send("later", make_envelope(ping{})), send_status::ok);
   a.disconnect("later");
   EXPECT_EQ(a.send("later", make_envelope(ping{})), send_status::unknown_peer);
+}
+
+TEST_F(zmq_plane_fixture, what_it_has_read_up_to_stays_behind_while_its_receiver_is_busy) {
+  // Liveness judges a peer's silence only up to what the receive thread has read: heartbeats
+  // queued behind a busy (or starved) receiver do not make their sender look dead.
+  zmq_plane a(options_for("read-a", true)), b(options_for("read-b", true));
+  using steady = std::chrono::steady_clock;
+  std::promise<steady::time_point> entered;
+  std::promise<void> release;
+  auto released = release.get_future().share();
+  std::atomic<int> received{0};
+  b.set_handler([&](const peer_id&, envelope) {
+    if (received++ == 0) {
+      entered.set_value(steady::now());
+      released.wait();
+    }
+  });
+  a.set_handler([](const peer_id&, envelope) {});
+  a.connect("read-b", b.control_endpoint(), b.bulk_endpoint());
+  a.start();
+  b.start();
+  // Idle, it keeps up: within its stamp interval (50 ms) of now.
+  EXPECT_TRUE(supernode::testing::eventually(
+      [&] { return steady::now() - b.read_up_to(steady::now()) < 500ms; }));
+  ASSERT_EQ(a.send("read-b", make_envelope(heartbeat{"read-a", 1, 1})), send_status::ok);
+  auto entered_at = entered.get_future();
+  ASSERT_EQ(entered_at.wait_for(20s), std::future_status::ready);
+  const auto held_from = entered_at.get();
+  ASSERT_EQ(a.send("read-b", make_envelope(heartbeat{"read-a", 1, 2})), send_status::ok);
+  // Held in the handler: what it has read stays before the handler ran, however long it is
+  // held.
+  EXPECT_LE(b.read_up_to(held_from + 1h), held_from);
+  release.set_value();
+  EXPECT_TRUE(supernode::testing::eventually([&] { return received.load() == 2; }));
+  EXPECT_TRUE(
+      supernode::testing::eventually([&] { return b.read_up_to(steady::now()) > held_from; }));
+  b.stop();
+  a.stop();
 }
 
 TEST_F(zmq_plane_fixture, two_processes_echo_and_a_64_MiB_bulk_transfer) {
