@@ -467,8 +467,8 @@ TEST_F(shm_fixture, one_sided_writes_are_visible_after_the_flag_and_not_before) 
 // ---- the plane --------------------------------------------------------------------------
 
 TEST_F(shm_fixture, plane_round_trips_every_control_message_in_one_process) {
+  inbox_log log; // outlives the plane, whose receive thread delivers into it
   shm_plane a(cluster, "a"), b(cluster, "b");
-  inbox_log log;
   b.set_handler(log.handler());
   a.start();
   b.start();
@@ -547,8 +547,8 @@ TEST_F(shm_fixture, reassembled_bulk_data_is_referenced_and_outlives_the_plane) 
 }
 
 TEST_F(shm_fixture, bad_frames_are_counted_by_reason_and_the_next_good_frame_is_served) {
+  inbox_log log; // outlives the plane, whose receive thread delivers into it
   shm_plane evil(cluster, "evil"), b(cluster, "b");
-  inbox_log log;
   b.set_handler(log.handler());
   b.start();
   const auto good = encoded(make_envelope(ping{77, 0, {'o', 'k'}}));
@@ -628,8 +628,8 @@ TEST_F(shm_fixture, plane_round_trips_between_two_processes) {
     return 0;
   });
   ASSERT_TRUE(sync.wait(0, 1, 20s)) << "child never came up";
+  inbox_log log; // outlives the plane, whose receive thread delivers into it
   shm_plane parent(cluster, "parent");
-  inbox_log log;
   parent.set_handler(log.handler());
   std::vector<peer_id> down;
   std::mutex down_mutex;
@@ -730,8 +730,8 @@ TEST_F(shm_fixture, a_ring_claiming_another_instance_is_refused_and_the_real_one
   key_folder keys({"prefill-0", "decode-0", "decode-1"});
   std::ostringstream logged;
   supernode::log::redirect_for_testing(&logged);
+  inbox_log log; // outlives the plane, whose receive thread delivers into it
   shm_plane prefill(cluster, "prefill-0", keys.options());
-  inbox_log log;
   prefill.set_handler(log.handler());
   prefill.start();
   const auto& refused = prefill.counters().identity_mismatch;
@@ -775,8 +775,8 @@ TEST_F(shm_fixture, a_ring_claiming_another_instance_is_refused_and_the_real_one
 
 TEST_F(shm_fixture, a_sender_whose_ring_was_dropped_for_garbage_is_heard_again) {
   key_folder keys({"a", "b"});
+  inbox_log log; // outlives the plane, whose receive thread delivers into it
   shm_plane a(cluster, "a", keys.options()), b(cluster, "b", keys.options());
-  inbox_log log;
   std::atomic<int> downs{0};
   b.set_disconnect_handler([&](const peer_id&) { ++downs; });
   b.set_handler(log.handler());

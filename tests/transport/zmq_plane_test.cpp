@@ -112,8 +112,8 @@ protected:
 };
 
 void round_trip_every_message(bool ipc) {
+  collector got; // outlives the plane, whose receive thread delivers into it
   zmq_plane a(options_for("rt-a", ipc)), b(options_for("rt-b", ipc));
-  collector got;
   a.set_handler(got.handler());
   b.set_handler([&](const peer_id& from, envelope m) { b.send(from, std::move(m)); });
   a.connect("rt-b", b.control_endpoint(), b.bulk_endpoint());
@@ -218,12 +218,12 @@ TEST_F(zmq_plane_fixture, unknown_peer_before_connect_and_after_disconnect) {
 TEST_F(zmq_plane_fixture, what_it_has_read_up_to_stays_behind_while_its_receiver_is_busy) {
   // Liveness judges a peer's silence only up to what the receive thread has read: heartbeats
   // queued behind a busy (or starved) receiver do not make their sender look dead.
-  zmq_plane a(options_for("read-a", true)), b(options_for("read-b", true));
   using steady = std::chrono::steady_clock;
   std::promise<steady::time_point> entered;
   std::promise<void> release;
   auto released = release.get_future().share();
   std::atomic<int> received{0};
+  zmq_plane a(options_for("read-a", true)), b(options_for("read-b", true));
   b.set_handler([&](const peer_id&, envelope) {
     if (received++ == 0) {
       entered.set_value(steady::now());
@@ -254,8 +254,8 @@ TEST_F(zmq_plane_fixture, what_it_has_read_up_to_stays_behind_while_its_receiver
 }
 
 TEST_F(zmq_plane_fixture, two_processes_echo_and_a_64_MiB_bulk_transfer) {
+  collector got; // outlives the plane, whose receive thread delivers into it
   zmq_plane parent(options_for("parent", true));
-  collector got;
   parent.set_handler(got.handler());
   parent.start();
   child_peer child("echo-1", parent);
@@ -288,8 +288,8 @@ TEST_F(zmq_plane_fixture, two_processes_echo_and_a_64_MiB_bulk_transfer) {
 }
 
 TEST_F(zmq_plane_fixture, a_ping_round_trip_completes_while_64_MiB_transfers_are_in_flight) {
+  collector got; // outlives the plane, whose receive thread delivers into it
   zmq_plane parent(options_for("parent-hol", true));
-  collector got;
   parent.set_handler(got.handler());
   parent.start();
   child_peer child("echo-hol", parent);
@@ -321,8 +321,8 @@ TEST_F(zmq_plane_fixture, a_ping_round_trip_completes_while_64_MiB_transfers_are
 }
 
 TEST_F(zmq_plane_fixture, a_peer_killed_mid_transfer_is_reported_within_two_seconds) {
+  collector got; // outlives the plane, whose receive thread delivers into it
   zmq_plane parent(options_for("parent-kill", true));
-  collector got;
   std::promise<std::pair<peer_id, std::string>> dropped;
   std::once_flag once;
   parent.set_disconnect_handler([&](const peer_id& peer, const std::string& reason) {
@@ -374,8 +374,8 @@ TEST_F(zmq_plane_fixture, a_peer_killed_mid_transfer_is_reported_within_two_seco
 }
 
 TEST_F(zmq_plane_fixture, bad_frames_are_counted_and_the_connection_keeps_serving) {
+  collector got; // outlives the plane, whose receive thread delivers into it
   zmq_plane a(options_for("judge", true));
-  collector got;
   a.set_handler(got.handler());
   a.start();
 
@@ -513,8 +513,8 @@ TEST_F(zmq_plane_fixture, received_bulk_data_references_the_zmq_message_and_outl
 // What a sender may put in a multipart message: the parts of a spliced frame are served, any
 // other split is a bad frame, counted, and the connection keeps serving.
 TEST_F(zmq_plane_fixture, multipart_frames_are_judged_like_single_ones) {
+  collector got; // outlives the plane, whose receive thread delivers into it
   zmq_plane a(options_for("parts", true));
-  collector got;
   a.set_handler(got.handler());
   a.start();
   zmq::context_t ctx(1);
