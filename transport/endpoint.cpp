@@ -79,9 +79,9 @@ bool endpoint::refuse_if_fenced(const peer_id& from, const envelope& message) {
          "a message of incarnation " + std::to_string(incarnation) +
              ", declared down after missing its heartbeats");
   if (message.is<heartbeat>()) // at the sender's heartbeat pace, no faster
-    planes_.at(cluster_.plane_for_flow("control").name)
-        ->send(from, make_envelope(member_fenced{
-                         from, incarnation, "declared down by " + self_.name + " after a hang"}));
+    control_plane().send(
+        from, make_envelope(member_fenced{from, incarnation,
+                                          "declared down by " + self_.name + " after a hang"}));
   return true;
 }
 
@@ -365,6 +365,10 @@ void endpoint::on_directory(const peer_id& from, const member_directory& d) {
   for (auto& peer : to_announce) announce_join(peer);
 }
 
+plane& endpoint::control_plane() const {
+  return *planes_.at(cluster_.plane_for_flow("control").name);
+}
+
 bool endpoint::links_up_to(const peer_id& peer) const {
   for (auto& [name, p] : planes_)
     if (p->link_down(peer)) return false;
@@ -404,7 +408,7 @@ member_join endpoint::own_join(bool wants_directory) const {
 
 void endpoint::rejoin_tick() {
   if (!self_.joined) return;
-  auto& control = *planes_.at(cluster_.plane_for_flow("control").name);
+  auto& control = control_plane();
   if (!directory_received_) {
     const auto join = make_envelope(own_join(true));
     for (auto& seed : join_seeds_) control.send(seed.peer, join);
@@ -435,8 +439,7 @@ void endpoint::tick(steady_time now) {
   std::chrono::nanoseconds paused{0};
   {
     std::lock_guard lock(mutex_);
-    events =
-        membership_.tick(now, planes_.at(cluster_.plane_for_flow("control").name)->read_up_to(now));
+    events = membership_.tick(now, control_plane().read_up_to(now));
     paused = membership_.last_pause();
     for (auto& [id, m] : membership_.members())
       if (id != self_.name && m.state == member_state::alive) targets.push_back(id);
@@ -455,8 +458,7 @@ void endpoint::tick(steady_time now) {
 }
 
 void endpoint::announce_join(const peer_id& peer, bool wants_directory) {
-  planes_.at(cluster_.plane_for_flow("control").name)
-      ->send(peer, make_envelope(own_join(wants_directory)));
+  control_plane().send(peer, make_envelope(own_join(wants_directory)));
 }
 
 void endpoint::announce_leave(const std::string& reason) {

@@ -108,6 +108,8 @@ private:
   // No plane has `peer`'s connection down now (membership revives a member whose connection
   // dropped only then).
   bool links_up_to(const peer_id& peer) const;
+  // The plane the control flow (heartbeats, joins, fencing notices) rides.
+  plane& control_plane() const;
   std::string membership_refusal(const peer_id& from, const envelope& message) const;
   // A message of `from`'s fenced incarnation (anything but a heartbeat or join bringing a new
   // one): refused, and a heartbeat answered with member_fenced so the process learns it.

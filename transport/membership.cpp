@@ -20,11 +20,10 @@ const char* to_string(member_state s) {
 }
 
 namespace {
-// A member down for a dropped connection, heard from in the incarnation that dropped it while
-// its links are still down: a message it sent before it died, queued behind the drop.
+// A member that is down, heard from in the same incarnation while a plane has its connection
+// down: a message it sent before it died, queued behind the drop.
 bool queued_before_the_drop(const member& m, uint64_t incarnation, bool links_up) {
-  return m.state == member_state::down && m.connection_dropped && !links_up &&
-         m.incarnation == incarnation;
+  return m.state == member_state::down && !links_up && m.incarnation == incarnation;
 }
 } // namespace
 
@@ -79,7 +78,6 @@ std::vector<membership_event> membership::on_message(const std::string& peer, st
   it->second.last_heard = now;
   if (it->second.state != member_state::down) return {};
   it->second.state = member_state::alive;
-  it->second.connection_dropped = false;
   return {{membership_event::kind::joined, peer, "a message arrived"}};
 }
 
@@ -102,7 +100,6 @@ std::vector<membership_event> membership::on_heartbeat(const heartbeat& h, stead
     m.incarnation = h.incarnation;
     m.state = member_state::alive;
     m.fenced = false;
-    m.connection_dropped = false;
     m.last_heard = now;
     events.push_back({membership_event::kind::joined, m.id, "rejoined after a restart"});
     return events;
@@ -111,7 +108,6 @@ std::vector<membership_event> membership::on_heartbeat(const heartbeat& h, stead
   m.last_heard = now;
   if (m.state == member_state::down) {
     m.state = member_state::alive;
-    m.connection_dropped = false;
     return {{membership_event::kind::joined, m.id, "heartbeats resumed"}};
   }
   return {};
@@ -122,7 +118,6 @@ std::vector<membership_event> membership::on_disconnect(const std::string& peer,
   auto it = members_.find(peer);
   if (it == members_.end() || it->second.state != member_state::alive) return {};
   it->second.state = member_state::down;
-  it->second.connection_dropped = true;
   return {{membership_event::kind::down, peer, reason}};
 }
 

@@ -13,9 +13,9 @@
 //   - a member declared down for silence once we knew its incarnation is fenced: that
 //     incarnation never comes back (its work was recovered elsewhere), only a new one does. A
 //     dropped connection does not fence (the process may still be starting its planes);
-//   - a member down because its connection dropped comes back in the same incarnation only
-//     once its links are up again (`links_up`): what a killed process sent just before it died
-//     can still be queued behind the drop, and is no sign of life.
+//   - a member that is down comes back in the same incarnation only while no plane has its
+//     connection down (`links_up`): what a killed process sent just before it died can still
+//     be queued behind the drop, and is no sign of life.
 
 #include "transport/control_messages.hpp"
 
@@ -40,7 +40,6 @@ struct member {
   member_state state = member_state::alive;
   steady_time last_heard{};
   bool fenced = false; // this incarnation was declared down for silence: refused from now on
-  bool connection_dropped = false; // down because a plane saw its connection drop
 };
 
 struct membership_event {
