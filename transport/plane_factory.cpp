@@ -61,6 +61,8 @@ std::unique_ptr<plane> make_plane(const cluster_config& cluster, const plane_con
     o.bulk_endpoint = cluster.address(self, pc, "bulk");
     o.queue_limit = pc.queue_limit;
     o.keys = cluster_keys_for(cluster);
+    if (cluster.plane_for_flow("control").name == pc.name)
+      o.read_stamp_interval = std::chrono::milliseconds(50);
     auto p = std::make_unique<zmq_plane>(o);
     // Every instance of the config is reachable from the start; zmq connects before the peer
     // binds and delivers once it does.

@@ -55,7 +55,7 @@ zmq_plane::zmq_plane(zmq_plane_options options) : options_(std::move(options)) {
   auto control = settings("control", control_path, options_.control_endpoint);
   control.heartbeats = true; // small frames only, so a PONG is never stuck behind a transfer
   // Heartbeats ride the control path: liveness judges silence only up to what it has read.
-  control.read_stamp_interval = std::chrono::milliseconds(50);
+  control.read_stamp_interval = options_.read_stamp_interval;
   auto bulk = settings("bulk", bulk_path, options_.bulk_endpoint);
   bulk.receive_hwm = options_.bulk_receive_hwm;
   control_ = std::make_unique<detail::zmq_path>(std::move(control), callbacks(control_path));

@@ -65,6 +65,10 @@ struct zmq_plane_options {
   // zmq refuses, and drops the connection of, anything larger: it cannot be received without
   // allocating it first. Everything below reaches decode_frame and is judged there.
   int64_t max_message_bytes = int64_t{128} << 20;
+  // The plane carrying heartbeats (the control flow): how often its control path's receive
+  // thread at least stamps that it has read everything (read_up_to). Zero for other planes:
+  // no stamp, read_up_to answers `now`, and the thread sleeps until input.
+  std::chrono::milliseconds read_stamp_interval{0};
 };
 
 class zmq_plane : public plane {

@@ -4,9 +4,11 @@
 #include "transport/endpoint.hpp"
 #include "transport/plane_factory.hpp"
 
+#include <filesystem>
 #include <future>
 #include <gtest/gtest.h>
 #include <thread>
+#include <unistd.h>
 
 using namespace supernode::transport;
 using namespace std::chrono_literals;
@@ -219,4 +221,31 @@ TEST(endpoint, a_member_declared_down_for_silence_is_fenced_and_told_so) {
   b2.start();
   b2.tick(std::chrono::steady_clock::now());
   ASSERT_TRUE(supernode::testing::eventually([&] { return a.is_alive("beta-0"); }));
+}
+
+TEST(endpoint, only_the_plane_carrying_heartbeats_keeps_a_read_stamp) {
+  // Liveness judges silence up to what the control flow's plane has read (plane::read_up_to);
+  // the other planes keep no stamp, so their receive threads sleep until input.
+  const auto run_dir =
+      std::filesystem::temp_directory_path() / ("read-stamp-test-" + std::to_string(::getpid()));
+  const auto cluster =
+      cluster_config::parse("[cluster]\nname = \"read-stamp\"\nrun_dir = \"" + run_dir.string() +
+                                "\"\n[planes.vpc]\nkind = \"zmq\"\n"
+                                "[planes.rdma]\nkind = \"zmq\"\n"
+                                "[flows]\ncontrol = \"vpc\"\nbulk = \"rdma\"\n"
+                                "[process.a]\nroles = [\"alpha\"]\n",
+                            "read-stamp.toml");
+  const auto& self = cluster.instances().front();
+  auto vpc = make_plane(cluster, cluster.planes.at("vpc"), self);
+  auto rdma = make_plane(cluster, cluster.planes.at("rdma"), self);
+  vpc->start();
+  rdma->start();
+  const auto later = std::chrono::steady_clock::now() + 1h;
+  EXPECT_TRUE(supernode::testing::eventually(
+      [&] { return vpc->read_up_to(later) > std::chrono::steady_clock::time_point{}; }));
+  EXPECT_LT(vpc->read_up_to(later), later);
+  EXPECT_EQ(rdma->read_up_to(later), later);
+  vpc->stop();
+  rdma->stop();
+  std::filesystem::remove_all(run_dir);
 }

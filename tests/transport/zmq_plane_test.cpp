@@ -223,7 +223,9 @@ TEST_F(zmq_plane_fixture, what_it_has_read_up_to_stays_behind_while_its_receiver
   std::promise<void> release;
   auto released = release.get_future().share();
   std::atomic<int> received{0};
-  zmq_plane a(options_for("read-a", true)), b(options_for("read-b", true));
+  auto heartbeats_plane = options_for("read-b", true);
+  heartbeats_plane.read_stamp_interval = 50ms;
+  zmq_plane a(options_for("read-a", true)), b(heartbeats_plane);
   b.set_handler([&](const peer_id&, envelope) {
     if (received++ == 0) {
       entered.set_value(steady::now());
