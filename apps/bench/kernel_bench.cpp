@@ -231,10 +231,16 @@ void measure_ceilings(const options& opt, json& machine) {
   keep_max(machine["read_bw_gbs"], opt.threads == 1 ? bw1 : kb::read_bandwidth_gbs(opt.threads));
   // The exact step of every timed path's inner loop, and the inexact vpmaddubsw step that
   // saturating kernels (oneDNN's AVX2 path) can reach.
+  // With several threads, also what they reach running the step at once: the ceiling the
+  // fractions below use (a core's rate times the threads overstates it for SMT siblings).
   for (auto isa : opt.isas)
-    if (isa != k::kernel_isa::portable)
+    if (isa != k::kernel_isa::portable) {
       keep_max(machine["int8_exact_peak_gops_per_core"][k::kernel_isa_name(isa)],
                kb::exact_int8_peak_gops(isa));
+      if (opt.threads > 1)
+        keep_max(machine["int8_exact_peak_gops_all_threads"][k::kernel_isa_name(isa)],
+                 kb::exact_int8_peak_gops(isa, opt.threads));
+    }
   keep_max(machine["int8_maddubs_peak_gops_per_core"], kb::int8_maddubs_peak_gops());
   keep_max(machine["fp32_fma_peak_gflops_per_core"], kb::fp32_fma_peak_gflops());
 }
@@ -249,8 +255,9 @@ void add_fractions(const options& opt, const json& machine, json& results) {
     for (auto isa : opt.isas) {
       const char* name = k::kernel_isa_name(isa);
       if (isa == k::kernel_isa::portable) continue;
-      const double peak =
-          machine["int8_exact_peak_gops_per_core"][name].get<double>() * opt.threads;
+      const double peak = opt.threads > 1
+                              ? machine["int8_exact_peak_gops_all_threads"][name].get<double>()
+                              : machine["int8_exact_peak_gops_per_core"][name].get<double>();
       auto& f = row["ours_int8_by_isa"][name];
       f["fraction_of_exact_peak"] = round3(f["gops"].get<double>() / peak);
     }

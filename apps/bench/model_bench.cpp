@@ -257,12 +257,14 @@ int run_model_bench(cli_args& args) {
   const double bw_one = kernel_bench::read_bandwidth_gbs(1);
   const double bw_all = threads == 1 ? bw_one : kernel_bench::read_bandwidth_gbs(threads);
   out["read_bandwidth_gbs"] = {{"one_thread", bw_one}, {"all_threads", bw_all}};
-  // The ceiling of the INT8 path the kernels actually run on this CPU.
+  // The ceiling of the INT8 path the kernels actually run on this CPU, every thread running it
+  // at once (beside one core's rate times the threads, which it matches only on separate cores).
   const auto isa = kernels::active_kernel_isa();
-  const double int8_peak = kernel_bench::exact_int8_peak_gops(isa) * threads;
+  const double int8_peak = kernel_bench::exact_int8_peak_gops(isa, threads);
   out["kernel_isa"] = kernels::kernel_isa_name(isa);
   out["heap_huge_pages"] = heap_huge_pages_requested();
   out["int8_peak_gops_all_threads"] = int8_peak;
+  out["int8_peak_gops_one_core_times_threads"] = kernel_bench::exact_int8_peak_gops(isa) * threads;
 
   if (prefill_repeats == 0 && decode_steps == 0) {
     const int64_t checks = quick ? 20000 : 200000;
