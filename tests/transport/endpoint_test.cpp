@@ -35,9 +35,9 @@ roles = ["beta"]
 
 TEST(endpoint, messages_heartbeats_and_down_peers) {
   auto cluster = cluster_config::parse(two_instances, "two.toml");
+  inbox ia, ib; // before the endpoints: their handlers write here until they end
   auto a = std::make_unique<endpoint>(cluster, "alpha-0", make_plane, 11);
   auto b = std::make_unique<endpoint>(cluster, "beta-0", make_plane, 22);
-  inbox ia, ib;
   ia.attach(*a);
   ib.attach(*b);
   a->start();
@@ -117,9 +117,9 @@ struct test_reply {
 
 struct three_endpoints {
   cluster_config cluster = cluster_config::parse(three_instances, "three.toml");
+  inbox alpha_mail; // before the endpoints: their handlers write here until they end
   endpoint alpha{cluster, "alpha-0", make_plane, 100}, beta{cluster, "beta-0", make_plane, 200},
       gamma{cluster, "gamma-0", make_plane, 300};
-  inbox alpha_mail;
   three_endpoints() {
     register_message<test_reply>();
     alpha_mail.attach(alpha);
@@ -189,8 +189,8 @@ TEST(endpoint, a_reply_counts_only_from_the_peer_asked) {
 
 TEST(endpoint, a_member_declared_down_for_silence_is_fenced_and_told_so) {
   auto cluster = cluster_config::parse(two_instances, "two.toml");
+  inbox ia; // before the endpoints: their handlers write here until they end
   endpoint a(cluster, "alpha-0", make_plane, 11), b(cluster, "beta-0", make_plane, 22);
-  inbox ia;
   ia.attach(a);
   std::promise<std::string> fenced_by;
   b.set_fenced_handler([&](const std::string& by, const std::string&) { fenced_by.set_value(by); });
