@@ -126,8 +126,8 @@ std::optional<handover_batch> block_handover::next_batch(block_store& store) {
   return std::nullopt;
 }
 
-void block_handover::answered(uint64_t version, uint64_t planned, uint64_t stored,
-                              uint64_t failed) {
+void block_handover::answered(uint64_t version, uint64_t planned, uint64_t stored, uint64_t failed,
+                              bool unreachable) {
   totals_.blocks_out += stored;
   totals_.blocks_failed += failed;
   if (!change_ || change_->target.version != version) return; // a replaced change's batch
@@ -135,6 +135,7 @@ void block_handover::answered(uint64_t version, uint64_t planned, uint64_t store
   change_->initial_left -= std::min(change_->initial_left, planned);
   change_->sent += stored;
   change_->failed += failed;
+  if (unreachable) change_->unreachable += failed;
   close_if_done();
 }
 

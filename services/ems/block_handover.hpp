@@ -75,8 +75,10 @@ public:
   // skipped.
   std::optional<handover_batch> next_batch(block_store& store);
   // The answer to a batch of change `version` (`planned`: its handover_batch::planned):
-  // `stored` blocks taken, `failed` not.
-  void answered(uint64_t version, uint64_t planned, uint64_t stored, uint64_t failed);
+  // `stored` blocks taken, `failed` not; `unreachable` when no answer came at all (the owner
+  // down, or not known to be up yet), not a refusal.
+  void answered(uint64_t version, uint64_t planned, uint64_t stored, uint64_t failed,
+                bool unreachable = false);
   // Once per change: true when the last block it planned at its start was answered (the
   // caller reports done). Blocks put during the change go on being forwarded meanwhile, but a
   // steady put load must not keep the change from ending.
@@ -103,6 +105,7 @@ public:
   uint64_t planned() const { return change_ ? change_->planned : 0; }
   uint64_t change_sent() const { return change_ ? change_->sent : 0; }
   uint64_t change_failed() const { return change_ ? change_->failed : 0; }
+  uint64_t change_unreachable() const { return change_ ? change_->unreachable : 0; }
   std::chrono::milliseconds elapsed() const;
   const handover_totals& totals() const { return totals_; }
 
@@ -112,7 +115,7 @@ private:
     hash_ring current, next;
     // (destination, ns) -> keys to send, in plan order, each marked when planned at the start.
     std::map<std::pair<std::string, std::string>, std::deque<std::pair<std::string, bool>>> queue;
-    uint64_t planned = 0, sent = 0, failed = 0;
+    uint64_t planned = 0, sent = 0, failed = 0, unreachable = 0;
     uint64_t initial_left = 0; // planned at the start and not answered yet
     int in_flight = 0;
     bool reported = false;

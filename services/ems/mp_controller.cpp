@@ -4,6 +4,8 @@
 #include "services/protocol/ems_messages.hpp"
 #include "services/serving/delivery.hpp"
 
+#include <algorithm>
+
 namespace supernode::services::ems {
 
 namespace pr = protocol;
@@ -95,17 +97,13 @@ void mp_controller::on_member_event(const transport::membership_event& event,
       if (in_target || was_on_ring) {
         // Either ring of the change lost a server: the servers plan again against the new pair,
         // under a version above the ring just pushed.
-        change_->version = ++version_;
-        change_->waiting = {};
-        for (auto& s : ring_.servers()) change_->waiting.insert(s);
-        for (auto& s : change_->target.servers()) change_->waiting.insert(s);
         if (change_->target.servers() == ring_.servers() || ring_.size() == 0 ||
             change_->target.size() == 0)
           finish_change(out, false); // nothing left to hand over, or nobody to hand it to
         else
-          send_target(out);
-      } else if (change_->waiting.empty()) {
-        finish_change(out, false);
+          plan_again(out);
+      } else if (change_->waiting.empty() && change_->retry_in_ticks == 0) {
+        round_done(out);
       }
     }
   }
@@ -174,6 +172,29 @@ void mp_controller::send_target(transport::endpoint& out) {
   for (auto& s : change_->waiting) out.send_retrying("ems", s, message);
 }
 
+void mp_controller::plan_again(transport::endpoint& out) {
+  change_->version = ++version_;
+  change_->waiting = {};
+  for (auto& s : ring_.servers()) change_->waiting.insert(s);
+  for (auto& s : change_->target.servers()) change_->waiting.insert(s);
+  change_->round_failed = change_->round_unreachable = 0;
+  change_->retry_in_ticks = 0;
+  send_target(out);
+}
+
+void mp_controller::round_done(transport::endpoint& out) {
+  auto& c = *change_;
+  if (c.round_unreachable == 0) return finish_change(out, false);
+  // Publishing now would give those blocks' keys to owners that do not hold them: a block a
+  // client was told is stored would be missed. The senders still hold them; they go again
+  // (the hand-over timeout still bounds the change).
+  c.retry_in_ticks = std::min(1 << std::min(c.retries, 3), max_retry_ticks);
+  ++c.retries;
+  out.log().info("ring change to version {}: {} blocks did not reach their new owner; the "
+                 "servers plan it again in {} ticks (retry {})",
+                 epoch_ + c.version, c.round_unreachable, c.retry_in_ticks, c.retries);
+}
+
 void mp_controller::finish_change(transport::endpoint& out, bool timed_out) {
   auto c = std::move(*change_);
   change_.reset();
@@ -189,13 +210,14 @@ void mp_controller::finish_change(transport::endpoint& out, bool timed_out) {
     std::string late;
     for (auto& s : c.waiting) late += (late.empty() ? "" : ", ") + s;
     out.log().warn("ring version {}: the hand-over timed out after {} ms ({} blocks handed over, "
-                   "{} failed); {} did not finish, and what they had not handed over is lost to "
-                   "the cache",
-                   epoch_ + version_, ms, c.blocks_moved, c.blocks_failed, late);
+                   "{} failed); {}, and what was not handed over is lost to the cache",
+                   epoch_ + version_, ms, c.blocks_moved, c.round_failed,
+                   late.empty() ? "a round planned again had not begun" : late + " did not finish");
   } else {
-    out.log().info("ring version {} published after a hand-over of {} blocks in {} ms ({} failed): "
-                   "{}",
-                   epoch_ + version_, c.blocks_moved, ms, c.blocks_failed, ring_.describe());
+    out.log().info("ring version {} published after a hand-over of {} blocks in {} ms and {} "
+                   "round(s) ({} failed): {}",
+                   epoch_ + version_, c.blocks_moved, ms, c.retries + 1, c.round_failed,
+                   ring_.describe());
   }
   push_ring(out);
 }
@@ -384,8 +406,9 @@ void mp_controller::on(const transport::peer_id& from, const pr::ems_handover_do
   if (!change_ || d.target_version != epoch_ + change_->version) return; // an older change's
   if (!change_->waiting.erase(from)) return;
   change_->blocks_moved += d.blocks_sent;
-  change_->blocks_failed += d.blocks_failed;
-  if (change_->waiting.empty()) finish_change(out, false);
+  change_->round_failed += d.blocks_failed;
+  change_->round_unreachable += d.blocks_unreachable;
+  if (change_->waiting.empty()) round_done(out);
 }
 
 void mp_controller::on_tick(transport::endpoint& out) {
@@ -394,7 +417,9 @@ void mp_controller::on_tick(transport::endpoint& out) {
   if (change_ && std::chrono::steady_clock::now() - change_->started >=
                      std::chrono::milliseconds(config_.handover_timeout_ms))
     finish_change(out, true);
-  else if (change_ && ticks_ % target_resend_ticks == 0)
+  else if (change_ && change_->retry_in_ticks > 0) {
+    if (--change_->retry_in_ticks == 0) plan_again(out);
+  } else if (change_ && ticks_ % target_resend_ticks == 0)
     send_target(out);
   // Joins and leaves asked for since the last change go together (a scale-down drains all its
   // servers at once).

@@ -75,6 +75,10 @@ public:
   // A running change's target goes again to the servers that have not answered it, this often:
   // a target sent as a server restarted can land on its old connection and be lost.
   static constexpr int target_resend_ticks = 10;
+  // A round in which blocks did not reach their new owner (not reachable yet: a restarted
+  // server whose new incarnation the sender has not heard of) is planned again after 1, 2, 4,
+  // then every 8 ticks, until handover_timeout_ms. Blocks an owner refused are not retried.
+  static constexpr int max_retry_ticks = 8;
 
 private:
   struct waiter {
@@ -97,8 +101,12 @@ private:
     hash_ring target;
     uint64_t version = 0;
     std::set<transport::peer_id> waiting;
-    uint64_t blocks_moved = 0, blocks_failed = 0;
+    uint64_t blocks_moved = 0; // over every round
     std::chrono::steady_clock::time_point started;
+    // This round's failures (those that never reached their owner apart), the rounds planned
+    // again for them, and the ticks until the next.
+    uint64_t round_failed = 0, round_unreachable = 0;
+    int retries = 0, retry_in_ticks = 0;
   };
 
   // The ring as clients and servers see it; its version counts up across controller restarts.
@@ -116,6 +124,10 @@ private:
   void begin_change(transport::endpoint& out);
   // To every server the change waits for (a restarted one too, on the next resend).
   void send_target(transport::endpoint& out);
+  // Every server of both rings plans the change again, under a new version.
+  void plan_again(transport::endpoint& out);
+  // The round is over: published, or planned again when blocks did not reach their owner.
+  void round_done(transport::endpoint& out);
   // Publishes the change's target: what the servers handed over, or all there is past the timeout.
   void finish_change(transport::endpoint& out, bool timed_out);
   // Marks `m` ready with what makes it and wakes its waiters.

@@ -141,10 +141,10 @@ void mp_server::pump_handover() {
 }
 
 void mp_server::send_handover_done() {
-  out_->send_retrying(
-      "ems", handover_controller_,
-      transport::make_envelope(pr::ems_handover_done{handover_.version(), handover_.change_sent(),
-                                                     handover_.change_failed()}));
+  out_->send_retrying("ems", handover_controller_,
+                      transport::make_envelope(pr::ems_handover_done{
+                          handover_.version(), handover_.change_sent(), handover_.change_failed(),
+                          handover_.change_unreachable()}));
 }
 
 void mp_server::release_held_acks() {
@@ -176,13 +176,14 @@ void mp_server::send_handover_batch(handover_batch batch) {
         if (stored < blocks)
           out_->log().warn("{} of {} blocks handed over to {} were not stored: {}", blocks - stored,
                            blocks, to, reply ? "refused" : error);
-        enqueue([this, version, blocks, planned, stored] {
-          handover_.answered(version, planned, stored, blocks - stored);
+        const bool unreachable = !reply;
+        enqueue([this, version, blocks, planned, stored, unreachable] {
+          handover_.answered(version, planned, stored, blocks - stored, unreachable);
           pump_handover();
         });
       });
   if (!id) {
-    handover_.answered(version, planned, 0, blocks);
+    handover_.answered(version, planned, 0, blocks, true);
     return;
   }
   batch.put.request_id = *id;

@@ -107,7 +107,8 @@ struct ems_handover_done {
   uint64_t target_version = 0;
   uint64_t blocks_sent = 0;
   uint64_t blocks_failed = 0;
-  MSGPACK_DEFINE_MAP(target_version, blocks_sent, blocks_failed);
+  uint64_t blocks_unreachable = 0; // of those failed, sent to an owner not reachable (yet)
+  MSGPACK_DEFINE_MAP(target_version, blocks_sent, blocks_failed, blocks_unreachable);
 };
 
 // ---- from the MP controller --------------------------------------------------------------------

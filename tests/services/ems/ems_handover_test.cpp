@@ -499,3 +499,46 @@ TEST(mp_controller_handover, a_server_that_lost_the_target_gets_it_again_until_i
   EXPECT_FALSE(pool.target_of("mp_server-0").has_value())
       << "a server that answered is not sent the target again";
 }
+
+TEST(mp_controller_handover,
+     blocks_not_handed_over_are_planned_again_before_the_ring_is_published) {
+  scripted_pool pool;
+  pool.send("mp_server-0", pr::ems_ring_request{0});
+  pool.send("mp_server-1", pr::ems_ring_request{0});
+  pool.send("probe-0", pr::ems_ring_request{0});
+  ASSERT_TRUE(eventually(
+      [&] { return pool.controller().locked([](ems::mp_controller& c) { return c.settled(); }); },
+      10s));
+  const names two{"mp_server-0", "mp_server-1"}, three{"mp_server-0", "mp_server-1", "mp_server-2"};
+  ASSERT_TRUE(eventually([&] { return pool.view_of("probe-0") == two; }, 10s));
+  pool.start("mp_server-2");
+  pool.send("mp_server-2", pr::ems_ring_request{0});
+  for (auto* s : {"mp_server-0", "mp_server-1", "mp_server-2"})
+    ASSERT_TRUE(eventually([&] { return pool.target_of(s).has_value(); }, 10s)) << s;
+  const auto join = *pool.target_of("mp_server-2");
+  for (auto* s : {"mp_server-0", "mp_server-1", "mp_server-2"}) pool.forget_target(s);
+  // mp_server-0 could not reach the new server for 5 of its blocks (it had not heard of that
+  // incarnation yet): publishing would leave those keys with an owner that lacks them.
+  // mp_server-1 had 2 refused (a full tier): those alone would not hold the change.
+  pool.send("mp_server-0", pr::ems_handover_done{join.version, 3, 5, 5});
+  pool.send("mp_server-1", pr::ems_handover_done{join.version, 4, 2, 0});
+  pool.send("mp_server-2", pr::ems_handover_done{join.version, 0, 0});
+  for (auto* s : {"mp_server-0", "mp_server-1", "mp_server-2"})
+    ASSERT_TRUE(eventually([&] { return pool.target_of(s).has_value(); }, 5s))
+        << s << " was not asked to plan the change again";
+  const auto again = *pool.target_of("mp_server-0");
+  EXPECT_GT(again.version, join.version);
+  EXPECT_EQ(again.servers, three);
+  EXPECT_EQ(again.current_servers, two);
+  EXPECT_EQ(pool.ring(), two) << "published with blocks not handed over";
+  EXPECT_EQ(pool.view_of("probe-0"), two);
+  // The next round reaches every owner; a refusal is not retried: now the ring goes out.
+  for (auto* s : {"mp_server-0", "mp_server-1", "mp_server-2"}) pool.forget_target(s);
+  for (auto* s : {"mp_server-0", "mp_server-2"})
+    pool.send(s, pr::ems_handover_done{again.version, 5, 0, 0});
+  pool.send("mp_server-1", pr::ems_handover_done{again.version, 4, 2, 0});
+  ASSERT_TRUE(eventually([&] { return pool.view_of("probe-0") == three; }, 5s));
+  EXPECT_EQ(pool.ring(), three);
+  EXPECT_FALSE(pool.target_of("mp_server-1").has_value())
+      << "a round of refusals was planned again";
+}
