@@ -33,8 +33,9 @@ const transport::config_table<ems_config>& ems_config_table() {
                    "how long a client waits for the pool before a get is a miss and a put fails")
           .integer("handover_timeout_ms", &ems_config::handover_timeout_ms, 0, 3600000,
                    "how long a ring change (an MP server joining or leaving) waits for the "
-                   "servers to hand over the blocks it moves; past it the new ring is published "
-                   "anyway and the blocks not handed over are lost to the cache")
+                   "servers to hand over the blocks it moves (a round whose blocks did not "
+                   "reach their new owner is planned again until then); past it the new ring is "
+                   "published anyway and the blocks not handed over are lost to the cache")
           .boolean("context_cache", &ems_config::context_cache,
                    "prefill looks up cached prompt prefixes in the pool and stores new KV blocks")
           .integer("block_tokens", &ems_config::block_tokens, 1, 65536,

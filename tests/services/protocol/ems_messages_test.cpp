@@ -29,7 +29,7 @@ ems_ring_request ring_request() {
 }
 
 ems_handover_done handover_done() {
-  return {0x1234ull << 16 | 9, 120, 3};
+  return {0x1234ull << 16 | 9, 120, 3, 2};
 }
 
 ems_ring_target ring_target() {
