@@ -27,16 +27,19 @@ struct output {
   std::shared_ptr<spdlog::logger> sink;
   format fmt;
 };
-std::atomic<std::shared_ptr<const output>> output_;
-std::mutex install_mutex_;            // serializes replacements
-std::ostream* test_output_ = nullptr; // guarded by install_mutex_
+// A plain shared_ptr under a mutex, not std::atomic<std::shared_ptr>: GCC 12's load of the
+// latter unlocks with a relaxed store, which TSan reports as a race with the next replacement
+// (google/sanitizers#1558). Uncontended, the lock costs nothing beside spdlog's own per line.
+std::mutex output_mutex_;
+std::shared_ptr<const output> output_; // guarded by output_mutex_
+std::ostream* test_output_ = nullptr;  // guarded by output_mutex_
 
 // spdlog supplies the time (UTC) and the output; the rest of the line is ours, in %v.
 const char* pattern_of(format f) {
   return f == format::json ? R"({"time":"%Y-%m-%dT%H:%M:%S.%fZ",%v})" : "%Y-%m-%dT%H:%M:%S.%eZ %v";
 }
 
-// Caller holds install_mutex_.
+// Caller holds output_mutex_.
 void install(format f) {
   spdlog::sink_ptr sink;
   if (test_output_)
@@ -48,14 +51,13 @@ void install(format f) {
   auto l = std::make_shared<spdlog::logger>("supernode", std::move(sink));
   l->set_level(spdlog::level::trace); // levels are filtered before formatting, in log.hpp
   format_.store(f);
-  output_.store(std::make_shared<const output>(output{std::move(l), f}));
+  output_ = std::make_shared<const output>(output{std::move(l), f});
 }
 
 std::shared_ptr<const output> current_output() {
-  if (auto o = output_.load()) return o;
-  std::lock_guard lock(install_mutex_);
-  if (!output_.load()) install(format_.load());
-  return output_.load();
+  std::lock_guard lock(output_mutex_);
+  if (!output_) install(format_.load());
+  return output_;
 }
 
 // Text keeps one record on one line whatever the message holds (a peer's bytes cannot forge
@@ -170,7 +172,7 @@ level current_level() {
 }
 
 void set_format(format f) {
-  std::lock_guard lock(install_mutex_);
+  std::lock_guard lock(output_mutex_);
   install(f);
 }
 format current_format() {
@@ -218,7 +220,7 @@ void export_to_env() {
 }
 
 void redirect_for_testing(std::ostream* out) {
-  std::lock_guard lock(install_mutex_);
+  std::lock_guard lock(output_mutex_);
   test_output_ = out;
   install(format_.load());
 }
