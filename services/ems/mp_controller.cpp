@@ -188,7 +188,7 @@ void mp_controller::round_done(transport::endpoint& out) {
   // Publishing now would give those blocks' keys to owners that do not hold them: a block a
   // client was told is stored would be missed. The senders still hold them; they go again
   // (the hand-over timeout still bounds the change).
-  c.retry_in_ticks = std::min(1 << std::min(c.retries, 3), max_retry_ticks);
+  c.retry_in_ticks = c.retries < 3 ? 1 << c.retries : max_retry_ticks; // 1, 2, 4, 8, 8, ...
   ++c.retries;
   out.log().info("ring change to version {}: {} blocks did not reach their new owner; the "
                  "servers plan it again in {} ticks (retry {})",
