@@ -64,7 +64,18 @@ void endpoint::set_fenced_handler(fenced_handler h) {
   on_fenced_ = std::move(h);
 }
 
+namespace {
+// The messages that say which incarnation speaks, or that membership handles itself.
+bool is_membership_message(const envelope& message) {
+  return message.is<heartbeat>() || message.is<member_join>() || message.is<member_leave>() ||
+         message.is<member_directory>() || message.is<member_fenced>();
+}
+} // namespace
+
 bool endpoint::refuse_if_fenced(const peer_id& from, const envelope& message) {
+  // Any other message of a fenced member may be its restarted process's first, ahead of that
+  // one's heartbeat: on_message holds it until a heartbeat or join tells which process it is.
+  if (!is_membership_message(message)) return false;
   uint64_t incarnation = 0;
   {
     std::lock_guard lock(mutex_);
@@ -78,10 +89,14 @@ bool endpoint::refuse_if_fenced(const peer_id& from, const envelope& message) {
   reject(from, "fenced_incarnation",
          "a message of incarnation " + std::to_string(incarnation) +
              ", declared down after missing its heartbeats");
-  if (message.is<heartbeat>()) // at the sender's heartbeat pace, no faster
+  if (message.is<heartbeat>()) { // at the sender's heartbeat pace, no faster
+    drop_held(from, "fenced_incarnation",
+              "a message held for its sender's next heartbeat, which came from the incarnation " +
+                  std::to_string(incarnation) + " declared down after missing its heartbeats");
     control_plane().send(
         from, make_envelope(member_fenced{from, incarnation,
                                           "declared down by " + self_.name + " after a hang"}));
+  }
   return true;
 }
 
@@ -295,27 +310,110 @@ void endpoint::on_message(const peer_id& from, envelope message) {
     std::lock_guard lock(mutex_);
     events = membership_.on_leave(*l, now);
   } else {
+    hold_outcome held = hold_outcome::not_held;
     {
       std::lock_guard lock(mutex_);
-      events = membership_.on_message(from, now, links_up);
+      held = hold_if_unconfirmed(from, message, now, links_up);
+      if (held == hold_outcome::not_held) events = membership_.on_message(from, now, links_up);
     }
+    if (held == hold_outcome::overflow)
+      reject(from, "held_overflow",
+             "more than " + std::to_string(max_held_per_peer) +
+                 " messages waiting for their sender's next heartbeat");
+    if (held != hold_outcome::not_held) return;
     emit(events);
-    // A reply nobody waits for any more (expired, failed) is dropped; one with reply_to 0 was
-    // pushed, not asked for, and goes to the role like any message.
-    const auto* info = message_registry::instance().find(message.type());
-    if (info && info->reply_to) {
-      if (const uint64_t id = info->reply_to(message.object().get()); id != 0) {
-        if (pending_.complete(id, from, std::move(message)) ==
-            pending_requests::reply_outcome::wrong_sender)
-          reject(from, "reply_from_another",
-                 std::string(info->name) + " answering a request asked of another peer");
-        return;
-      }
-    }
-    if (on_message_) on_message_(from, std::move(message));
+    deliver(from, std::move(message));
     return;
   }
   emit(events);
+}
+
+void endpoint::deliver(const peer_id& from, envelope message) {
+  // A reply nobody waits for any more (expired, failed) is dropped; one with reply_to 0 was
+  // pushed, not asked for, and goes to the role like any message.
+  const auto* info = message_registry::instance().find(message.type());
+  if (info && info->reply_to) {
+    if (const uint64_t id = info->reply_to(message.object().get()); id != 0) {
+      if (pending_.complete(id, from, std::move(message)) ==
+          pending_requests::reply_outcome::wrong_sender)
+        reject(from, "reply_from_another",
+               std::string(info->name) + " answering a request asked of another peer");
+      return;
+    }
+  }
+  if (on_message_) on_message_(from, std::move(message));
+}
+
+endpoint::hold_outcome endpoint::hold_if_unconfirmed(const peer_id& from, envelope& message,
+                                                     steady_time now, bool links_up) {
+  auto it = held_.find(from);
+  if (it == held_.end()) {
+    if (!membership_.sender_unconfirmed(from, links_up)) return hold_outcome::not_held;
+    it = held_.emplace(from, held_messages{{}, now, false}).first;
+  }
+  auto& queue = it->second;
+  if (queue.messages.size() >= max_held_per_peer) return hold_outcome::overflow;
+  if (queue.messages.empty()) queue.since = now;
+  queue.messages.push_back(std::move(message));
+  return hold_outcome::held;
+}
+
+size_t endpoint::messages_held() const {
+  std::lock_guard lock(mutex_);
+  size_t n = 0;
+  for (auto& [peer, queue] : held_) n += queue.messages.size();
+  return n;
+}
+
+void endpoint::release_held(const peer_id& peer) {
+  std::deque<envelope> batch;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = held_.find(peer);
+    if (it == held_.end() || it->second.releasing || !membership_.is_alive(peer)) return;
+    it->second.releasing = true;
+    batch.swap(it->second.messages);
+  }
+  for (;;) {
+    for (auto& message : batch) deliver(peer, std::move(message));
+    batch.clear();
+    std::lock_guard lock(mutex_);
+    auto it = held_.find(peer);
+    if (it->second.messages.empty()) {
+      held_.erase(it);
+      return;
+    }
+    batch.swap(it->second.messages);
+  }
+}
+
+void endpoint::drop_held(const peer_id& peer, const std::string& reason,
+                         const std::string& detail) {
+  size_t dropped = 0;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = held_.find(peer);
+    if (it == held_.end() || it->second.releasing) return;
+    dropped = it->second.messages.size();
+    held_.erase(it);
+  }
+  for (size_t i = 0; i < dropped; ++i) reject(peer, reason, detail);
+}
+
+void endpoint::expire_held(steady_time now) {
+  const auto bound = cluster_.heartbeat_interval * cluster_.missed_heartbeats;
+  std::vector<peer_id> expired;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto& [peer, queue] : held_)
+      if (!queue.releasing && now - queue.since > bound) expired.push_back(peer);
+  }
+  for (auto& peer : expired)
+    drop_held(
+        peer, "unconfirmed_sender",
+        "a message held for its sender's next heartbeat, which did not come within " +
+            std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(bound).count()) +
+            " ms");
 }
 
 void endpoint::emit(const std::vector<membership_event>& events) {
@@ -326,6 +424,8 @@ void endpoint::emit(const std::vector<membership_event>& events) {
     // member starts from the config, which does not list it.
     if (e.what == membership_event::kind::joined && self_.joined) announce_join(e.peer);
     if (on_event_) on_event_(e);
+    // After the role heard that it joined: what it sent ahead of its heartbeat.
+    if (e.what == membership_event::kind::joined) release_held(e.peer);
   }
 }
 
@@ -452,6 +552,7 @@ void endpoint::tick(steady_time now) {
               std::chrono::duration_cast<std::chrono::milliseconds>(paused).count());
   emit(events);
   pending_.expire(now);
+  expire_held(now);
   auto hb = make_envelope(heartbeat{self_.name, incarnation_, ++heartbeat_seq_});
   for (auto& t : targets)
     send("control", t, hb); // a full queue drops a heartbeat; the next one follows soon

@@ -13,6 +13,7 @@
 #include "transport/retrying_sender.hpp"
 
 #include <atomic>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -97,14 +98,36 @@ public:
   void announce_join(const peer_id& peer, bool wants_directory = false);
   void announce_leave(const std::string& reason);
 
+  // Messages waiting for their sender's next heartbeat or join, from every peer.
+  size_t messages_held() const;
+
   pending_requests& pending() { return pending_; }
   bool is_alive(const peer_id& peer) const;
   // The incarnation of a live member (0: not heard from yet); nothing when it is not alive.
   std::optional<uint64_t> live_incarnation(const peer_id& peer) const;
   const plane* plane_named(const std::string& name) const;
 
+  // Messages held for their sender's next heartbeat or join (membership::sender_unconfirmed)
+  // before one is dropped (counted as `held_overflow`). A restarted process's first
+  // messages before its first heartbeat are few.
+  static constexpr size_t max_held_per_peer = 256;
+
 private:
   void on_message(const peer_id& from, envelope message);
+  // Hands an application message to its pending request (a reply) or to the role.
+  void deliver(const peer_id& from, envelope message);
+  // What on_message does with an application message whose sender is unconfirmed, or queued
+  // behind held ones (under mutex_).
+  enum class hold_outcome : uint8_t { not_held, held, overflow };
+  hold_outcome hold_if_unconfirmed(const peer_id& from, envelope& message, steady_time now,
+                                   bool links_up);
+  // Delivers, in order, what `peer` has held, once it is alive (after its joined event).
+  // Messages that arrive meanwhile queue behind them.
+  void release_held(const peer_id& peer);
+  // Drops (rejects under `reason`) what `peer` has held and is not being released.
+  void drop_held(const peer_id& peer, const std::string& reason, const std::string& detail);
+  // Drops what waited a whole liveness bound without its sender's heartbeat (tick).
+  void expire_held(steady_time now);
   // No plane has `peer`'s connection down now (membership revives a member whose connection
   // dropped only then).
   bool links_up_to(const peer_id& peer) const;
@@ -143,8 +166,14 @@ private:
   // After the planes, so it goes first: its delayed frames reference them. Null outside chaos
   // runs (fault_injection.hpp).
   std::unique_ptr<fault_injector> faults_;
-  mutable std::mutex mutex_; // guards membership_
+  mutable std::mutex mutex_; // guards membership_ and held_
   membership membership_;
+  struct held_messages {
+    std::deque<envelope> messages;
+    steady_time since{};    // when the oldest waiting one arrived
+    bool releasing = false; // a thread is delivering them: newer ones queue behind
+  };
+  std::map<peer_id, held_messages> held_;
   pending_requests pending_;
   retrying_sender retry_;
   mutable std::mutex refused_mutex_;         // guards unexpected_ and rejected_

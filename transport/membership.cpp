@@ -76,9 +76,15 @@ std::vector<membership_event> membership::on_message(const std::string& peer, st
     return {};
   if (queued_before_the_drop(it->second, it->second.incarnation, links_up)) return {};
   it->second.last_heard = now;
-  if (it->second.state != member_state::down) return {};
+  if (it->second.state != member_state::down || it->second.incarnation != 0) return {};
   it->second.state = member_state::alive;
   return {{membership_event::kind::joined, peer, "a message arrived"}};
+}
+
+bool membership::sender_unconfirmed(const std::string& peer, bool links_up) const {
+  const member* m = find(peer);
+  if (!m || m->state == member_state::left || m->incarnation == 0) return false;
+  return m->fenced || (m->state == member_state::down && links_up);
 }
 
 std::vector<membership_event> membership::on_heartbeat(const heartbeat& h, steady_time now,

@@ -15,7 +15,9 @@
 //     dropped connection does not fence (the process may still be starting its planes);
 //   - a member that is down comes back in the same incarnation only while no plane has its
 //     connection down (`links_up`): what a killed process sent just before it died can still
-//     be queued behind the drop, and is no sign of life.
+//     be queued behind the drop, and is no sign of life;
+//   - a member whose incarnation is known comes back only by a heartbeat or join, which say
+//     which process speaks; its other messages wait for one (sender_unconfirmed).
 
 #include "transport/control_messages.hpp"
 
@@ -70,11 +72,21 @@ public:
   std::vector<membership_event> on_leave(const member_leave& m, steady_time now);
   std::vector<membership_event> on_heartbeat(const heartbeat& h, steady_time now,
                                              bool links_up = true);
-  // Any other message from `peer` is a sign of life too: a member declared down for silence
-  // (not one that left) is alive again. A process that starts after its peers' liveness window
-  // may send its first request before its first heartbeat arrives.
+  // Any other message from `peer` is a sign of life too. A config member not heard from yet
+  // (incarnation 0) that was declared down for silence is alive again: a process that starts
+  // after its peers' liveness window may send its first request before its first heartbeat
+  // arrives. A member whose incarnation is known is not revived by a message: see
+  // sender_unconfirmed.
   std::vector<membership_event> on_message(const std::string& peer, steady_time now,
                                            bool links_up = true);
+  // True when a message from `peer` (other than a heartbeat or a join, which carry their
+  // incarnation) cannot be told to come from the incarnation we know: the member is down with
+  // its links up again, or its incarnation is fenced. A restarted process's first message can
+  // overtake its first heartbeat; taken as the old process's, it would revive a process that
+  // is gone (or be refused as the fenced one's). Such a message waits for the member's next
+  // heartbeat or join (the endpoint holds it). False for a member whose links are down (what it
+  // sent before the drop), one that left, and one not heard from yet.
+  bool sender_unconfirmed(const std::string& peer, bool links_up) const;
   std::vector<membership_event> on_disconnect(const std::string& peer, const std::string& reason,
                                               steady_time now);
   // Declares down the members silent for longer than the liveness bound. A tick later than one

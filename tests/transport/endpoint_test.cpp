@@ -4,6 +4,7 @@
 #include "transport/endpoint.hpp"
 #include "transport/plane_factory.hpp"
 
+#include <condition_variable>
 #include <filesystem>
 #include <future>
 #include <gtest/gtest.h>
@@ -221,6 +222,93 @@ TEST(endpoint, a_member_declared_down_for_silence_is_fenced_and_told_so) {
   b2.start();
   b2.tick(std::chrono::steady_clock::now());
   ASSERT_TRUE(supernode::testing::eventually([&] { return a.is_alive("beta-0"); }));
+}
+
+namespace {
+// Each message with the incarnation its receiver took its sender to be when it was delivered.
+struct attributed_inbox {
+  std::mutex m;
+  std::condition_variable cv;
+  std::vector<std::pair<uint64_t, uint64_t>> pings; // (ping id, sender's live incarnation)
+  std::vector<membership_event> events;
+  void attach(endpoint& e) {
+    e.set_message_handler([this, &e](const peer_id& from, envelope msg) {
+      std::lock_guard lock(m);
+      if (auto* p = msg.get<ping>())
+        pings.emplace_back(p->seq, e.live_incarnation(from).value_or(0));
+      cv.notify_all();
+    });
+    e.set_event_handler([this](const membership_event& ev) {
+      std::lock_guard lock(m);
+      events.push_back(ev);
+      cv.notify_all();
+    });
+  }
+  template<class Pred>
+  bool wait_for(Pred pred) {
+    std::unique_lock lock(m);
+    return cv.wait_for(lock, 10s, pred);
+  }
+};
+} // namespace
+
+TEST(endpoint, a_restarted_members_first_message_waits_for_its_heartbeat) {
+  auto cluster = cluster_config::parse(two_instances, "two.toml");
+  attributed_inbox ia; // before the endpoints: their handlers write here until they end
+  endpoint a(cluster, "alpha-0", make_plane, 11);
+  ia.attach(a);
+  a.start();
+  {
+    endpoint b(cluster, "beta-0", make_plane, 22);
+    b.start();
+    b.tick(std::chrono::steady_clock::now());
+    b.send("control", "alpha-0", make_envelope(ping{1, 0, {}}));
+    ASSERT_TRUE(ia.wait_for([&] { return ia.pings.size() == 1; }));
+    // beta hangs, and alpha declares it down (and fences incarnation 22).
+    a.tick(std::chrono::steady_clock::now() + 61ms);
+    ASSERT_FALSE(a.is_alive("beta-0"));
+  }
+  // Its restart speaks before its first heartbeat. Taken as incarnation 22's, the ping would be
+  // refused (or, after a dropped connection, revive the gone process): it waits instead.
+  endpoint b2(cluster, "beta-0", make_plane, 23);
+  b2.start();
+  b2.send("control", "alpha-0", make_envelope(ping{2, 0, {}}));
+  ASSERT_TRUE(supernode::testing::eventually([&] { return a.messages_held() == 1; }));
+  b2.tick(std::chrono::steady_clock::now());
+  ASSERT_TRUE(ia.wait_for([&] { return ia.pings.size() == 2; }));
+  std::lock_guard lock(ia.m);
+  EXPECT_EQ(ia.pings[1], std::make_pair(uint64_t{2}, uint64_t{23}))
+      << "delivered before alpha knew which process sent it";
+  EXPECT_EQ(a.rejected_messages().count("fenced_incarnation"), 0u);
+  EXPECT_EQ(a.messages_held(), 0u);
+  for (auto& e : ia.events)
+    EXPECT_NE(e.reason, "a message arrived") << "a message revived a known incarnation";
+}
+
+TEST(endpoint, a_held_message_whose_sender_never_confirms_is_dropped_after_a_bound) {
+  auto cluster = cluster_config::parse(two_instances, "two.toml");
+  attributed_inbox ia;
+  endpoint a(cluster, "alpha-0", make_plane, 11), b(cluster, "beta-0", make_plane, 22);
+  ia.attach(a);
+  a.start();
+  b.start();
+  b.tick(std::chrono::steady_clock::now());
+  b.send("control", "alpha-0", make_envelope(ping{1, 0, {}}));
+  ASSERT_TRUE(ia.wait_for([&] { return ia.pings.size() == 1; }));
+  const auto hung = std::chrono::steady_clock::now();
+  a.tick(hung + 30ms);
+  a.tick(hung + 61ms);
+  ASSERT_FALSE(a.is_alive("beta-0"));
+  // A message alpha cannot attribute, and no heartbeat after it.
+  b.send("control", "alpha-0", make_envelope(ping{2, 0, {}}));
+  ASSERT_TRUE(supernode::testing::eventually([&] { return a.messages_held() == 1; }));
+  a.tick(std::chrono::steady_clock::now() + 30ms);
+  EXPECT_EQ(a.messages_held(), 1u); // within the bound it waits
+  a.tick(std::chrono::steady_clock::now() + 61ms);
+  EXPECT_EQ(a.messages_held(), 0u);
+  EXPECT_EQ(a.rejected_messages()["unconfirmed_sender"], 1u);
+  std::lock_guard lock(ia.m);
+  EXPECT_EQ(ia.pings.size(), 1u);
 }
 
 TEST(endpoint, only_the_plane_carrying_heartbeats_keeps_a_read_stamp) {

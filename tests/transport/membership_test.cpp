@@ -63,13 +63,38 @@ TEST(membership, what_a_process_sent_before_its_connection_dropped_does_not_revi
   ASSERT_EQ(ev.size(), 1u);
   EXPECT_EQ(ev[0].what, membership_event::kind::joined);
   EXPECT_TRUE(m.is_alive("p0"));
-  // A process whose connection dropped and came back (it lives): its next message revives it.
+  // A process whose connection dropped and came back (it lives), or a restarted one: a message
+  // cannot say which, so it revives nothing and waits for the next heartbeat, which does.
   m.on_disconnect("p0", "connection dropped", t0 + 400ms);
+  EXPECT_FALSE(m.sender_unconfirmed("p0", /*links_up=*/false)); // sent before the drop
   EXPECT_TRUE(m.on_message("p0", t0 + 401ms, /*links_up=*/false).empty());
-  ev = m.on_message("p0", t0 + 500ms, /*links_up=*/true);
+  EXPECT_TRUE(m.sender_unconfirmed("p0", /*links_up=*/true));
+  EXPECT_TRUE(m.on_message("p0", t0 + 500ms, /*links_up=*/true).empty());
+  EXPECT_FALSE(m.is_alive("p0"));
+  ev = m.on_heartbeat({"p0", 2, 2}, t0 + 510ms);
   ASSERT_EQ(ev.size(), 1u);
   EXPECT_EQ(ev[0].what, membership_event::kind::joined);
   EXPECT_TRUE(m.is_alive("p0"));
+  EXPECT_FALSE(m.sender_unconfirmed("p0", /*links_up=*/true));
+}
+
+TEST(membership, a_message_of_a_fenced_member_waits_for_a_heartbeat_to_say_who_sent_it) {
+  membership m({100ms, 5});
+  m.on_join(join("p0", 1), t0);
+  m.tick(t0 + 601ms); // silent: down and fenced
+  ASSERT_TRUE(m.is_fenced("p0"));
+  EXPECT_TRUE(m.sender_unconfirmed("p0", /*links_up=*/true));
+  EXPECT_TRUE(m.sender_unconfirmed("p0", /*links_up=*/false));
+  // Its restart's heartbeat settles it.
+  m.on_heartbeat({"p0", 2, 1}, t0 + 700ms);
+  EXPECT_FALSE(m.sender_unconfirmed("p0", /*links_up=*/true));
+  // Not for a config member never heard from, nor one that left.
+  m.on_join(join("q0", 0), t0);
+  m.on_disconnect("q0", "connection dropped", t0 + 1ms);
+  EXPECT_FALSE(m.sender_unconfirmed("q0", /*links_up=*/true));
+  m.on_leave({"p0", "drained", 2}, t0 + 800ms);
+  EXPECT_FALSE(m.sender_unconfirmed("p0", /*links_up=*/true));
+  EXPECT_FALSE(m.sender_unconfirmed("stranger", /*links_up=*/true));
 }
 
 TEST(membership, disconnect_is_immediate_and_restart_is_a_new_member) {
