@@ -163,6 +163,11 @@ send_status endpoint::send(const std::string& flow, const peer_id& to, const env
     if (!m) return send_status::unknown_peer;
     if (m->state != member_state::alive) return send_status::peer_down;
   }
+  return send_to_member(flow, to, message);
+}
+
+send_status endpoint::send_to_member(const std::string& flow, const peer_id& to,
+                                     const envelope& message) {
   plane& p = *planes_.at(cluster_.plane_for_flow(flow).name);
   if (faults_)
     return faults_->send(flow, message, [&p, to](const envelope& m) { return p.send(to, m); });
@@ -542,7 +547,10 @@ void endpoint::tick(steady_time now) {
     events = membership_.tick(now, control_plane().read_up_to(now));
     paused = membership_.last_pause();
     for (auto& [id, m] : membership_.members())
-      if (id != self_.name && m.state == member_state::alive) targets.push_back(id);
+      // Members that are down too (not those that left): two live processes that each saw
+      // the other's connection drop (a stall past ZeroMQ's heartbeat timeout) would otherwise
+      // wait for each other's heartbeat for ever. A fenced one learns it from its answer.
+      if (id != self_.name && m.state != member_state::left) targets.push_back(id);
   }
   ++ticks_;
   rejoin_tick();
@@ -555,7 +563,7 @@ void endpoint::tick(steady_time now) {
   expire_held(now);
   auto hb = make_envelope(heartbeat{self_.name, incarnation_, ++heartbeat_seq_});
   for (auto& t : targets)
-    send("control", t, hb); // a full queue drops a heartbeat; the next one follows soon
+    send_to_member("control", t, hb); // a full queue drops one; the next follows soon
 }
 
 void endpoint::announce_join(const peer_id& peer, bool wants_directory) {

@@ -91,8 +91,8 @@ public:
   // "not_from_<role>", naming `what`) and returns false. For handlers: `if (!out.expect_role(
   // from, "scheduler", "decode_assign")) return;`
   bool expect_role(const peer_id& from, const std::string& role, const char* what);
-  // Sends a heartbeat to every live member over the control flow and declares silent members
-  // down. Call every cluster().heartbeat_interval.
+  // Sends a heartbeat to every member that has not left (live or down) over the control flow
+  // and declares silent members down. Call every cluster().heartbeat_interval.
   void tick(steady_time now);
   // Announces this instance to `peer` (instances added at run time), and departure to all.
   void announce_join(const peer_id& peer, bool wants_directory = false);
@@ -113,6 +113,8 @@ public:
   static constexpr size_t max_held_per_peer = 256;
 
 private:
+  // send() without the liveness check: through the fault injector to the flow's plane.
+  send_status send_to_member(const std::string& flow, const peer_id& to, const envelope& message);
   void on_message(const peer_id& from, envelope message);
   // Hands an application message to its pending request (a reply) or to the role.
   void deliver(const peer_id& from, envelope message);

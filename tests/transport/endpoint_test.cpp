@@ -311,6 +311,30 @@ TEST(endpoint, a_held_message_whose_sender_never_confirms_is_dropped_after_a_bou
   EXPECT_EQ(ia.pings.size(), 1u);
 }
 
+TEST(endpoint, two_members_down_to_each_other_but_not_fenced_find_each_other_again) {
+  // Each declared the other down before it heard from it (so nothing is fenced); with
+  // heartbeats only to live members, neither would ever hear from the other again.
+  auto cluster = cluster_config::parse(two_instances, "two.toml");
+  inbox ia, ib; // before the endpoints: their handlers write here until they end
+  endpoint a(cluster, "alpha-0", make_plane, 11), b(cluster, "beta-0", make_plane, 22);
+  ia.attach(a);
+  ib.attach(b);
+  a.start();
+  b.start();
+  const auto later = std::chrono::steady_clock::now() + 61ms;
+  a.tick(later);
+  b.tick(later);
+  ASSERT_FALSE(a.is_alive("beta-0"));
+  ASSERT_FALSE(b.is_alive("alpha-0"));
+  ASSERT_FALSE(a.members().at("beta-0").fenced);
+  a.tick(later + 20ms);
+  b.tick(later + 20ms);
+  EXPECT_TRUE(supernode::testing::eventually(
+      [&] { return a.is_alive("beta-0") && b.is_alive("alpha-0"); }));
+  EXPECT_EQ(a.live_incarnation("beta-0"), 22u);
+  EXPECT_EQ(b.live_incarnation("alpha-0"), 11u);
+}
+
 TEST(endpoint, only_the_plane_carrying_heartbeats_keeps_a_read_stamp) {
   // Liveness judges silence up to what the control flow's plane has read (plane::read_up_to);
   // the other planes keep no stamp, so their receive threads sleep until input.
