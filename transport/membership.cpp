@@ -143,23 +143,14 @@ std::vector<membership_event> membership::tick(steady_time now, steady_time read
     const bool paused = gap > limit;
     const auto credit = gap - options_.heartbeat_interval;
     for (auto& [id, m] : members_)
-      if (m.state != member_state::left)
+      if (m.state == member_state::alive)
         m.last_heard = std::max(m.last_heard, paused ? now : std::min(now, m.last_heard + credit));
     if (paused) {
       last_pause_ = gap;
       return events;
     }
   }
-  for (auto& [id, m] : members_) {
-    if (m.state == member_state::down && !m.fenced && m.incarnation != 0 &&
-        read_up_to - m.last_heard > limit) {
-      // Down since its connection dropped, and silent for a whole bound since: dead or hung,
-      // so fenced like a member that went silent first. A hang outlasting ZeroMQ's own
-      // heartbeat timeout (3 s) drops the connection before a longer bound ends, and the
-      // woken process must not come back in the incarnation whose work was recovered.
-      m.fenced = true;
-      continue;
-    }
+  for (auto& [id, m] : members_)
     if (m.state == member_state::alive && read_up_to - m.last_heard > limit) {
       m.state = member_state::down;
       m.fenced = m.incarnation != 0;
@@ -170,7 +161,6 @@ std::vector<membership_event> membership::tick(steady_time now, steady_time read
                                                .count()) +
                             " ms"});
     }
-  }
   return events;
 }
 

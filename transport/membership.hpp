@@ -12,8 +12,7 @@
 //     take the incarnation of their first heartbeat;
 //   - a member declared down for silence once we knew its incarnation is fenced: that
 //     incarnation never comes back (its work was recovered elsewhere), only a new one does. A
-//     dropped connection does not fence at once (the process may still be starting its
-//     planes); a whole bound of silence after it does;
+//     dropped connection does not fence (the process may still be starting its planes);
 //   - a member that is down comes back in the same incarnation only while no plane has its
 //     connection down (`links_up`): what a killed process sent just before it died can still
 //     be queued behind the drop, and is no sign of life;
