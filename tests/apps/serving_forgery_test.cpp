@@ -53,6 +53,9 @@ struct forgery_cluster {
     auto ep = std::make_unique<transport::endpoint>(file.cluster, "echo-0", transport::make_plane,
                                                     transport::new_incarnation());
     ep->start();
+    // Its first heartbeat tells every member which process now speaks as echo-0: until one
+    // does, members hold what it sends (the killed process's incarnation is gone).
+    ep->tick(std::chrono::steady_clock::now());
     return ep;
   }
   std::string control_address(const std::string& instance) const {
