@@ -84,8 +84,8 @@ public:
   // its links up again, or its incarnation is fenced. A restarted process's first message can
   // overtake its first heartbeat; taken as the old process's, it would revive a process that
   // is gone (or be refused as the fenced one's). Such a message waits for the member's next
-  // heartbeat or join (the endpoint holds it). False for a member whose links are down (what it
-  // sent before the drop), one that left, and one not heard from yet.
+  // heartbeat or join (the endpoint holds it). False for an unfenced member whose links are
+  // still down (what it sent before the drop), one that left, and one not heard from yet.
   bool sender_unconfirmed(const std::string& peer, bool links_up) const;
   std::vector<membership_event> on_disconnect(const std::string& peer, const std::string& reason,
                                               steady_time now);
