@@ -354,7 +354,7 @@ endpoint::hold_outcome endpoint::hold_if_unconfirmed(const peer_id& from, envelo
   auto it = held_.find(from);
   if (it == held_.end()) {
     if (!membership_.sender_unconfirmed(from, links_up)) return hold_outcome::not_held;
-    it = held_.emplace(from, held_messages{{}, now, false}).first;
+    it = held_.try_emplace(from).first;
   }
   auto& queue = it->second;
   if (queue.messages.size() >= max_held_per_peer) return hold_outcome::overflow;
