@@ -91,8 +91,7 @@ bool wait_for_exit(pid_t pid, std::chrono::milliseconds timeout) {
 std::chrono::milliseconds liveness_timeout_of(const transport::cluster_config& cluster,
                                               const transport::process_config& process) {
   if (process.liveness_timeout.count() >= 0) return process.liveness_timeout;
-  return std::max<std::chrono::milliseconds>(
-      3 * cluster.heartbeat_interval * cluster.missed_heartbeats, std::chrono::seconds(5));
+  return std::max<std::chrono::milliseconds>(3 * cluster.liveness_bound(), std::chrono::seconds(5));
 }
 
 cl::supervised_process supervised_slot(const serving_setup& setup, const process_slot& s,

@@ -45,7 +45,7 @@ int beacon_health(const transport::cluster_config& cluster, const std::string& w
   }
   const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(
       fs::file_time_type::clock::now() - touched);
-  const auto bound = 3 * cluster.heartbeat_interval * cluster.missed_heartbeats;
+  const auto bound = 3 * cluster.liveness_bound();
   std::printf("%s: last beat %lld ms ago (bound %lld ms)\n", who.c_str(),
               static_cast<long long>(silent.count()), static_cast<long long>(bound.count()));
   return silent <= bound ? 0 : 1;

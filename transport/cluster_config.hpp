@@ -95,6 +95,10 @@ struct cluster_config {
   bool keys_made_on_start() const { return key_dir.empty(); }
   std::chrono::milliseconds heartbeat_interval{100};
   int missed_heartbeats = 5;
+  // How long a member may stay silent before its peers declare it down (and fence it).
+  std::chrono::milliseconds liveness_bound() const {
+    return heartbeat_interval * missed_heartbeats;
+  }
   std::map<std::string, plane_config> planes;
   std::map<std::string, std::string> flows; // flow -> plane name
   std::vector<process_config> processes;

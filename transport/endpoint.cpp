@@ -406,7 +406,7 @@ void endpoint::drop_held(const peer_id& peer, const std::string& reason,
 }
 
 void endpoint::expire_held(steady_time now) {
-  const auto bound = cluster_.heartbeat_interval * cluster_.missed_heartbeats;
+  const auto bound = cluster_.liveness_bound();
   std::vector<peer_id> expired;
   {
     std::lock_guard lock(mutex_);

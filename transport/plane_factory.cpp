@@ -5,6 +5,7 @@
 #include "transport/shm_plane.hpp"
 #include "transport/zmq_plane.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -63,6 +64,10 @@ std::unique_ptr<plane> make_plane(const cluster_config& cluster, const plane_con
     o.keys = cluster_keys_for(cluster);
     if (cluster.plane_for_flow("control").name == pc.name)
       o.read_stamp_interval = std::chrono::milliseconds(50);
+    // Three bounds, as the supervisor's liveness probe (a late tick credits a peer up to one
+    // more): peers fence a hung process before its connection drops.
+    o.link_timeout =
+        std::max<std::chrono::milliseconds>(o.link_timeout, 3 * cluster.liveness_bound());
     auto p = std::make_unique<zmq_plane>(o);
     // Every instance of the config is reachable from the start; zmq connects before the peer
     // binds and delivers once it does.

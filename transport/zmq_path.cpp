@@ -2,6 +2,7 @@
 
 #include "transport/zmq_util.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <pthread.h>
@@ -243,9 +244,10 @@ void zmq_path::open_dealer(const std::shared_ptr<peer_link>& link, const std::st
   if (settings_.keys) make_curve_client(d.socket, settings_.own, link->server_key);
   // No zmq bound: peer_link counts every message until it is on the wire and bounds that.
   d.socket.set(zmq::sockopt::sndhwm, 0);
-  if (settings_.heartbeats) {
-    d.socket.set(zmq::sockopt::heartbeat_ivl, 1000);
-    d.socket.set(zmq::sockopt::heartbeat_timeout, 3000);
+  if (const auto timeout = settings_.heartbeat_timeout.count(); timeout > 0) {
+    d.socket.set(zmq::sockopt::heartbeat_ivl,
+                 static_cast<int>(std::min<int64_t>(1000, timeout / 3)));
+    d.socket.set(zmq::sockopt::heartbeat_timeout, static_cast<int>(timeout));
   }
   const std::string address = "inproc://zmq-path-monitor-" + std::to_string(monitors_opened_++);
   if (zmq_socket_monitor(d.socket.handle(), address.c_str(),

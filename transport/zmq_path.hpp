@@ -51,7 +51,9 @@ struct path_settings {
   std::string bind_endpoint; // ipc://..., tcp://host:port or tcp://host:*
   int receive_hwm = 1000;    // messages the ROUTER buffers per peer before pushing back
   int64_t max_message_bytes = -1;
-  bool heartbeats = false; // zmq-level PING/PONG, so a silent tcp peer is noticed too
+  // Non-zero: zmq-level PING/PONG on the DEALERs, which drop a connection that heard nothing
+  // for this long, so a silent tcp peer is noticed too. Zero: no PINGs.
+  std::chrono::milliseconds heartbeat_timeout{0};
   // How often the receive thread at least stamps that it has read everything (read_up_to);
   // zero: it keeps no stamp and sleeps until input comes.
   std::chrono::milliseconds read_stamp_interval{0};

@@ -53,7 +53,8 @@ zmq_plane::zmq_plane(zmq_plane_options options) : options_(std::move(options)) {
     return s;
   };
   auto control = settings("control", control_path, options_.control_endpoint);
-  control.heartbeats = true; // small frames only, so a PONG is never stuck behind a transfer
+  // Small frames only, so a PONG is never stuck behind a transfer.
+  control.heartbeat_timeout = options_.link_timeout;
   // Heartbeats ride the control path: liveness judges silence only up to what it has read.
   control.read_stamp_interval = options_.read_stamp_interval;
   auto bulk = settings("bulk", bulk_path, options_.bulk_endpoint);

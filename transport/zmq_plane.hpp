@@ -69,6 +69,11 @@ struct zmq_plane_options {
   // thread at least stamps that it has read everything (read_up_to). Zero for other planes:
   // no stamp, read_up_to answers `now`, and the thread sleeps until input.
   std::chrono::milliseconds read_stamp_interval{0};
+  // How long the control path's connection to a peer may hear nothing (zmq PING/PONG) before
+  // it is dropped and reported. make_plane puts it well past the cluster's liveness bound: a
+  // hung peer must be declared down for its silence, and fenced, while its connection still
+  // looks up. Dropped first, it would only be down, unfenced, and taken back when it woke.
+  std::chrono::milliseconds link_timeout{3000};
 };
 
 class zmq_plane : public plane {

@@ -9,7 +9,7 @@ using protocol::request_key;
 
 scheduler_service::scheduler_service(const serving_config& config,
                                      const transport::cluster_config& cluster)
-    : config_(config), liveness_window_(cluster.heartbeat_interval * cluster.missed_heartbeats) {
+    : config_(config), liveness_window_(cluster.liveness_bound()) {
   protocol::register_serving_messages();
   for (auto& p : instances_with_role(cluster, "prefill")) prefills_[p];
   for (auto& d : instances_with_role(cluster, "decode")) decodes_[d];

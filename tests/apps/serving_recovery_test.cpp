@@ -6,6 +6,10 @@
 
 #include "serving_faults.hpp"
 
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
 using namespace supernode::testing;
 
 TEST(serving_recovery, a_decode_process_killed_mid_generation_loses_no_request) {
@@ -62,8 +66,12 @@ TEST(serving_recovery, a_prefill_process_killed_with_prompts_queued_loses_no_req
 TEST(serving_recovery, a_decode_process_hung_past_the_liveness_bound_loses_no_request) {
   // The supervisor's liveness probe off for decode: this test is about what the woken process
   // does (serving_fault_matrix has hangs the probe ends).
-  serving_cluster cluster("pdc-2p2d.toml", tiny_model_dir(),
-                          {{"process.decode", "liveness_timeout_ms", "0"}});
+  // A bound of at least 5 s, past a ZeroMQ connection's own 3 s: the peers must fence the hung
+  // process while its connection still looks up (a drop first leaves it down but unfenced).
+  const auto missed = std::to_string(std::max(50, std::atoi(test_missed_heartbeats)));
+  serving_cluster cluster(
+      "pdc-2p2d.toml", tiny_model_dir(),
+      {{"process.decode", "liveness_timeout_ms", "0"}, {"cluster", "missed_heartbeats", missed}});
   ASSERT_TRUE(cluster.up());
   const auto prompts = workload(8, 40, 120);
   const pid_t hung = pid_of(cluster, "decode-1");
