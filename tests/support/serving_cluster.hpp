@@ -5,6 +5,7 @@
 // port, so tests never collide with each other or with a server the user runs.
 
 #include "child_process.hpp"
+#include "sanitizer_slowdown.hpp"
 #include "services/cluster/cluster_file.hpp"
 
 #include <array>
@@ -61,6 +62,10 @@ public:
     // process 2-3x slower: two EP clusters side by side starved a rank's heartbeats past 2 s).
     // Deaths the tests cause are seen sooner anyway (closed sockets, shm owners gone).
     file.set("cluster", "missed_heartbeats", test_missed_heartbeats);
+    // The supervisor ends a hung process after three of those bounds (a minute under TSan), and
+    // a sanitized restart takes tens of seconds more: requests wait that long for a replacement
+    // of a sole instance before they are answered no_prefill_instance.
+    if (sanitized_build) file.set("gateway", "recovery_timeout_ms", std::to_string(scaled(30000)));
     for (auto& [table, key, value] : edits) file.set(table, key, value);
     config_ = run_dir_ / config;
     file.write(config_);
