@@ -64,8 +64,8 @@ std::unique_ptr<plane> make_plane(const cluster_config& cluster, const plane_con
     o.keys = cluster_keys_for(cluster);
     if (cluster.plane_for_flow("control").name == pc.name)
       o.read_stamp_interval = std::chrono::milliseconds(50);
-    // Three bounds, as the supervisor's liveness probe (a late tick credits a peer up to one
-    // more): peers fence a hung process before its connection drops.
+    // Past the bound by two more (a late tick credits a peer up to one): peers declare a hung
+    // process down, and fence it, before its connection drops (zmq_plane_options::link_timeout).
     o.link_timeout =
         std::max<std::chrono::milliseconds>(o.link_timeout, 3 * cluster.liveness_bound());
     auto p = std::make_unique<zmq_plane>(o);
