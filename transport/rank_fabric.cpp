@@ -17,4 +17,10 @@ void rank_fabric::check_peer(int to) const {
                             std::to_string(ranks_));
 }
 
+void rank_fabric::check_flag(size_t flag) const {
+  if (flag >= flags_)
+    throw std::out_of_range("rank fabric: flag " + std::to_string(flag) + " is outside the " +
+                            std::to_string(flags_) + " flags");
+}
+
 } // namespace supernode::transport

@@ -65,6 +65,7 @@ public:
 protected:
   rank_fabric(int rank, int ranks, size_t bytes, size_t flags, log::logger log);
   void check_peer(int to) const;
+  void check_flag(size_t flag) const; // std::out_of_range past flags()
   int rank_, ranks_;
   size_t bytes_, flags_;
   uint64_t bytes_sent_ = 0;

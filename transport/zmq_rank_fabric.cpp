@@ -361,12 +361,6 @@ private:
     std::string config_error;            // failure_mutex_
   };
 
-  void check_flag(size_t flag) const {
-    if (flag >= flags_)
-      throw std::out_of_range("zmq rank fabric: flag " + std::to_string(flag) + " is outside the " +
-                              std::to_string(flags_) + " flags");
-  }
-
   void require_connected(int to) const {
     if (!connected_)
       throw std::logic_error("rank fabric: rank " + std::to_string(to) + " is not connected");

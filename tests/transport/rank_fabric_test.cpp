@@ -440,6 +440,53 @@ TEST_P(rank_fabric_test, a_rank_that_leaves_is_named_by_its_peers) {
   });
 }
 
+// The same members re-forming under the same group name after a break: each rank drops its
+// old fabric and makes a new one when it notices, so one rank's new fabric looks while its peer
+// still holds the old. It must not take the peer's old region (or socket) for the new one: it
+// would write where nobody reads, and the old one's closing would break the new group too.
+TEST_P(rank_fabric_test, a_group_re_formed_under_the_same_name_connects_only_the_new_fabrics) {
+  const auto g = spec(2, 256, 1);
+  auto connect_both = [&](std::unique_ptr<rank_fabric>& a, std::unique_ptr<rank_fabric>& b) {
+    std::array<bool, 2> ok{false, false};
+    std::array<std::string, 2> why;
+    std::thread other([&] {
+      ok[1] = b->connect(
+          scaled(10s), [] { return false; }, why[1]);
+    });
+    ok[0] = a->connect(
+        scaled(10s), [] { return false; }, why[0]);
+    other.join();
+    EXPECT_TRUE(ok[0]) << why[0];
+    EXPECT_TRUE(ok[1]) << why[1];
+  };
+  auto old_a = g.make(0), old_b = g.make(1);
+  connect_both(old_a, old_b);
+
+  old_a.reset(); // rank 0 noticed the break first
+  auto new_a = g.make(0);
+  std::string why;
+  EXPECT_FALSE(new_a->connect(
+      0ms, [] { return true; }, why))
+      << "connected to rank 1's old fabric";
+  old_b.reset(); // then rank 1
+  auto new_b = g.make(1);
+  connect_both(new_a, new_b);
+
+  EXPECT_EQ(new_a->peer_failure(), "");
+  EXPECT_EQ(new_b->peer_failure(), "");
+  for (auto* f : {new_a.get(), new_b.get()}) {
+    const int to = 1 - f->rank();
+    const auto data = pattern(64, static_cast<uint64_t>(to) + 7);
+    f->write(to, 0, data);
+    f->add(to, 0, 1);
+  }
+  for (auto* f : {new_a.get(), new_b.get()}) {
+    ASSERT_TRUE(f->wait(0, 1, scaled(10s))) << "rank " << f->rank() << " heard nothing";
+    EXPECT_EQ(std::memcmp(f->local(), pattern(64, static_cast<uint64_t>(f->rank()) + 7).data(), 64),
+              0);
+  }
+}
+
 TEST_P(rank_fabric_test, wait_times_out_and_self_adds_wake_it) {
   const auto g = spec(1, 64, 2);
   auto f = g.make(0);
