@@ -117,7 +117,7 @@ supervised_slots(const serving_setup& setup, const std::string& config, const st
 } // namespace
 
 int cluster_supervise(const serving_setup& setup, const fs::path& config_file,
-                      const fs::path& model) {
+                      const fs::path& model, pid_t owner_pid) {
   // `cluster up` reads how the start went from our stdout (a pipe); after that line the pipe
   // may be gone, so stdout joins stderr in supervisor.log. A write to it after `up` died fails
   // with EPIPE: SIGPIPE is blocked (not ignored, which the roles would inherit; the launcher
@@ -130,6 +130,7 @@ int cluster_supervise(const serving_setup& setup, const fs::path& config_file,
   options.run_dir = setup.cluster.run_dir;
   options.cluster = setup.cluster.name;
   options.stop_on_signals = true;
+  options.owner_pid = owner_pid;
   options.on_start = [](const std::optional<cl::start_failure>& failure) {
     if (failure)
       std::printf("failed %s\n", failure->name.c_str());
@@ -159,7 +160,7 @@ int cluster_supervise(const serving_setup& setup, const fs::path& config_file,
   return supervisor.run();
 }
 
-int cluster_up(const serving_setup& setup, const fs::path& config_file) {
+int cluster_up(const serving_setup& setup, const fs::path& config_file, pid_t owner_pid) {
   const auto slots = slots_of(setup);
   if (ask_supervisor(setup, {{"request", "status"}}, std::chrono::seconds(10)))
     throw std::runtime_error("cluster " + setup.cluster.name +
@@ -180,6 +181,10 @@ int cluster_up(const serving_setup& setup, const fs::path& config_file) {
   // The supervisor owns the processes and outlives us (a session of its own); it says on its
   // stdout when every process is ready or which one failed.
   auto spec = cl::self_command({"cluster", "supervise", "--config", config, "--model", model});
+  if (owner_pid != 0) {
+    spec.argv.push_back("--owner-pid");
+    spec.argv.push_back(std::to_string(owner_pid));
+  }
   spec.stdout_to = cl::output_to::pipe;
   spec.stderr_to = cl::output_to::file;
   spec.log_file = run / "logs" / "supervisor.log";

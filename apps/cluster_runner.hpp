@@ -14,11 +14,13 @@ namespace supernode::apps {
 
 // Starts the supervisor, which starts every process, and waits until each prints "ready"; on any
 // failure everything is stopped and it returns 1 with the failing process's log tail on stderr.
-int cluster_up(const serving_setup& setup, const std::filesystem::path& config_file);
-// The supervisor itself (run by `up` in a session of its own): until `down`; 1 when the start
-// failed.
+// With an `owner_pid` (not 0), the cluster goes down by itself when that process ends.
+int cluster_up(const serving_setup& setup, const std::filesystem::path& config_file,
+               pid_t owner_pid = 0);
+// The supervisor itself (run by `up` in a session of its own): until `down` (or its owner's
+// end); 1 when the start failed.
 int cluster_supervise(const serving_setup& setup, const std::filesystem::path& config_file,
-                      const std::filesystem::path& model);
+                      const std::filesystem::path& model, pid_t owner_pid = 0);
 // One line per process: its state (running, starting, restarting, gave_up, stopped), pid and
 // restarts; returns 0 when all run and are ready.
 // Every slot with its state and phase (starting, serving, draining, down); with `json`, the

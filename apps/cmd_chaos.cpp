@@ -358,7 +358,8 @@ int cmd_chaos(cli_args& args) {
   } else {
     const stdout_to_stderr report_only_on_stdout;
     on_stop_signal down_on_stop([&] { cluster_down(setup, std::chrono::seconds(10)); });
-    if (cluster_up(setup, o.config) != 0) return 1;
+    // Owned by this run: killed outright (no signal to catch), it still takes the cluster down.
+    if (cluster_up(setup, o.config, ::getpid()) != 0) return 1;
     cluster_guard down{setup};
     run = run_under_faults(setup, o, workload, std::move(faults),
                            plane_faults ? plane_plan : fs::path());

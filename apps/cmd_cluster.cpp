@@ -49,10 +49,14 @@ int cmd_cluster(cli_args& args) {
        *action != "supervise" && *action != "scale") ||
       !config || (*action == "supervise" && !model))
     throw usage_error("expected `cluster up|status|down|keys --config FILE [--model DIR]` "
-                      "(status: [--json]) or "
+                      "(up: [--owner-pid PID]; status: [--json]) or "
                       "`cluster scale --config FILE PROCESS=COUNT... [--operation-id ID] "
                       "[--drain finish|migrate] [--drain-timeout-s N] [--switch] [--json]`");
   const bool status_json = *action == "status" && args.take_flag("--json");
+  // The cluster goes down by itself when this process ends (a test harness's own pid).
+  const auto owner_pid = *action == "up" || *action == "supervise"
+                             ? static_cast<pid_t>(args.take_int("--owner-pid", 0, 1, 4194304))
+                             : pid_t{0};
   scale_options scale;
   if (*action == "scale") {
     scale.operation_id = args.take_or("--operation-id", "");
@@ -70,8 +74,8 @@ int cmd_cluster(cli_args& args) {
   // resolved); the others just find the processes.
   const bool up = *action == "up";
   auto setup = load_serving_setup(*config, model, up);
-  if (up) return cluster_up(setup, *config);
-  if (*action == "supervise") return cluster_supervise(setup, *config, *model);
+  if (up) return cluster_up(setup, *config, owner_pid);
+  if (*action == "supervise") return cluster_supervise(setup, *config, *model, owner_pid);
   if (*action == "status") return cluster_status(setup, status_json);
   if (*action == "scale") return cluster_scale(setup, scale);
   if (*action == "keys") return cluster_keys(setup.cluster);

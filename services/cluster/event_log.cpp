@@ -105,4 +105,8 @@ void event_log::hung(const std::string& process, pid_t pid, long long silent_ms)
   append(fd_, e);
 }
 
+void event_log::owner_gone(pid_t owner) {
+  append(fd_, entry("owner_gone", "supervisor", owner));
+}
+
 } // namespace supernode::services::cluster

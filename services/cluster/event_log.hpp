@@ -13,6 +13,9 @@
 //                                   in place; its ready event follows)
 //   hung                            `silent_ms`: its liveness file went untouched this long
 //                                   (it is killed next, and its exit follows)
+//   owner_gone                      `process` is "supervisor" and `pid` the owner's
+//                                   (`cluster up --owner-pid`): it ended, so the cluster goes
+//                                   down (each process's stopped event follows)
 
 #include <filesystem>
 #include <optional>
@@ -42,6 +45,8 @@ public:
   void draining(const std::string& process, pid_t pid);
   // Asked to serve process kind `to` in place (a role switch).
   void switching(const std::string& process, pid_t pid, const std::string& to);
+  // The process the cluster was started for has ended.
+  void owner_gone(pid_t owner);
 
 private:
   int fd_ = -1;

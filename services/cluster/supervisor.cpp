@@ -106,7 +106,7 @@ struct supervisor::impl {
   fs::path pids_dir;
   std::unique_ptr<event_log> events;
   std::unique_ptr<control_listener> listener;
-  int inotify_fd = -1, signal_fd = -1;
+  int inotify_fd = -1, signal_fd = -1, owner_fd = -1;
   std::map<int, fs::path> watched_dirs; // inotify watch descriptor -> folder
   std::vector<client> clients;
 
@@ -134,6 +134,7 @@ struct supervisor::impl {
       if (s.pidfd >= 0) ::close(s.pidfd);
     if (inotify_fd >= 0) ::close(inotify_fd);
     if (signal_fd >= 0) ::close(signal_fd);
+    if (owner_fd >= 0) ::close(owner_fd);
   }
 
   fs::path pid_file(const slot& s) const { return pids_dir / (s.def.name + ".pid"); }
@@ -168,6 +169,13 @@ struct supervisor::impl {
       sigaddset(&stop, SIGINT);
       ::sigprocmask(SIG_BLOCK, &stop, nullptr);
       signal_fd = ::signalfd(-1, &stop, SFD_NONBLOCK | SFD_CLOEXEC);
+    }
+    if (options.owner_pid > 0) {
+      owner_fd = static_cast<int>(::syscall(SYS_pidfd_open, options.owner_pid, 0));
+      if (owner_fd < 0 && errno != ESRCH)
+        throw std::runtime_error("pidfd_open(" + std::to_string(options.owner_pid) +
+                                 "), the owner: " + std::strerror(errno));
+      if (owner_fd < 0) owner_gone(); // already: nothing starts
     }
     start_deadline = clock_type::now() + options.start_timeout;
     for (auto& s : slots)
@@ -288,6 +296,13 @@ struct supervisor::impl {
       const auto& log = s.def.spec.log_file;
       options.on_start(start_failure{s.def.name, exited, log, last_lines(read_text_file(log), 15)});
     }
+    begin_down(options.stop_grace);
+  }
+
+  void owner_gone() {
+    if (owner_fd >= 0) ::close(owner_fd);
+    owner_fd = -1;
+    events->owner_gone(options.owner_pid);
     begin_down(options.stop_grace);
   }
 
@@ -623,7 +638,10 @@ struct supervisor::impl {
       if (stopping && !anyone_alive()) break;
       // Fixed slots first, then one per child alive, then one per client.
       std::vector<pollfd> fds{{listener->fd(), POLLIN, 0}, {inotify_fd, POLLIN, 0}};
+      const size_t signal_at = fds.size();
       if (signal_fd >= 0) fds.push_back({signal_fd, POLLIN, 0});
+      const size_t owner_at = fds.size();
+      if (owner_fd >= 0) fds.push_back({owner_fd, POLLIN, 0});
       const size_t fixed = fds.size();
       std::vector<slot*> watched;
       for (auto& s : slots)
@@ -637,11 +655,12 @@ struct supervisor::impl {
         throw std::runtime_error(std::string("poll failed: ") + std::strerror(errno));
 
       if (fds[1].revents) drain_inotify();
-      if (signal_fd >= 0 && fds[2].revents) {
+      if (signal_fd >= 0 && fds[signal_at].revents) {
         signalfd_siginfo info{};
         while (::read(signal_fd, &info, sizeof info) == sizeof info) {}
         begin_down(options.stop_grace);
       }
+      if (owner_fd >= 0 && fds[owner_at].revents) owner_gone();
       for (size_t i = 0; i < watched.size(); ++i)
         if (fds[fixed + i].revents) on_exit(*watched[i]);
       std::vector<client> kept;

@@ -31,6 +31,8 @@
 //                            no more restarts; answered once all are gone with
 //                            {"ok":true,"stopped":N,"killed":K}; then run() returns.
 //
+// With an owner (supervisor_options::owner_pid), the owner's end is a `down` too.
+//
 // A ready slot with a liveness probe whose file goes untouched past its timeout is SIGKILLed
 // (event "hung", with how long it was silent) and then ends like any killed process.
 // A slot is ready when its log holds a line starting with "ready" (watched with inotify). Until
@@ -83,6 +85,10 @@ struct supervisor_options {
   std::function<void(const std::optional<start_failure>&)> on_start;
   // SIGTERM and SIGINT mean `down` (blocked and read from a signalfd: the caller's only thread).
   bool stop_on_signals = false;
+  // When this process ends, the cluster goes down as on `down` (event "owner_gone"): what a
+  // test harness asks for (`cluster up --owner-pid`), so a test killed at its timeout leaves no
+  // cluster behind. It must be alive when run() begins. 0: no owner.
+  pid_t owner_pid = 0;
   // Kinds whose processes can join at run time, so a scale may ask for more than the config's
   // slots (scale_plan.hpp), and the slot that starts one ("decode-2": `role decode --join ...`).
   join_refusals joins;

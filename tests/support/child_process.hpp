@@ -1,7 +1,9 @@
 #pragma once
 // A child process started from the real binary, for tests that cross process boundaries: the
 // services/cluster launcher with the child's stdout piped back, so a test waits on its lines
-// (with a deadline, never with sleeps). Killed when the handle goes.
+// (with a deadline, never with sleeps). Killed when the handle goes, and when the test process
+// dies (ctest's timeout): no test leaves a process behind to load the tests after it. Start one
+// from the test's main thread: the kernel's "parent died" is the starting thread's end.
 
 #include "services/cluster/process_launcher.hpp"
 
@@ -26,6 +28,7 @@ private:
     services::cluster::launch_spec spec;
     spec.argv = std::move(argv);
     spec.stdout_to = services::cluster::output_to::pipe;
+    spec.die_with_parent = true;
     return spec;
   }
 };

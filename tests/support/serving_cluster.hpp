@@ -74,8 +74,9 @@ public:
 
     multi_process_ = text.find("[process.all]") == std::string::npos;
     if (multi_process_) {
-      child_process up(
-          {binary(), "cluster", "up", "--config", config_.string(), "--model", model_});
+      // Owned by this test process: a test killed at its timeout takes its cluster with it.
+      child_process up({binary(), "cluster", "up", "--config", config_.string(), "--model", model_,
+                        "--owner-pid", std::to_string(::getpid())});
       auto line = up.wait_for_line("listening gateway-0 ", std::chrono::seconds(120));
       auto status = up.wait(std::chrono::seconds(60));
       up_ok_ = line && status && status->success();

@@ -80,9 +80,10 @@ public:
       if (p.name == name) p.spec.program = program;
   }
 
-  void start(std::chrono::milliseconds start_timeout = 20s) {
+  void start(std::chrono::milliseconds start_timeout = 20s, pid_t owner = 0) {
     supervisor_options options;
     options.run_dir = run_dir_;
+    options.owner_pid = owner;
     options.start_timeout = start_timeout;
     options.stop_grace = 2s;
     options.on_start = [this](const std::optional<start_failure>& f) {
@@ -222,6 +223,49 @@ TEST(supervisor, a_killed_child_is_restarted_with_a_new_pid_and_every_step_is_lo
   const auto last = run.events().back();
   EXPECT_EQ(last["event"], "stopped");
   EXPECT_EQ(last["signal"], "SIGINT") << "down stops at once: no drain, nobody takes work over";
+}
+
+// `cluster up --owner-pid`: the test harness's case. The owner's end is a `down`, and nothing is
+// restarted after it.
+TEST(supervisor, the_cluster_goes_down_when_its_owner_ends) {
+  launch_spec owner_spec;
+  owner_spec.argv = {"/bin/sh", "-c", "exec sleep 600"};
+  owner_spec.stdin_null = true;
+  auto owner = child_process::launch(owner_spec);
+  supervised_run run;
+  run.add("sleeper-0", sleeper, quick_rules(restart_mode::always));
+  run.add("sleeper-1", sleeper, quick_rules(restart_mode::always));
+  run.start(20s, owner.pid());
+  ASSERT_TRUE(run.wait_started());
+  ASSERT_EQ(run.start_result(), "up");
+  const pid_t first = run.pid_in_file("sleeper-0"), second = run.pid_in_file("sleeper-1");
+
+  ASSERT_TRUE(owner.signal(SIGKILL));
+  ASSERT_TRUE(owner.wait_for(10s));
+  EXPECT_EQ(run.join(), 0);
+  EXPECT_NE(::kill(first, 0), 0);
+  EXPECT_NE(::kill(second, 0), 0);
+  EXPECT_EQ(run.count("supervisor", "owner_gone"), 1u);
+  for (const auto* slot : {"sleeper-0", "sleeper-1"}) {
+    EXPECT_EQ(run.count(slot, "stopped"), 1u) << slot;
+    EXPECT_EQ(run.count(slot, "restarting"), 0u) << slot;
+  }
+  EXPECT_FALSE(fs::exists(run.socket()));
+}
+
+// An owner gone before the supervisor begins: nothing starts.
+TEST(supervisor, an_owner_already_gone_starts_nothing) {
+  launch_spec owner_spec;
+  owner_spec.argv = {"/bin/true"};
+  auto owner = child_process::launch(owner_spec);
+  const pid_t gone = owner.pid();
+  ASSERT_TRUE(owner.wait_for(10s)); // reaped: the pid names nobody now
+  supervised_run run;
+  run.add("sleeper-0", sleeper, quick_rules(restart_mode::always));
+  run.start(20s, gone);
+  EXPECT_EQ(run.join(), 0);
+  EXPECT_EQ(run.count("supervisor", "owner_gone"), 1u);
+  EXPECT_EQ(run.count("sleeper-0", "spawned"), 0u);
 }
 
 TEST(supervisor, a_child_that_stops_beating_is_killed_as_hung_and_restarted) {
