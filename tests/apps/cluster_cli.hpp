@@ -3,8 +3,10 @@
 // as their one-line JSON answers (what the scale tests share).
 
 #include "../support/child_process.hpp"
+#include "../support/sanitizer_slowdown.hpp"
 #include "../support/serving_cluster.hpp"
 
+#include <algorithm>
 #include <gtest/gtest.h>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -21,14 +23,20 @@ inline nlohmann::json cluster_cli(const serving_cluster& cluster, const std::str
   argv.insert(argv.end(), args.begin(), args.end());
   child_process cli(argv);
   std::string out;
-  while (auto line = cli.read_line(std::chrono::seconds(240))) out += *line;
+  while (auto line = cli.read_line(scaled(std::chrono::seconds(240)))) out += *line;
   const auto status = cli.wait(std::chrono::seconds(30));
   EXPECT_TRUE(status && status->exited()) << out;
   return nlohmann::json::parse(out, nullptr, false);
 }
 
-inline nlohmann::json scale(const serving_cluster& cluster,
-                            const std::vector<std::string>& counts) {
+// Drains get the CLI's default 60 s stretched by the build's slowdown: under ThreadSanitizer,
+// finishing a draining instance's sequences took longer than 60 s, so the drain was cut short
+// and its requests placed again, which the tests that drain check never happens.
+inline nlohmann::json scale(const serving_cluster& cluster, std::vector<std::string> counts) {
+  if (std::find(counts.begin(), counts.end(), "--drain-timeout-s") == counts.end()) {
+    counts.push_back("--drain-timeout-s");
+    counts.push_back(std::to_string(scaled(60)));
+  }
   return cluster_cli(cluster, "scale", counts);
 }
 
