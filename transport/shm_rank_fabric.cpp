@@ -6,16 +6,16 @@
 // after a break) re-creates regions of the same names. Without one, a rank that looks before a
 // slower peer has dropped its old region maps that one, writes into memory nobody reads, and
 // takes its closing for the peer leaving, which breaks the new formation too, over and over.
-// So each region carries a random nonce, and a rank that has mapped a peer's region writes its
-// own region's nonce into it: "the region with this nonce has mapped yours". A rank is connected
-// when every peer has acknowledged its region with the nonce of the very region it mapped from
-// that peer. A mapped region that is closed, or whose owner acknowledged with another nonce, is a
-// leftover, and the name is opened again.
+// So each region carries a nonce of its own (a fresh incarnation), and a rank that has mapped a
+// peer's region writes its own region's nonce into it: "the region with this nonce has mapped
+// yours". A rank is connected when every peer has acknowledged its region with the nonce of the
+// very region it mapped from that peer. A mapped region that is closed, or whose owner
+// acknowledged with another nonce, is a leftover, and the name is opened again.
+#include "transport/membership.hpp"
 #include "transport/rank_fabric.hpp"
 #include "transport/shm_region.hpp"
 
 #include <optional>
-#include <random>
 #include <thread>
 
 namespace supernode::transport {
@@ -26,20 +26,14 @@ std::string region_name(const std::string& group, int rank) {
   return group + "-rank" + std::to_string(rank);
 }
 
-uint64_t random_nonce() {
-  std::random_device device;
-  uint64_t n = 0;
-  while (n == 0) n = (uint64_t{device()} << 32) | device(); // 0 means "not written yet"
-  return n;
-}
-
 class shm_rank_fabric final : public rank_fabric {
 public:
   explicit shm_rank_fabric(const rank_fabric_options& o)
       : rank_fabric(o.rank, o.ranks, o.bytes, o.flags, o.log), cluster_(o.cluster), group_(o.group),
         own_(shm_region::create(o.cluster, region_name(o.group, o.rank), o.bytes, region_flags())),
-        nonce_(random_nonce()), peers_(static_cast<size_t>(o.ranks)),
-        acknowledged_(static_cast<size_t>(o.ranks), 0) {
+        // Never 0 (which reads "not written yet"), and never the nonce of this rank's region
+        // before: it grows with every call.
+        nonce_(new_incarnation()), peers_(static_cast<size_t>(o.ranks)) {
     own_.publish(nonce_flag(), nonce_);
   }
 
@@ -114,10 +108,8 @@ private:
   bool look_at(int r, std::string& why) {
     auto& peer = peers_[r];
     const uint64_t acked_by_peer = own_.load(ack_flag(r));
-    if (peer && (peer->closed() || (acked_by_peer != 0 && acked_by_peer != peer_nonce(r)))) {
+    if (peer && (peer->closed() || (acked_by_peer != 0 && acked_by_peer != peer_nonce(r))))
       peer.reset();
-      acknowledged_[r] = 0;
-    }
     if (!peer) {
       try {
         peer = shm_region::try_open(cluster_, region_name(group_, r));
@@ -134,11 +126,9 @@ private:
         return false;
       }
     }
-    const uint64_t theirs = peer_nonce(r);
-    if (theirs != 0 && acknowledged_[r] != theirs) {
+    // Once its owner has published the nonce (its flags are set up by then), and only once.
+    if (peer_nonce(r) != 0 && peer->load(ack_flag(rank_)) != nonce_)
       peer->publish(ack_flag(rank_), nonce_);
-      acknowledged_[r] = theirs;
-    }
     return true;
   }
 
@@ -160,7 +150,6 @@ private:
   shm_region own_;
   uint64_t nonce_;
   std::vector<std::optional<shm_region>> peers_;
-  std::vector<uint64_t> acknowledged_; // by rank: the nonce of the peer region this one acked
 };
 
 } // namespace
