@@ -407,7 +407,9 @@ TEST(serving_scale, a_new_decode_group_joins_past_the_config_serves_and_leaves_u
       cluster, workload(8, 40, 60), running_on_all({"decode-2", "decode-3"}, 1), [] {},
       /*expect_resumed=*/false);
   // 4 -> 2: the joined group drains, its sequences move with their KV to the config's group.
-  const auto down = scale_under_load(cluster, workload(8, 40, 120),
+  // Requests twice as long as the others here: the scale must reach the leaving ranks before
+  // their sequences end, and under a loaded suite 120 tokens once ended first.
+  const auto down = scale_under_load(cluster, workload(8, 40, 240),
                                      running_on_all({"decode-2", "decode-3"}, 1), {"decode=2"});
   EXPECT_EQ(down["stopped"], json::array({"decode-2", "decode-3"}));
   EXPECT_EQ(phases(cluster)["decode-3"], "down");
