@@ -10,6 +10,7 @@
 #include "../model/tiny_model.hpp"
 #include "../support/child_process.hpp"
 #include "../support/serving_cluster.hpp"
+#include "../support/test_run_dir.hpp"
 #include "services/cluster/cluster_file.hpp"
 
 #include <array>
@@ -98,20 +99,6 @@ chaos_result run_chaos(const fs::path& config, const fs::path& plan,
   return r;
 }
 
-// A fresh folder for one test's cluster, removed after unless SUPERNODE_KEEP_TEST_RUN_DIR=1.
-// (Short: the cluster's ipc socket paths must fit a sockaddr_un.)
-struct test_folder {
-  inline static int made = 0;
-  fs::path path = fs::temp_directory_path() /
-                  ("sn-chaos-" + std::to_string(::getpid()) + "-" + std::to_string(made++));
-  test_folder() { fs::create_directories(path); }
-  ~test_folder() {
-    if (const char* keep = std::getenv("SUPERNODE_KEEP_TEST_RUN_DIR"); keep && *keep == '1') return;
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
 void expect_full_report(const chaos_result& r, int requests) {
   ASSERT_TRUE(r.status) << "supernode chaos did not end within its bound; output so far:\n"
                         << r.out;
@@ -143,9 +130,9 @@ void expect_cluster_down(const fs::path& run_dir) {
 } // namespace
 
 TEST(chaos_run, a_control_drop_plan_runs_to_a_full_report_within_its_bound) {
-  const test_folder dir;
-  const auto config = own_config("pdc-1p1d.toml", dir.path);
-  const auto plan = dir.path / "drop-control.toml";
+  const supernode::testing::test_run_dir dir("chaos");
+  const auto config = own_config("pdc-1p1d.toml", dir.path());
+  const auto plan = dir.path() / "drop-control.toml";
   std::ofstream(plan) << drop_control_plan;
   const auto r = run_chaos(config, plan,
                            {"--num-prompts", "16", "--concurrency", "4", "--max-tokens", "8",
@@ -157,14 +144,14 @@ TEST(chaos_run, a_control_drop_plan_runs_to_a_full_report_within_its_bound) {
   EXPECT_EQ(r.report["faults"][0]["kind"], "drop");
   EXPECT_EQ(r.report["faults"][0]["at_s"], 0.5);
   // The fault really fired inside the processes, and the cluster is down again.
-  EXPECT_GT(frames_dropped(dir.path / "run" / "logs"), 0u);
-  expect_cluster_down(dir.path / "run");
+  EXPECT_GT(frames_dropped(dir.path() / "run" / "logs"), 0u);
+  expect_cluster_down(dir.path() / "run");
 }
 
 TEST(chaos_run, a_killed_decode_process_is_signalled_and_its_detection_timed) {
-  const test_folder dir;
-  const auto config = own_config("pdc-2p2d.toml", dir.path);
-  const auto plan = dir.path / "kill-decode.toml";
+  const supernode::testing::test_run_dir dir("chaos");
+  const auto config = own_config("pdc-2p2d.toml", dir.path());
+  const auto plan = dir.path() / "kill-decode.toml";
   std::ofstream(plan) << "[[fault]]\nat_s = 1.0\nkind = \"kill\"\ntarget = \"decode-1\"\n";
   const auto r = run_chaos(config, plan,
                            {"--num-prompts", "24", "--concurrency", "4", "--max-tokens", "8",
@@ -184,16 +171,16 @@ TEST(chaos_run, a_killed_decode_process_is_signalled_and_its_detection_timed) {
   if (kill["recovered_s"].is_number()) {
     EXPECT_GE(kill["recovered_s"].get<double>(), kill["detected_s"].get<double>());
   }
-  expect_cluster_down(dir.path / "run");
+  expect_cluster_down(dir.path() / "run");
 }
 
 TEST(chaos_run, a_killed_gateway_of_two_loses_nothing_at_a_retrying_client) {
   // pdc-ha: two gateways and the scheduler on its own. Every first attempt goes to gateway-0;
   // killed, its open requests fail on a connection error and are resubmitted to gateway-1, as
   // are the ones sent while it restarts (on a new port: the tests' gateways take any free one).
-  const test_folder dir;
-  const auto config = own_config("pdc-ha.toml", dir.path);
-  const auto plan = dir.path / "kill-gateway.toml";
+  const supernode::testing::test_run_dir dir("chaos");
+  const auto config = own_config("pdc-ha.toml", dir.path());
+  const auto plan = dir.path() / "kill-gateway.toml";
   std::ofstream(plan) << "[[fault]]\nat_s = 1.0\nkind = \"kill\"\ntarget = \"gateway-0\"\n";
   const auto r = run_chaos(config, plan,
                            {"--num-prompts", "24", "--concurrency", "4", "--max-tokens", "16",
@@ -209,7 +196,7 @@ TEST(chaos_run, a_killed_gateway_of_two_loses_nothing_at_a_retrying_client) {
   EXPECT_GT(r.report["retried"].get<int>(), 0) << "the kill hit no request:\n" << r.out;
   ASSERT_EQ(r.report["faults"].size(), 1u);
   EXPECT_TRUE(r.report["faults"][0]["detected_s"].is_number()) << r.out;
-  expect_cluster_down(dir.path / "run");
+  expect_cluster_down(dir.path() / "run");
 }
 
 TEST(chaos_run, every_plane_and_storage_fault_ends_in_a_recovery_never_a_hang_or_a_crash) {
@@ -219,13 +206,13 @@ TEST(chaos_run, every_plane_and_storage_fault_ends_in_a_recovery_never_a_hang_or
   // frame checks: the prefill is retried), pool frames delayed, SSD writes failing. The run
   // ends within its bound, no process crashes, and every request ends with the reference's
   // tokens (a frame lost before the first token is noticed at the first-token bound).
-  const test_folder dir;
+  const supernode::testing::test_run_dir dir("chaos");
   // A lost frame is noticed by the gateway's bounds (no first token, a stalled stream): short
   // here, so the retries fit the clients' deadline.
   const auto config = own_config(
-      "pdc-ems.toml", dir.path,
+      "pdc-ems.toml", dir.path(),
       {{"gateway", "first_token_timeout_ms", "6000"}, {"gateway", "stall_timeout_ms", "3000"}});
-  const auto plan = dir.path / "planes.toml";
+  const auto plan = dir.path() / "planes.toml";
   std::ofstream(plan) << R"(
 [[fault]]
 at_s = 0.5
@@ -268,8 +255,8 @@ duration_s = 1.0
   EXPECT_EQ(r.report["failed"], 0) << r.out;
   EXPECT_EQ(r.report["mismatched"], 0) << r.out;
   EXPECT_EQ(r.report["duplicated_tokens"], 0) << r.out;
-  std::ifstream events(dir.path / "run" / "events.jsonl");
+  std::ifstream events(dir.path() / "run" / "events.jsonl");
   for (std::string line; std::getline(events, line);)
     EXPECT_EQ(line.find("\"exited\""), std::string::npos) << "a process ended: " << line;
-  expect_cluster_down(dir.path / "run");
+  expect_cluster_down(dir.path() / "run");
 }

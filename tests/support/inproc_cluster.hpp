@@ -6,35 +6,28 @@
 // [process.*] and serving tables. The run_dir goes with the object.
 
 #include "services/serving/cluster_file.hpp"
+#include "test_run_dir.hpp"
 
-#include <atomic>
 #include <filesystem>
 #include <string>
-#include <unistd.h>
 
 namespace supernode::testing {
 
 struct inproc_cluster_file {
-  std::filesystem::path run_dir;
+private:
+  test_run_dir folder_;
+
+public:
+  std::filesystem::path run_dir = folder_.path();
   services::cluster_file file;
 
   inproc_cluster_file(const std::string& prefix, const std::string& tables)
-      : file(services::cluster_file::parse(text(prefix, tables, run_dir), prefix + ".toml")) {}
-  ~inproc_cluster_file() {
-    std::error_code ignored;
-    std::filesystem::remove_all(run_dir, ignored);
-  }
-  inproc_cluster_file(const inproc_cluster_file&) = delete;
-  inproc_cluster_file& operator=(const inproc_cluster_file&) = delete;
+      : folder_(prefix),
+        file(services::cluster_file::parse(text(folder_, tables), prefix + ".toml")) {}
 
 private:
-  static std::string text(const std::string& prefix, const std::string& tables,
-                          std::filesystem::path& run_dir) {
-    static std::atomic<int> counter{0};
-    const std::string name =
-        prefix + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
-    run_dir = std::filesystem::temp_directory_path() / name;
-    return "[cluster]\nname = \"" + name + "\"\nrun_dir = \"" + run_dir.string() +
+  static std::string text(const test_run_dir& folder, const std::string& tables) {
+    return "[cluster]\nname = \"" + folder.name() + "\"\nrun_dir = \"" + folder.path().string() +
            "\"\nheartbeat_ms = 50\nmissed_heartbeats = 40\n"
            "[planes.local]\nkind = \"inproc\"\n[flows]\ndefault = \"local\"\n" +
            tables;

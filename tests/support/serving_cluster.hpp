@@ -7,9 +7,9 @@
 #include "child_process.hpp"
 #include "sanitizer_slowdown.hpp"
 #include "services/cluster/cluster_file.hpp"
+#include "test_run_dir.hpp"
 
 #include <array>
-#include <atomic>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -50,13 +50,9 @@ public:
   // `config` is a file under configs/; `edits` are (table, key, value) changes applied to it.
   serving_cluster(const std::string& config, const std::filesystem::path& model,
                   const std::vector<std::array<std::string, 3>>& edits = {}) {
-    static std::atomic<int> counter{0};
     auto file = services::cluster::cluster_file::read(std::filesystem::path(SUPERNODE_SOURCE_DIR) /
                                                       "configs" / config);
-    name_ = "t" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
-    run_dir_ = std::filesystem::temp_directory_path() / ("supernode-test-" + name_);
-    std::filesystem::create_directories(run_dir_);
-    file.own_cluster(name_, run_dir_).set("gateway", "port", "0");
+    file.own_cluster(run_dir_.name(), run_dir_.path()).set("gateway", "port", "0");
     // Tests run side by side on two cores and start many processes at once: a process can miss
     // half a second of heartbeats without being dead (five seconds under ASan, which runs every
     // process 2-3x slower: two EP clusters side by side starved a rank's heartbeats past 2 s).
@@ -67,7 +63,7 @@ public:
     // of a sole instance before they are answered no_prefill_instance.
     if (sanitized_build) file.set("gateway", "recovery_timeout_ms", std::to_string(scaled(30000)));
     for (auto& [table, key, value] : edits) file.set(table, key, value);
-    config_ = run_dir_ / config;
+    config_ = run_dir_.path() / config;
     file.write(config_);
     const std::string& text = file.text();
     model_ = model.string();
@@ -97,15 +93,11 @@ public:
       server_->signal(SIGTERM);
       server_->wait(std::chrono::seconds(30));
     }
-    // SUPERNODE_KEEP_TEST_RUN_DIR=1 keeps the logs and pid files of a run for a post-mortem.
-    if (const char* keep = std::getenv("SUPERNODE_KEEP_TEST_RUN_DIR"); keep && *keep == '1') return;
-    std::error_code ec;
-    std::filesystem::remove_all(run_dir_, ec);
   }
 
   bool up() const { return up_ok_ && port_ != 0; }
   uint16_t port() const { return port_; }
-  const std::filesystem::path& run_dir() const { return run_dir_; }
+  const std::filesystem::path& run_dir() const { return run_dir_.path(); }
   const std::filesystem::path& config_file() const { return config_; }
   static std::string binary() { return std::string(SUPERNODE_BINARY_DIR) + "/apps/supernode"; }
 
@@ -115,8 +107,9 @@ private:
     return static_cast<uint16_t>(std::stoi(line.substr(colon + 1)));
   }
 
-  std::string name_, model_;
-  std::filesystem::path run_dir_, config_;
+  test_run_dir run_dir_; // removed after the cluster is down: declared first
+  std::string model_;
+  std::filesystem::path config_;
   bool multi_process_ = false, up_ok_ = false;
   uint16_t port_ = 0;
   std::unique_ptr<child_process> server_;

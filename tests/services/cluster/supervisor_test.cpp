@@ -3,6 +3,7 @@
 // on, a start that fails, and `status` and `down` over its control socket.
 
 #include "../../support/eventually.hpp"
+#include "../../support/test_run_dir.hpp"
 #include "services/cluster/control_socket.hpp"
 #include "services/cluster/supervisor.hpp"
 #include "transport/private_files.hpp"
@@ -39,11 +40,7 @@ restart_rules quick_rules(supernode::transport::restart_mode mode, int max_resta
 // A supervisor of shell scripts in a run folder of its own, run on a thread of the test.
 class supervised_run {
 public:
-  supervised_run() {
-    static int counter = 0;
-    run_dir_ = fs::temp_directory_path() / ("supernode-supervisor-" + std::to_string(::getpid()) +
-                                            "-" + std::to_string(counter++));
-    fs::remove_all(run_dir_);
+  supervised_run() : folder_("supervisor"), run_dir_(folder_.path()) {
     supernode::transport::ensure_private_dir(run_dir_ / "logs");
   }
   ~supervised_run() {
@@ -53,8 +50,6 @@ public:
       } catch (...) {}
       thread_.join();
     }
-    std::error_code ec;
-    fs::remove_all(run_dir_, ec);
   }
 
   void add(const std::string& name, const std::string& script, restart_rules rules) {
@@ -144,6 +139,7 @@ public:
   const fs::path& run_dir() const { return run_dir_; }
 
 private:
+  supernode::testing::test_run_dir folder_;
   fs::path run_dir_;
   std::vector<supervised_process> processes_;
   std::thread thread_;
