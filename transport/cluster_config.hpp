@@ -19,6 +19,7 @@
 // would host decode-4..7 and expert_shard-4..7 (ranks as threads of one process).
 
 #include "transport/config_document.hpp"
+#include "transport/liveness.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -95,10 +96,9 @@ struct cluster_config {
   bool keys_made_on_start() const { return key_dir.empty(); }
   std::chrono::milliseconds heartbeat_interval{100};
   int missed_heartbeats = 5;
+  liveness_options liveness() const { return {heartbeat_interval, missed_heartbeats}; }
   // How long a member may stay silent before its peers declare it down (and fence it).
-  std::chrono::milliseconds liveness_bound() const {
-    return heartbeat_interval * missed_heartbeats;
-  }
+  std::chrono::milliseconds liveness_bound() const { return liveness().bound(); }
   std::map<std::string, plane_config> planes;
   std::map<std::string, std::string> flows; // flow -> plane name
   std::vector<process_config> processes;

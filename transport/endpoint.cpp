@@ -12,8 +12,7 @@ namespace supernode::transport {
 endpoint::endpoint(cluster_config cluster, const std::string& self, plane_factory factory,
                    uint64_t incarnation)
     : cluster_(std::move(cluster)), self_(cluster_.instance(self)), incarnation_(incarnation),
-      log_(self_.name, incarnation_),
-      membership_({cluster_.heartbeat_interval, cluster_.missed_heartbeats}),
+      log_(self_.name, incarnation_), membership_(cluster_.liveness()),
       retry_([this](const std::string& flow, const peer_id& to, const envelope& m) {
         return send(flow, to, m);
       }) {

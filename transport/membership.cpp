@@ -129,7 +129,7 @@ std::vector<membership_event> membership::on_disconnect(const std::string& peer,
 
 std::vector<membership_event> membership::tick(steady_time now, steady_time read_up_to) {
   std::vector<membership_event> events;
-  const auto limit = options_.heartbeat_interval * options_.missed_heartbeats;
+  const auto limit = options_.bound();
   const auto previous = std::exchange(last_tick_, now);
   last_pause_ = std::chrono::nanoseconds(0);
   const auto gap = previous ? now - *previous : std::chrono::nanoseconds(0);

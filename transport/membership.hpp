@@ -20,6 +20,7 @@
 //     which process speaks; its other messages wait for one (sender_unconfirmed).
 
 #include "transport/control_messages.hpp"
+#include "transport/liveness.hpp"
 
 #include <chrono>
 #include <map>
@@ -48,11 +49,6 @@ struct membership_event {
   enum class kind : uint8_t { joined, left, down } what;
   std::string peer;
   std::string reason;
-};
-
-struct liveness_options {
-  std::chrono::milliseconds heartbeat_interval{100};
-  int missed_heartbeats = 5;
 };
 
 // A fresh incarnation for an instance starting now. Peers take the larger incarnation for the
