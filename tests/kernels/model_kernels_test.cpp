@@ -159,6 +159,46 @@ TEST(moe_gate, bias_selects_but_does_not_weight) {
   EXPECT_NEAR(wt[1], s0 / (s0 + s5), 1e-6);
 }
 
+TEST(moe_gate, ties_go_to_the_lower_index_as_a_full_sort_orders_them) {
+  // Logits on a coarse grid, so scores, group scores and biased choices tie often.
+  for (const bool grouped : {false, true})
+    for (uint32_t seed = 0; seed < 40; ++seed) {
+      const moe_gate_params p{64, 8, grouped ? 8 : 1, grouped ? 4 : 1, seed % 2 == 0, true, 1.0f};
+      auto logits = random_vector(64, 300 + seed);
+      for (auto& l : logits) l = std::round(l * 2.0f) / 2.0f;
+      int32_t ex[8];
+      float wt[8];
+      moe_gate(logits.data(), {}, p, ex, wt);
+      // Reference: the same scores, groups kept by a stable sort, then a stable sort of the rest.
+      std::vector<float> s(64);
+      if (p.sigmoid) {
+        for (int e = 0; e < 64; ++e) s[e] = 1.0f / (1.0f + std::exp(-logits[e]));
+      } else {
+        const float mx = *std::max_element(logits.begin(), logits.end());
+        float sum = 0.0f;
+        for (int e = 0; e < 64; ++e) sum += s[e] = std::exp(logits[e] - mx);
+        for (auto& v : s) v /= sum;
+      }
+      std::vector<int> allowed(64);
+      std::iota(allowed.begin(), allowed.end(), 0);
+      if (grouped) {
+        std::vector<int> groups(8);
+        std::iota(groups.begin(), groups.end(), 0);
+        auto best = [&](int g) {
+          return *std::max_element(s.begin() + g * 8, s.begin() + g * 8 + 8);
+        };
+        std::stable_sort(groups.begin(), groups.end(),
+                         [&](int a, int b) { return best(a) > best(b); });
+        allowed.clear();
+        for (int e = 0; e < 64; ++e)
+          if (std::find(groups.begin(), groups.begin() + 4, e / 8) != groups.begin() + 4)
+            allowed.push_back(e);
+      }
+      std::stable_sort(allowed.begin(), allowed.end(), [&](int a, int b) { return s[a] > s[b]; });
+      for (int i = 0; i < 8; ++i) EXPECT_EQ(ex[i], allowed[i]) << "seed " << seed << " rank " << i;
+    }
+}
+
 TEST(sampling, greedy_ties_and_seeded_draws) {
   std::vector<float> l{1.0f, 3.0f, 3.0f, -1.0f};
   EXPECT_EQ(argmax(l), 1);
