@@ -34,12 +34,19 @@ float quantize_row(const float* x, int64_t cols, int8_t* q) {
   }
   const __m512 vs = _mm512_set1_ps(scale), lo = _mm512_set1_ps(-127.0f),
                hi = _mm512_set1_ps(127.0f);
-  for (int64_t i = 0; i < cols; i += 16) {
+  // In [-127, 127] after the clamp, so narrowing keeps every value.
+  const auto quantized = [&](__m512 v) {
+    return _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_div_ps(v, vs), lo), hi));
+  };
+  int64_t i = 0;
+  // Whole steps narrow in a register and store 16 bytes: the narrowing store to memory
+  // (vpmovdb m128) took 1.15-1.2x as long per 512-float row on Zen 5.
+  for (; i + 16 <= cols; i += 16)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i),
+                     _mm512_cvtepi32_epi8(quantized(_mm512_loadu_ps(x + i))));
+  if (i < cols) {
     const __mmask16 m = inside(i);
-    const __m512 r =
-        _mm512_min_ps(_mm512_max_ps(_mm512_div_ps(_mm512_maskz_loadu_ps(m, x + i), vs), lo), hi);
-    // In [-127, 127] after the clamp, so the narrowing store keeps every value.
-    _mm512_mask_cvtepi32_storeu_epi8(q + i, m, _mm512_cvtps_epi32(r));
+    _mm512_mask_cvtepi32_storeu_epi8(q + i, m, quantized(_mm512_maskz_loadu_ps(m, x + i)));
   }
   return scale;
 }
