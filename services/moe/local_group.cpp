@@ -1,5 +1,7 @@
 #include "services/moe/local_group.hpp"
 
+#include "transport/private_files.hpp"
+
 #include <filesystem>
 #include <latch>
 #include <thread>
@@ -9,8 +11,11 @@ namespace supernode::services {
 
 namespace {
 
-std::unique_ptr<transport::rank_fabric>
-make_fabric(const local_group_options& o, const std::string& group, int rank, size_t bytes) {
+// `ipc_dir`: where the ZeroMQ fabric's ranks bind, one socket each.
+std::unique_ptr<transport::rank_fabric> make_fabric(const local_group_options& o,
+                                                    const std::string& group,
+                                                    const std::filesystem::path& ipc_dir, int rank,
+                                                    size_t bytes) {
   transport::rank_fabric_options f;
   f.cluster = o.cluster;
   f.group = group;
@@ -20,10 +25,8 @@ make_fabric(const local_group_options& o, const std::string& group, int rank, si
   f.flags = ep_flag_count;
   f.log = log::logger{group + "-rank" + std::to_string(rank)}; // ranks as threads: no instances
   if (o.fabric == "zmq") {
-    const auto dir = std::filesystem::temp_directory_path() / ("supernode-" + group);
-    std::filesystem::create_directories(dir);
     for (int r = 0; r < o.ranks; ++r)
-      f.addresses.push_back("ipc://" + (dir / std::to_string(r)).string());
+      f.addresses.push_back("ipc://" + (ipc_dir / std::to_string(r)).string());
     return transport::make_zmq_rank_fabric(f);
   }
   return transport::make_shm_rank_fabric(f);
@@ -41,6 +44,9 @@ std::vector<std::string> run_local_group(const local_group_options& options,
   group += "-";
   group += std::to_string(groups++);
   const int ranks = options.ranks;
+  // The ZeroMQ fabric's sockets: in a folder of this user's only, removed when the group ends.
+  const auto ipc_dir = std::filesystem::temp_directory_path() / ("supernode-" + group);
+  if (options.fabric == "zmq") transport::ensure_private_dir(ipc_dir);
   std::vector<std::string> errors(static_cast<size_t>(ranks));
   std::latch connected(ranks), finished(ranks);
   std::vector<std::thread> threads;
@@ -52,7 +58,7 @@ std::vector<std::string> run_local_group(const local_group_options& options,
         o.rank = r;
         o.ranks = ranks;
         const auto layout = expert_parallel::layout_for(weights->config, weights->prec, o);
-        auto fabric = make_fabric(options, group, r, layout.total_bytes());
+        auto fabric = make_fabric(options, group, ipc_dir, r, layout.total_bytes());
         std::string why;
         if (!fabric->connect(
                 std::chrono::seconds(30), [] { return false; }, why))
@@ -71,6 +77,10 @@ std::vector<std::string> run_local_group(const local_group_options& options,
       if (!done) finished.count_down();
     });
   for (auto& t : threads) t.join();
+  if (options.fabric == "zmq") {
+    std::error_code ignored;
+    std::filesystem::remove_all(ipc_dir, ignored);
+  }
   return errors;
 }
 
