@@ -6,6 +6,7 @@
 #include "../support/eventually.hpp"
 #include "../support/http_client.hpp"
 #include "../support/probe_endpoint.hpp"
+#include "../support/test_run_dir.hpp"
 #include "actors/protocol/type_ids.hpp"
 #include "actors/role/role_actor.hpp"
 #include "services/gateway/gateway_service.hpp"
@@ -35,10 +36,10 @@ struct test_system_config : caf::actor_system_config {
 const std::vector<std::string> roles = {"echo",   "gateway",       "scheduler", "prefill",
                                         "decode", "mp_controller", "mp_server"};
 
-std::string config_text(const std::string& name) {
+std::string config_text(const supernode::testing::test_run_dir& dir) {
   std::string all;
   for (auto& r : roles) all += (all.empty() ? "\"" : ", \"") + r + "\"";
-  return "[cluster]\nname = \"" + name + "\"\nrun_dir = \"/tmp/" + name +
+  return "[cluster]\nname = \"" + dir.name() + "\"\nrun_dir = \"" + dir.path().string() +
          "\"\nheartbeat_ms = 50\nmissed_heartbeats = 20\n"
          "[planes.local]\nkind = \"inproc\"\n[flows]\ndefault = \"local\"\n"
          "[process.all]\nroles = [" +
@@ -51,9 +52,8 @@ std::string config_text(const std::string& name) {
 } // namespace
 
 TEST(role_interface, a_message_outside_a_roles_interface_is_counted_logged_once_and_exported) {
-  const std::string name = "iface-" + std::to_string(::getpid());
-  std::filesystem::remove_all("/tmp/" + name);
-  const auto file = services::cluster_file::parse(config_text(name), "iface.toml");
+  const supernode::testing::test_run_dir dir("iface");
+  const auto file = services::cluster_file::parse(config_text(dir), "iface.toml");
   const auto& cluster = file.cluster;
   const auto& serving = file.serving;
   services::protocol::register_serving_messages();

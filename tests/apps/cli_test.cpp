@@ -251,7 +251,12 @@ TEST(cli, cluster_keys_makes_the_missing_pairs_privately_and_only_once) {
   const auto config = dir / "keys.toml";
   std::string quoted = keys.string(); // appended: g++ 12 warns falsely on "\"" + std::string&&
   quoted.insert(0, 1, '"').push_back('"');
-  std::ofstream(config) << transport::set_toml_key(text.str(), "cluster", "key_dir", quoted);
+  // The run folder too: the config's own is the user's cluster's, not this test's.
+  std::string run_dir = (dir / "run").string();
+  run_dir.insert(0, 1, '"').push_back('"');
+  std::ofstream(config) << transport::set_toml_key(
+      transport::set_toml_key(text.str(), "cluster", "key_dir", quoted), "cluster", "run_dir",
+      run_dir);
 
   auto r = run({"cluster", "keys", "--config", config.string()});
   EXPECT_EQ(r.exit_code, 0) << r.out;

@@ -13,11 +13,19 @@
 using namespace supernode::model;
 
 namespace {
+// A ranked-ids file with `text`, removed when the test program ends.
 std::filesystem::path ranked_file(const std::string& text) {
-  const auto p = std::filesystem::temp_directory_path() /
-                 ("supernode-draft-vocab-" + std::to_string(::getpid()) + ".txt");
-  std::ofstream(p) << text;
-  return p;
+  struct removed_at_exit {
+    std::filesystem::path path = std::filesystem::temp_directory_path() /
+                                 ("supernode-draft-vocab-" + std::to_string(::getpid()) + ".txt");
+    ~removed_at_exit() {
+      std::error_code ignored;
+      std::filesystem::remove(path, ignored);
+    }
+  };
+  static const removed_at_exit file;
+  std::ofstream(file.path) << text;
+  return file.path;
 }
 std::string refusal(int64_t vocab, int64_t n, const std::string& text) {
   try {
