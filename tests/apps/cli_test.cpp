@@ -2,6 +2,7 @@
 
 #include "../model/tiny_model.hpp"
 #include "model/engine.hpp"
+#include "services/cluster/cluster_file.hpp"
 #include "services/cluster/process_launcher.hpp"
 #include "transport/toml_edit.hpp"
 
@@ -244,19 +245,14 @@ TEST(cli, cluster_keys_makes_the_missing_pairs_privately_and_only_once) {
       std::filesystem::temp_directory_path() / ("supernode-cli-keys-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  std::ifstream in(std::filesystem::path(SUPERNODE_SOURCE_DIR) / "configs" / "pdc-1p1d.toml");
-  std::stringstream text;
-  text << in.rdbuf();
   const auto keys = dir / "keys";
   const auto config = dir / "keys.toml";
-  std::string quoted = keys.string(); // appended: g++ 12 warns falsely on "\"" + std::string&&
-  quoted.insert(0, 1, '"').push_back('"');
-  // The run folder too: the config's own is the user's cluster's, not this test's.
-  std::string run_dir = (dir / "run").string();
-  run_dir.insert(0, 1, '"').push_back('"');
-  std::ofstream(config) << transport::set_toml_key(
-      transport::set_toml_key(text.str(), "cluster", "key_dir", quoted), "cluster", "run_dir",
-      run_dir);
+  // A run folder of its own too: the config's is the user's cluster's, not this test's.
+  services::cluster::cluster_file::read(std::filesystem::path(SUPERNODE_SOURCE_DIR) / "configs" /
+                                        "pdc-1p1d.toml")
+      .set_string("cluster", "key_dir", keys.string())
+      .set_string("cluster", "run_dir", (dir / "run").string())
+      .write(config);
 
   auto r = run({"cluster", "keys", "--config", config.string()});
   EXPECT_EQ(r.exit_code, 0) << r.out;

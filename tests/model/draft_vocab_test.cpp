@@ -2,6 +2,7 @@
 // read in its order, and a bad file refused naming the problem; its head's logits are the full
 // head's at the kept tokens.
 
+#include "../support/test_run_dir.hpp"
 #include "model/draft_vocab.hpp"
 
 #include <filesystem>
@@ -13,19 +14,12 @@
 using namespace supernode::model;
 
 namespace {
-// A ranked-ids file with `text`, removed when the test program ends.
+// A ranked-ids file with `text`, in a folder removed when the test program ends.
 std::filesystem::path ranked_file(const std::string& text) {
-  struct removed_at_exit {
-    std::filesystem::path path = std::filesystem::temp_directory_path() /
-                                 ("supernode-draft-vocab-" + std::to_string(::getpid()) + ".txt");
-    ~removed_at_exit() {
-      std::error_code ignored;
-      std::filesystem::remove(path, ignored);
-    }
-  };
-  static const removed_at_exit file;
-  std::ofstream(file.path) << text;
-  return file.path;
+  static const supernode::testing::test_run_dir dir("draft-vocab");
+  const auto path = dir.path() / "ranked.txt";
+  std::ofstream(path) << text;
+  return path;
 }
 std::string refusal(int64_t vocab, int64_t n, const std::string& text) {
   try {

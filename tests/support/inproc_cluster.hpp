@@ -13,12 +13,10 @@
 
 namespace supernode::testing {
 
-struct inproc_cluster_file {
-private:
-  test_run_dir folder_;
+class inproc_cluster_file {
+  test_run_dir folder_; // first: the file's text names it
 
 public:
-  std::filesystem::path run_dir = folder_.path();
   services::cluster_file file;
 
   inproc_cluster_file(const std::string& prefix, const std::string& tables)

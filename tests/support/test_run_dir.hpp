@@ -7,12 +7,13 @@
 // name says whose it is. (Short names: a cluster's ipc socket paths must fit a sockaddr_un.)
 
 #include <atomic>
-#include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <cstdlib>
 #include <filesystem>
 #include <signal.h>
 #include <string>
+#include <string_view>
 #include <sys/stat.h>
 #include <system_error>
 #include <unistd.h>
@@ -55,14 +56,15 @@ private:
   static void remove_folders_of_ended_tests() {
     namespace fs = std::filesystem;
     std::error_code ec;
-    const std::string lead = prefix;
+    const std::string_view lead = prefix;
     for (const auto& entry : fs::directory_iterator(fs::temp_directory_path(), ec)) {
       const std::string leaf = entry.path().filename().string();
-      if (leaf.rfind(lead, 0) != 0) continue;
-      size_t end = lead.size();
-      while (end < leaf.size() && std::isdigit(static_cast<unsigned char>(leaf[end]))) ++end;
-      if (end == lead.size() || end >= leaf.size() || leaf[end] != '-') continue;
-      const pid_t pid = static_cast<pid_t>(std::stol(leaf.substr(lead.size(), end - lead.size())));
+      if (!leaf.starts_with(lead)) continue;
+      // sn-t<pid>-…: the pid, then a dash.
+      pid_t pid = 0;
+      const char* const last = leaf.data() + leaf.size();
+      const auto [end, bad] = std::from_chars(leaf.data() + lead.size(), last, pid);
+      if (bad != std::errc{} || pid <= 0 || end == last || *end != '-') continue;
       struct stat st {};
       if (::lstat(entry.path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
           st.st_uid != ::getuid())

@@ -40,8 +40,8 @@ restart_rules quick_rules(supernode::transport::restart_mode mode, int max_resta
 // A supervisor of shell scripts in a run folder of its own, run on a thread of the test.
 class supervised_run {
 public:
-  supervised_run() : folder_("supervisor"), run_dir_(folder_.path()) {
-    supernode::transport::ensure_private_dir(run_dir_ / "logs");
+  supervised_run() : folder_("supervisor") {
+    supernode::transport::ensure_private_dir(run_dir() / "logs");
   }
   ~supervised_run() {
     if (thread_.joinable()) {
@@ -66,7 +66,7 @@ public:
     for (auto& p : processes_)
       if (p.name == name) {
         p.liveness_timeout = timeout;
-        p.liveness_file = run_dir_ / "alive" / name;
+        p.liveness_file = run_dir() / "alive" / name;
       }
   }
 
@@ -77,7 +77,7 @@ public:
 
   void start(std::chrono::milliseconds start_timeout = 20s, pid_t owner = 0) {
     supervisor_options options;
-    options.run_dir = run_dir_;
+    options.run_dir = run_dir();
     options.owner_pid = owner;
     options.start_timeout = start_timeout;
     options.stop_grace = 2s;
@@ -101,7 +101,7 @@ public:
 
   std::vector<json> events() const {
     std::vector<json> out;
-    std::ifstream in(run_dir_ / "events.jsonl");
+    std::ifstream in(run_dir() / "events.jsonl");
     for (std::string line; std::getline(in, line);) out.push_back(json::parse(line));
     return out;
   }
@@ -119,7 +119,7 @@ public:
   }
   pid_t pid_in_file(const std::string& process) const {
     pid_t pid = 0;
-    std::ifstream(run_dir_ / "pids" / (process + ".pid")) >> pid;
+    std::ifstream(run_dir() / "pids" / (process + ".pid")) >> pid;
     return pid;
   }
 
@@ -134,13 +134,12 @@ public:
     return exit_code_;
   }
 
-  fs::path socket() const { return run_dir_ / "supervisor.sock"; }
-  fs::path log_of(const std::string& name) const { return run_dir_ / "logs" / (name + ".log"); }
-  const fs::path& run_dir() const { return run_dir_; }
+  fs::path socket() const { return run_dir() / "supervisor.sock"; }
+  fs::path log_of(const std::string& name) const { return run_dir() / "logs" / (name + ".log"); }
+  const fs::path& run_dir() const { return folder_.path(); }
 
 private:
   supernode::testing::test_run_dir folder_;
-  fs::path run_dir_;
   std::vector<supervised_process> processes_;
   std::thread thread_;
   int exit_code_ = -1;
