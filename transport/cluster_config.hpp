@@ -94,8 +94,10 @@ struct cluster_config {
   std::filesystem::path key_dir;
   std::filesystem::path keys_dir() const { return key_dir.empty() ? run_dir / "keys" : key_dir; }
   bool keys_made_on_start() const { return key_dir.empty(); }
-  std::chrono::milliseconds heartbeat_interval{100};
-  int missed_heartbeats = 5;
+  // [cluster] heartbeat_ms and missed_heartbeats, flat for the file's table; their defaults are
+  // liveness_options' own.
+  std::chrono::milliseconds heartbeat_interval = liveness_options{}.heartbeat_interval;
+  int missed_heartbeats = liveness_options{}.missed_heartbeats;
   liveness_options liveness() const { return {heartbeat_interval, missed_heartbeats}; }
   // How long a member may stay silent before its peers declare it down (and fence it).
   std::chrono::milliseconds liveness_bound() const { return liveness().bound(); }

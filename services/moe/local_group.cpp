@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <latch>
+#include <stdexcept>
 #include <thread>
 #include <unistd.h>
 
@@ -11,10 +12,36 @@ namespace supernode::services {
 
 namespace {
 
-// `ipc_dir`: where the ZeroMQ fabric's ranks bind, one socket each.
+// Where the ZeroMQ fabric's ranks bind, one socket each: a folder of this user's only, removed
+// when the group ends. The shared-memory fabric needs none (empty path).
+class socket_folder {
+public:
+  socket_folder(bool wanted, const std::string& group) {
+    if (!wanted) return;
+    path_ = std::filesystem::temp_directory_path() / ("supernode-" + group);
+    transport::ensure_private_dir(path_);
+  }
+  ~socket_folder() {
+    std::error_code ignored;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
+  }
+  socket_folder(const socket_folder&) = delete;
+  socket_folder& operator=(const socket_folder&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+private:
+  std::filesystem::path path_;
+};
+
+bool uses_zmq(const local_group_options& o) {
+  if (o.fabric == "zmq") return true;
+  if (o.fabric == "shm") return false;
+  throw std::invalid_argument("local group: unknown fabric '" + o.fabric + "' (shm or zmq)");
+}
+
 std::unique_ptr<transport::rank_fabric> make_fabric(const local_group_options& o,
                                                     const std::string& group,
-                                                    const std::filesystem::path& ipc_dir, int rank,
+                                                    const socket_folder& sockets, int rank,
                                                     size_t bytes) {
   transport::rank_fabric_options f;
   f.cluster = o.cluster;
@@ -24,9 +51,9 @@ std::unique_ptr<transport::rank_fabric> make_fabric(const local_group_options& o
   f.bytes = bytes;
   f.flags = ep_flag_count;
   f.log = log::logger{group + "-rank" + std::to_string(rank)}; // ranks as threads: no instances
-  if (o.fabric == "zmq") {
+  if (!sockets.path().empty()) {
     for (int r = 0; r < o.ranks; ++r)
-      f.addresses.push_back("ipc://" + (ipc_dir / std::to_string(r)).string());
+      f.addresses.push_back("ipc://" + (sockets.path() / std::to_string(r)).string());
     return transport::make_zmq_rank_fabric(f);
   }
   return transport::make_shm_rank_fabric(f);
@@ -44,9 +71,7 @@ std::vector<std::string> run_local_group(const local_group_options& options,
   group += "-";
   group += std::to_string(groups++);
   const int ranks = options.ranks;
-  // The ZeroMQ fabric's sockets: in a folder of this user's only, removed when the group ends.
-  const auto ipc_dir = std::filesystem::temp_directory_path() / ("supernode-" + group);
-  if (options.fabric == "zmq") transport::ensure_private_dir(ipc_dir);
+  const socket_folder sockets(uses_zmq(options), group);
   std::vector<std::string> errors(static_cast<size_t>(ranks));
   std::latch connected(ranks), finished(ranks);
   std::vector<std::thread> threads;
@@ -58,7 +83,7 @@ std::vector<std::string> run_local_group(const local_group_options& options,
         o.rank = r;
         o.ranks = ranks;
         const auto layout = expert_parallel::layout_for(weights->config, weights->prec, o);
-        auto fabric = make_fabric(options, group, ipc_dir, r, layout.total_bytes());
+        auto fabric = make_fabric(options, group, sockets, r, layout.total_bytes());
         std::string why;
         if (!fabric->connect(
                 std::chrono::seconds(30), [] { return false; }, why))
@@ -77,10 +102,6 @@ std::vector<std::string> run_local_group(const local_group_options& options,
       if (!done) finished.count_down();
     });
   for (auto& t : threads) t.join();
-  if (options.fabric == "zmq") {
-    std::error_code ignored;
-    std::filesystem::remove_all(ipc_dir, ignored);
-  }
   return errors;
 }
 

@@ -14,7 +14,7 @@
 namespace supernode::services {
 
 struct local_group_options {
-  std::string fabric = "shm"; // shm | zmq (ipc sockets under the temp folder)
+  std::string fabric = "shm"; // shm | zmq (ipc sockets under the temp folder); else throws
   std::string cluster = "local";
   int ranks = 1;
   ep_options ep; // rank and ranks are filled in per thread
@@ -24,7 +24,8 @@ using local_rank_body = std::function<void(int rank, expert_parallel&, transport
 
 // Runs body on every rank's thread once all ranks are connected; a rank stays in the group until
 // every body has returned (a rank that left early would break its peers' ops). Returns each
-// rank's error, empty when its body (and set-up) succeeded.
+// rank's error, empty when its body (and set-up) succeeded. An unknown fabric throws
+// std::invalid_argument before any rank starts.
 std::vector<std::string> run_local_group(const local_group_options& options,
                                          std::shared_ptr<const model::model_weights> weights,
                                          const local_rank_body& body);

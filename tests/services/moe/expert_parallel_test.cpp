@@ -18,6 +18,7 @@
 #include <functional>
 #include <gtest/gtest.h>
 #include <random>
+#include <stdexcept>
 #include <thread>
 
 using namespace supernode;
@@ -272,5 +273,20 @@ TEST_P(expert_parallel_test, a_rank_that_leaves_breaks_the_group_without_a_hang)
 }
 
 INSTANTIATE_TEST_SUITE_P(fabrics, expert_parallel_test, ::testing::Values("shm", "zmq"));
+
+TEST(local_group, an_unknown_fabric_is_refused_by_name_before_any_rank_runs) {
+  services::local_group_options o;
+  o.fabric = "rdma";
+  o.ranks = 2;
+  std::atomic<int> ran{0};
+  try {
+    services::run_local_group(o, supernode::testing::tiny_weights(model::precision::int8),
+                              [&](int, expert_parallel&, transport::rank_fabric&) { ++ran; });
+    ADD_FAILURE() << "an unknown fabric was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown fabric 'rdma'"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(ran, 0);
+}
 
 } // namespace
