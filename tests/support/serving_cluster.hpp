@@ -5,6 +5,7 @@
 // port, so tests never collide with each other or with a server the user runs.
 
 #include "child_process.hpp"
+#include "run_dir_post_mortem.hpp"
 #include "sanitizer_slowdown.hpp"
 #include "services/cluster/cluster_file.hpp"
 #include "test_run_dir.hpp"
@@ -13,6 +14,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <gtest/gtest.h>
 #include <map>
 #include <string>
 #include <vector>
@@ -93,6 +95,8 @@ public:
       server_->signal(SIGTERM);
       server_->wait(std::chrono::seconds(30));
     }
+    // Once the processes are down, so their logs are whole.
+    if (::testing::Test::HasFailure()) print_run_dir_post_mortem(run_dir_.path());
   }
 
   bool up() const { return up_ok_ && port_ != 0; }

@@ -1,8 +1,10 @@
+#include "run_dir_post_mortem.hpp"
 #include "test_run_dir.hpp"
 
 #include <cstdlib>
 #include <fstream>
 #include <gtest/gtest.h>
+#include <sstream>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -58,4 +60,28 @@ TEST_F(test_run_dir_removal,
   EXPECT_TRUE(fs::exists(other / "logs" / "a.log")); // not a test folder's name
   fs::remove_all(running);
   fs::remove_all(other);
+}
+
+TEST(run_dir_post_mortem, prints_the_events_and_the_end_of_every_log) {
+  const test_run_dir dir;
+  {
+    std::ofstream events(dir.path() / "events.jsonl");
+    events << "{\"event\":\"spawned\",\"process\":\"decode-0\"}\n"
+           << "{\"event\":\"hung\",\"process\":\"decode-0\"}\n";
+  }
+  fs::create_directory(dir.path() / "logs");
+  {
+    std::ofstream log(dir.path() / "logs" / "decode-0.log");
+    for (int i = 1; i <= 100; ++i) log << "line " << i << '\n';
+  }
+  std::ofstream(dir.path() / "logs" / "gateway-0.log") << "ready gateway-0\n";
+  std::ostringstream out;
+  supernode::testing::print_run_dir_post_mortem(dir.path(), out);
+  const std::string text = out.str();
+  EXPECT_NE(text.find("{\"event\":\"hung\",\"process\":\"decode-0\"}"), std::string::npos) << text;
+  EXPECT_NE(text.find("decode-0.log (100 lines, the last 60)"), std::string::npos) << text;
+  EXPECT_NE(text.find("  line 41\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("  line 40\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("gateway-0.log (1 line)\n  ready gateway-0\n"), std::string::npos) << text;
+  EXPECT_LT(text.find("decode-0.log"), text.find("gateway-0.log")) << "logs in name order";
 }
