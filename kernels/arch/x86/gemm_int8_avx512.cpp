@@ -41,14 +41,23 @@ constexpr int max_tile_rows = 12;
 // as this buffer allows.
 constexpr int64_t tile_k_block_runs = 384, x_block_bytes = rows_per_pass * tile_k_block_runs * kg;
 // Software prefetch distance of a single streaming pass (2 KB in the AVX2 kernel; ZMM steps
-// consume the stream twice as fast). Only passes of two rows and more ask: at one row (every
-// decode GEMV at batch 1, the experts with one token at larger batches, the lm_head) the loop
-// is short enough for the core to run far ahead on its own, and the blocks of a decode step
-// streamed 6-9 % faster per thread without the requests (Zen 5, `bench model --decode-only
-// 150`, each block call picking either tile at random in one process, four runs). With more
-// rows each weight load waits behind more vpdpbusd, and the requests pay (M = 8: 10-15 % in
-// a driver streaming weights back to back).
+// consume the stream twice as fast).
 constexpr int64_t prefetch_distance = 4096;
+// Whether a pass over a single row asks for its weights ahead too. On AMD it does not. At one
+// row (every decode GEMV at batch 1, the experts with one token at larger batches, the lm_head)
+// the loop is short enough for the core and its hardware prefetcher to run far ahead alone,
+// and the requests only competed with them: on Zen 5, with each block call of `bench model
+// --decode-only 150` picking either tile at random in one process, one-row blocks streamed
+// 6-9 % faster per thread without them (four runs), and decode steps at batch 1 took 5-10 %
+// less. Elsewhere it still does: round 1 found Intel's hardware prefetcher alone short on the
+// 132 MB lm_head with the AVX2 kernel (gemm_int8_tiles.hpp), and no Intel machine has measured
+// this one since. Passes of more rows always ask: each weight load waits behind more vpdpbusd,
+// and the requests pay (M = 8: 10-15 % in a driver streaming weights back to back). Set while
+// static objects are made, so __builtin_cpu_init first, as GCC asks.
+const bool single_row_prefetch = [] {
+  __builtin_cpu_init();
+  return !__builtin_cpu_is("amd");
+}();
 
 using avx512::to_float;
 
@@ -63,7 +72,7 @@ inline __m512i broadcast4(const uint8_t* p) {
 // `xb` holds biased x for this k block, `part` the partial sums between blocks (row stride
 // ldpart), `comp` the compensation that starts each sum in the first block, `ws` the weight's
 // own channel scales from the tile's first column (read for the `ncols` that exist only).
-template<int MR, int NZ, int KS>
+template<int MR, int NZ, int KS, bool Prefetch = true>
 void tile(const uint8_t* xb, int64_t ldxb, const int8_t* w, int64_t wstride, int64_t kq,
           const int8_t* pf, int64_t pf_step, int32_t* part, int64_t ldpart, const int32_t* comp,
           bool first, bool last, const float* xs, const float* ws, float* y, int64_t ldy,
@@ -80,9 +89,7 @@ void tile(const uint8_t* xb, int64_t ldxb, const int8_t* w, int64_t wstride, int
     }
   auto step = [&](int s, int64_t q) {
     const int8_t* wq = w + q * wstride;
-    // A lone row streams its weights with the hardware prefetcher alone: its two requests per
-    // step only competed with it (see prefetch_distance).
-    if constexpr (MR > 1) {
+    if constexpr (Prefetch) { // see single_row_prefetch
       _mm_prefetch(reinterpret_cast<const char*>(pf + q * pf_step), _MM_HINT_T0);
       _mm_prefetch(reinterpret_cast<const char*>(pf + q * pf_step + 64), _MM_HINT_T0);
     }
@@ -153,6 +160,7 @@ constexpr auto tile_table(std::integer_sequence<int, R...>) {
 constexpr auto tiles = tile_table(std::make_integer_sequence<int, max_tile_rows>{});
 
 tile_fn pick_tile(int64_t mr, int64_t nz) {
+  if (mr == 1 && !single_row_prefetch) return nz == 1 ? tile<1, 1, 4, false> : tile<1, 2, 4, false>;
   return tiles.by_rows[nz - 1][mr - 1];
 }
 
