@@ -110,6 +110,18 @@ std::atomic<kernel_isa>& active_slot() {
 }
 } // namespace
 
+bool cpu_is_amd() {
+#if defined(__x86_64__)
+  static const bool amd = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_is("amd") != 0;
+  }();
+  return amd;
+#else
+  return false;
+#endif
+}
+
 bool kernel_isa_avx512_bf16_supported() {
 #if defined(__x86_64__)
   // CPUID.(EAX=7,ECX=1):EAX[5] AVX512_BF16; the OS state check comes with AVX-512F's.

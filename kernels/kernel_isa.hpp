@@ -33,6 +33,10 @@ bool parse_kernel_isa(const char* name, kernel_isa& isa);
 // scores; independent of the active path.
 bool kernel_isa_avx512_bf16_supported();
 
+// Whether the CPU is AMD's, for the few tuning choices measured to differ by vendor (the
+// one-row INT8 GEMV's software prefetch); read once.
+bool cpu_is_amd();
+
 // Whether the AVX2 code of quantization and the FP32 GEMM may run under `isa`.
 inline bool kernel_isa_has_avx2(kernel_isa isa) {
   return isa != kernel_isa::portable;

@@ -9,6 +9,7 @@
 // results are bit-identical to the portable, AVX2 and AVX-VNNI paths.
 
 #include "kernels/arch/x86/avx512_kernels.hpp"
+#include "kernels/kernel_isa.hpp"
 
 #include <cstring>
 #include <immintrin.h>
@@ -52,12 +53,8 @@ constexpr int64_t prefetch_distance = 4096;
 // less. Elsewhere it still does: round 1 found Intel's hardware prefetcher alone short on the
 // 132 MB lm_head with the AVX2 kernel (gemm_int8_tiles.hpp), and no Intel machine has measured
 // this one since. Passes of more rows always ask: each weight load waits behind more vpdpbusd,
-// and the requests pay (M = 8: 10-15 % in a driver streaming weights back to back). Set while
-// static objects are made, so __builtin_cpu_init first, as GCC asks.
-const bool single_row_prefetch = [] {
-  __builtin_cpu_init();
-  return !__builtin_cpu_is("amd");
-}();
+// and the requests pay (M = 8: 10-15 % in a driver streaming weights back to back).
+const bool single_row_prefetch = !cpu_is_amd();
 
 using avx512::to_float;
 
