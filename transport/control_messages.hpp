@@ -80,16 +80,6 @@ struct member_join {
   MSGPACK_DEFINE_MAP(peer, role, incarnation, endpoints, wants_directory);
 };
 
-// The answer to a join that wants the directory: every live member the sender knows, itself
-// included, with the addresses each announced (or the config gives).
-struct member_directory {
-  static constexpr uint16_t type_id = 9;
-  static constexpr const char* type_name = "member_directory";
-  static constexpr uint32_t max_bytes = 1u << 20;
-  std::vector<member_join> members;
-  MSGPACK_DEFINE_MAP(members);
-};
-
 struct member_leave {
   static constexpr uint16_t type_id = 7;
   static constexpr const char* type_name = "member_leave";
@@ -98,6 +88,20 @@ struct member_leave {
   std::string reason;
   uint64_t incarnation = 0; // the leaving process: a late leave of a replaced one is refused
   MSGPACK_DEFINE_MAP(peer, reason, incarnation);
+};
+
+// The answer to a join that wants the directory: every live member the sender knows, itself
+// included, with the addresses each announced (or the config gives), and the members it knows
+// to have left (with the incarnation that left). Without those, a joiner whose config lists a
+// member that left before it started would wait for that member's heartbeats and declare it
+// down for silence.
+struct member_directory {
+  static constexpr uint16_t type_id = 9;
+  static constexpr const char* type_name = "member_directory";
+  static constexpr uint32_t max_bytes = 1u << 20;
+  std::vector<member_join> members;
+  std::vector<member_leave> left;
+  MSGPACK_DEFINE_MAP(members, left);
 };
 
 // To a member whose process was declared down for silence (a hang: SIGSTOP, a stall) and then

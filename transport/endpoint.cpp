@@ -299,9 +299,13 @@ void endpoint::on_message(const peer_id& from, envelope message) {
       std::lock_guard lock(mutex_);
       events = membership_.on_join(*j, now, links_up);
       if (j->wants_directory)
-        for (auto& [id, m] : membership_.members())
-          if (m.state == member_state::alive && id != j->peer)
+        for (auto& [id, m] : membership_.members()) {
+          if (id == j->peer) continue;
+          if (m.state == member_state::alive)
             directory.members.push_back({id, m.role, m.incarnation, m.endpoints});
+          else if (m.state == member_state::left)
+            directory.left.push_back({id, "left the cluster", m.incarnation});
+        }
     }
     if (j->wants_directory) {
       directory.members.push_back(own_join(false));
@@ -462,6 +466,13 @@ void endpoint::on_directory(const peer_id& from, const member_directory& d) {
     // A member new to this endpoint hears of it through emit() (its joined event); one adopted
     // quietly (a config member not heard from yet) is told here.
     if (e.empty()) to_announce.push_back(entry.peer);
+    events.insert(events.end(), e.begin(), e.end());
+  }
+  for (auto& leave : d.left) {
+    if (leave.peer == self_.name) continue;
+    std::lock_guard lock(mutex_);
+    auto e = membership_.on_reported_leave(
+        {leave.peer, leave.reason + " (" + from + "'s directory)", leave.incarnation}, now);
     events.insert(events.end(), e.begin(), e.end());
   }
   directory_received_ = true;

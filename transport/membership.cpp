@@ -57,8 +57,21 @@ std::vector<membership_event> membership::on_leave(const member_leave& m, steady
   if (it == members_.end() || it->second.state == member_state::left) return {};
   const bool was_alive = it->second.state == member_state::alive;
   it->second.state = member_state::left; // a member already reported down leaves quietly
+  // A config member not heard from yet: the leave says which process it was, for the
+  // directories this process hands to members joining later.
+  if (it->second.incarnation == 0) it->second.incarnation = m.incarnation;
   if (!was_alive) return {};
   return {{membership_event::kind::left, m.peer, m.reason}};
+}
+
+std::vector<membership_event> membership::on_reported_leave(const member_leave& m,
+                                                            steady_time now) {
+  auto it = members_.find(m.peer);
+  if (it == members_.end() || it->second.state == member_state::left) return {};
+  if (it->second.incarnation != 0 && it->second.incarnation >= m.incarnation) return {};
+  it->second.incarnation = m.incarnation;
+  it->second.fenced = false; // an older process's fence: the one that left is another
+  return on_leave(m, now);
 }
 
 uint64_t new_incarnation() {

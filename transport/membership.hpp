@@ -66,6 +66,11 @@ public:
   std::vector<membership_event> on_join(const member_join& m, steady_time now,
                                         bool links_up = true);
   std::vector<membership_event> on_leave(const member_leave& m, steady_time now);
+  // A leave another member reports (a directory's): taken only for a member this process has
+  // not heard from in the leaving incarnation or a later one (a config member not heard from
+  // yet, or an older process). What a member said itself outranks what another says of it.
+  // Members this process never knew are not made up.
+  std::vector<membership_event> on_reported_leave(const member_leave& m, steady_time now);
   std::vector<membership_event> on_heartbeat(const heartbeat& h, steady_time now,
                                              bool links_up = true);
   // Any other message from `peer` is a sign of life too. A config member not heard from yet

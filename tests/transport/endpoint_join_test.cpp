@@ -117,6 +117,38 @@ TEST(endpoint_join, a_restarted_config_member_learns_the_joined_instance_again) 
   }));
 }
 
+TEST(endpoint_join, a_config_member_that_left_before_the_join_is_known_to_have_left) {
+  join_cluster c;
+  inbox joiner_mail;
+  endpoint alpha(c.config, "alpha-0", make_plane, 100);
+  auto beta = std::make_unique<endpoint>(c.config, "beta-0", make_plane, 200);
+  alpha.start();
+  beta->start();
+  ASSERT_TRUE(ticking_until({&alpha, beta.get()},
+                            [&] { return alpha.live_incarnation("beta-0") == 200u; }));
+  // beta-0 leaves (scaled in, or switched role) and its process ends.
+  beta->announce_leave("scaled in");
+  ASSERT_TRUE(ticking_until(
+      {&alpha}, [&] { return alpha.members().at("beta-0").state == member_state::left; }));
+  beta.reset();
+
+  // The joiner's config still lists beta-0. Told by alpha-0's directory that it left, it
+  // neither waits for beta-0's heartbeats nor declares it down for their silence.
+  const instance_claim claim(c.config, "alpha");
+  const auto joined_config = c.with_joined(claim);
+  endpoint joiner(joined_config, "alpha-1", make_plane, 300);
+  joiner.set_join_seeds({{"alpha-0", ""}});
+  joiner_mail.attach(joiner);
+  joiner.start();
+  ASSERT_TRUE(ticking_until({&alpha, &joiner}, [&] {
+    return alpha.is_alive("alpha-1") && joiner.members().at("beta-0").state == member_state::left;
+  }));
+  EXPECT_EQ(joiner.members().at("beta-0").incarnation, 200u);
+  std::lock_guard lock(joiner_mail.m);
+  for (auto& e : joiner_mail.events)
+    EXPECT_FALSE(e.peer == "beta-0" && e.what == membership_event::kind::down) << e.reason;
+}
+
 TEST(endpoint_join, names_are_held_while_their_process_lives) {
   join_cluster c;
   auto first = std::make_unique<instance_claim>(c.config, "alpha");

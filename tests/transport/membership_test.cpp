@@ -209,6 +209,49 @@ TEST(membership, any_message_is_a_sign_of_life_but_not_for_a_member_that_left) {
   EXPECT_TRUE(m.on_message("stranger", t0).empty());
 }
 
+TEST(membership, a_leave_another_member_reports_is_taken_only_for_what_this_process_has_not_heard) {
+  membership m({100ms, 5});
+  // Config members not heard from yet (incarnation 0), and one heard from in incarnation 7.
+  m.on_join(join("p0", 0), t0);
+  m.on_join(join("p1", 0), t0);
+  m.on_join(join("d0", 0), t0);
+  m.on_heartbeat({"d0", 7, 1}, t0);
+
+  // p0 left before this process started: it is gone, quietly, in the incarnation that left.
+  auto ev = m.on_reported_leave({"p0", "left the cluster", 5}, t0 + 1ms);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].what, membership_event::kind::left);
+  EXPECT_EQ(m.find("p0")->state, member_state::left);
+  EXPECT_EQ(m.find("p0")->incarnation, 5u);
+  // d0 spoke for itself in 7: another's word on 7 or an older process changes nothing.
+  EXPECT_TRUE(m.on_reported_leave({"d0", "left the cluster", 7}, t0 + 1ms).empty());
+  EXPECT_TRUE(m.on_reported_leave({"d0", "left the cluster", 6}, t0 + 1ms).empty());
+  EXPECT_TRUE(m.is_alive("d0"));
+  // A stranger is not made up, and a member that left is told only once.
+  EXPECT_TRUE(m.on_reported_leave({"x9", "left the cluster", 3}, t0 + 1ms).empty());
+  EXPECT_EQ(m.find("x9"), nullptr);
+  EXPECT_TRUE(m.on_reported_leave({"p0", "left the cluster", 6}, t0 + 1ms).empty());
+
+  // Silence past the bound: p1 (never heard from) is down, p0 (it left) is not reported.
+  m.on_heartbeat({"d0", 7, 2}, t0 + 500ms);
+  ev = m.tick(t0 + 601ms);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].peer, "p1");
+  // The name comes back as a new process: a member again.
+  ev = m.on_heartbeat({"p0", 9, 1}, t0 + 700ms);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].what, membership_event::kind::joined);
+  EXPECT_TRUE(m.is_alive("p0"));
+}
+
+TEST(membership, a_first_hand_leave_of_a_member_not_heard_from_records_its_incarnation) {
+  membership m;
+  m.on_join(join("p0", 0), t0);
+  m.on_leave({"p0", "scaled in", 12}, t0 + 1ms);
+  EXPECT_EQ(m.find("p0")->state, member_state::left);
+  EXPECT_EQ(m.find("p0")->incarnation, 12u); // what a directory for a later joiner will carry
+}
+
 TEST(pending_requests, replies_timeouts_and_dead_peers) {
   pending_requests p(3);
   std::vector<std::string> outcomes;
