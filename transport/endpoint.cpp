@@ -304,7 +304,7 @@ void endpoint::on_message(const peer_id& from, envelope message) {
           if (m.state == member_state::alive)
             directory.members.push_back({id, m.role, m.incarnation, m.endpoints});
           else if (m.state == member_state::left)
-            directory.left.push_back({id, "left the cluster", m.incarnation});
+            directory.left.push_back({id, "it left the cluster", m.incarnation});
         }
     }
     if (j->wants_directory) {
@@ -472,7 +472,7 @@ void endpoint::on_directory(const peer_id& from, const member_directory& d) {
     if (leave.peer == self_.name) continue;
     std::lock_guard lock(mutex_);
     auto e = membership_.on_reported_leave(
-        {leave.peer, leave.reason + " (" + from + "'s directory)", leave.incarnation}, now);
+        {leave.peer, from + "'s directory: " + leave.reason, leave.incarnation}, now);
     events.insert(events.end(), e.begin(), e.end());
   }
   directory_received_ = true;
@@ -530,14 +530,19 @@ void endpoint::rejoin_tick() {
     return;
   }
   if (ticks_ % 10 != 0) return; // once a second at the default heartbeat: down peers wait
-  std::vector<std::string> down;
+  // A config member that is down, or that left, may come back as a new process under its name
+  // (restarted, or scaled up again) knowing only the config: it hears of this instance only
+  // from here, and this instance of it only once it has.
+  std::vector<std::string> may_not_know_us;
   {
     std::lock_guard lock(mutex_);
     for (auto& [id, m] : membership_.members())
-      if (m.state == member_state::down) down.push_back(id);
+      if (m.state == member_state::down ||
+          (m.state == member_state::left && config_instance(id) != nullptr))
+        may_not_know_us.push_back(id);
   }
   const auto join = make_envelope(own_join(false));
-  for (auto& peer : down) control.send(peer, join);
+  for (auto& peer : may_not_know_us) control.send(peer, join);
 }
 
 void endpoint::log_membership(const membership_event& e) {

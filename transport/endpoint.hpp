@@ -154,7 +154,7 @@ private:
   // The config's instance of that name (not a joined one); null when the config has none.
   const instance_config* config_instance(const std::string& name) const;
   // A joined instance: re-announces itself to the seeds until a directory came, and to members
-  // that are down (a restarted config member knows only the config).
+  // that are down and config members that left (restarted, such a member knows only the config).
   void rejoin_tick();
   void log_membership(const membership_event& e);
 

@@ -144,9 +144,45 @@ TEST(endpoint_join, a_config_member_that_left_before_the_join_is_known_to_have_l
     return alpha.is_alive("alpha-1") && joiner.members().at("beta-0").state == member_state::left;
   }));
   EXPECT_EQ(joiner.members().at("beta-0").incarnation, 200u);
-  std::lock_guard lock(joiner_mail.m);
-  for (auto& e : joiner_mail.events)
-    EXPECT_FALSE(e.peer == "beta-0" && e.what == membership_event::kind::down) << e.reason;
+  {
+    std::lock_guard lock(joiner_mail.m);
+    for (auto& e : joiner_mail.events)
+      EXPECT_FALSE(e.peer == "beta-0" && e.what == membership_event::kind::down) << e.reason;
+  }
+
+  // beta-0 comes back (scaled up again) as a new process that knows only the config: the
+  // joiner keeps announcing itself to it, so each learns the other.
+  beta = std::make_unique<endpoint>(c.config, "beta-0", make_plane, 201);
+  beta->start();
+  ASSERT_TRUE(ticking_until({&alpha, beta.get(), &joiner}, [&] {
+    return beta->is_alive("alpha-1") && joiner.live_incarnation("beta-0") == 201u;
+  }));
+}
+
+TEST(endpoint_join, a_config_member_that_left_and_came_back_learns_the_joined_instance) {
+  join_cluster c;
+  endpoint alpha(c.config, "alpha-0", make_plane, 100);
+  auto beta = std::make_unique<endpoint>(c.config, "beta-0", make_plane, 200);
+  const instance_claim claim(c.config, "alpha");
+  const auto joined_config = c.with_joined(claim);
+  endpoint joiner(joined_config, "alpha-1", make_plane, 300);
+  joiner.set_join_seeds({{"alpha-0", ""}});
+  for (auto* e : {&alpha, beta.get(), &joiner}) e->start();
+  ASSERT_TRUE(ticking_until({&alpha, beta.get(), &joiner}, [&] {
+    return beta->is_alive("alpha-1") && joiner.is_alive("beta-0");
+  }));
+
+  // beta-0 leaves (the joiner hears it first-hand), then a new beta-0 starts from the config.
+  beta->announce_leave("scaled in");
+  ASSERT_TRUE(ticking_until(
+      {&joiner}, [&] { return joiner.members().at("beta-0").state == member_state::left; }));
+  beta.reset();
+  beta = std::make_unique<endpoint>(c.config, "beta-0", make_plane, 201);
+  beta->start();
+  EXPECT_FALSE(beta->is_alive("alpha-1"));
+  ASSERT_TRUE(ticking_until({&alpha, beta.get(), &joiner}, [&] {
+    return beta->is_alive("alpha-1") && joiner.live_incarnation("beta-0") == 201u;
+  }));
 }
 
 TEST(endpoint_join, names_are_held_while_their_process_lives) {
