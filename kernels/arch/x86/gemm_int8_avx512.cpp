@@ -53,7 +53,8 @@ constexpr int64_t prefetch_distance = 4096;
 // less. Elsewhere it still does: round 1 found Intel's hardware prefetcher alone short on the
 // 132 MB lm_head with the AVX2 kernel (gemm_int8_tiles.hpp), and no Intel machine has measured
 // this one since. Passes of more rows always ask: each weight load waits behind more vpdpbusd,
-// and the requests pay (M = 8: 10-15 % in a driver streaming weights back to back).
+// and the requests pay (two- and three-row blocks of batch-8 decode steps, the same A/B on Zen
+// 5: 1-3 %; M = 8: 10-15 % in a driver streaming weights back to back).
 const bool single_row_prefetch = !cpu_is_amd();
 
 using avx512::to_float;
