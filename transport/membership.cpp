@@ -57,6 +57,7 @@ std::vector<membership_event> membership::on_leave(const member_leave& m, steady
   if (it == members_.end() || it->second.state == member_state::left) return {};
   const bool was_alive = it->second.state == member_state::alive;
   it->second.state = member_state::left; // a member already reported down leaves quietly
+  it->second.leave_reported = false;
   // A config member not heard from yet: the leave says which process it was, for the
   // directories this process hands to members joining later.
   if (it->second.incarnation == 0) it->second.incarnation = m.incarnation;
@@ -71,7 +72,9 @@ std::vector<membership_event> membership::on_reported_leave(const member_leave& 
   if (it->second.incarnation != 0 && it->second.incarnation >= m.incarnation) return {};
   it->second.incarnation = m.incarnation;
   it->second.fenced = false; // an older process's fence: the one that left is another
-  return on_leave(m, now);
+  auto events = on_leave(m, now);
+  it->second.leave_reported = true;
+  return events;
 }
 
 uint64_t new_incarnation() {
@@ -128,6 +131,13 @@ std::vector<membership_event> membership::on_heartbeat(const heartbeat& h, stead
   if (m.state == member_state::down) {
     m.state = member_state::alive;
     return {{membership_event::kind::joined, m.id, "heartbeats resumed"}};
+  }
+  if (m.state == member_state::left && m.leave_reported) {
+    // Another member said it left; it says otherwise. (A leave it sent itself is final for the
+    // incarnation: heartbeats queued behind it are no sign of life.)
+    m.state = member_state::alive;
+    m.leave_reported = false;
+    return {{membership_event::kind::joined, m.id, "heard from after a reported leave"}};
   }
   return {};
 }

@@ -43,6 +43,9 @@ struct member {
   member_state state = member_state::alive;
   steady_time last_heard{};
   bool fenced = false; // this incarnation was declared down for silence: refused from now on
+  // It left by another member's word only (a directory): its own heartbeat in that incarnation
+  // outranks the report and brings it back.
+  bool leave_reported = false;
 };
 
 struct membership_event {
@@ -68,8 +71,9 @@ public:
   std::vector<membership_event> on_leave(const member_leave& m, steady_time now);
   // A leave another member reports (a directory's): taken only for a member this process has
   // not heard from in the leaving incarnation or a later one (a config member not heard from
-  // yet, or an older process). What a member said itself outranks what another says of it.
-  // Members this process never knew are not made up.
+  // yet, or an older process). What a member says itself outranks what another says of it:
+  // before, and after (its heartbeat in that incarnation brings it back). Members this process
+  // never knew are not made up.
   std::vector<membership_event> on_reported_leave(const member_leave& m, steady_time now);
   std::vector<membership_event> on_heartbeat(const heartbeat& h, steady_time now,
                                              bool links_up = true);

@@ -244,6 +244,22 @@ TEST(membership, a_leave_another_member_reports_is_taken_only_for_what_this_proc
   EXPECT_TRUE(m.is_alive("p0"));
 }
 
+TEST(membership, a_member_that_speaks_for_itself_outranks_a_reported_leave_but_not_its_own) {
+  membership m;
+  m.on_join(join("p0", 0), t0);
+  m.on_join(join("p1", 0), t0);
+  m.on_reported_leave({"p0", "a directory: it left the cluster", 5}, t0 + 1ms);
+  m.on_leave({"p1", "scaled in", 6}, t0 + 1ms);
+  // p0's own heartbeat, in the very incarnation reported gone: it is alive after all.
+  auto ev = m.on_heartbeat({"p0", 5, 1}, t0 + 2ms);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].what, membership_event::kind::joined);
+  EXPECT_TRUE(m.is_alive("p0"));
+  // p1 said it left: a heartbeat of that incarnation queued behind its leave changes nothing.
+  EXPECT_TRUE(m.on_heartbeat({"p1", 6, 9}, t0 + 2ms).empty());
+  EXPECT_FALSE(m.is_alive("p1"));
+}
+
 TEST(membership, a_first_hand_leave_of_a_member_not_heard_from_records_its_incarnation) {
   membership m;
   m.on_join(join("p0", 0), t0);
