@@ -468,12 +468,14 @@ void endpoint::on_directory(const peer_id& from, const member_directory& d) {
     if (e.empty()) to_announce.push_back(entry.peer);
     events.insert(events.end(), e.begin(), e.end());
   }
-  for (auto& leave : d.left) {
-    if (leave.peer == self_.name) continue;
+  {
     std::lock_guard lock(mutex_);
-    auto e = membership_.on_reported_leave(
-        {leave.peer, from + "'s directory: " + leave.reason, leave.incarnation}, now);
-    events.insert(events.end(), e.begin(), e.end());
+    for (auto& leave : d.left) {
+      if (leave.peer == self_.name) continue;
+      auto e = membership_.on_reported_leave(
+          {leave.peer, from + "'s directory: " + leave.reason, leave.incarnation}, now);
+      events.insert(events.end(), e.begin(), e.end());
+    }
   }
   directory_received_ = true;
   emit(events);

@@ -142,10 +142,10 @@ using tile_fn = void (*)(const uint8_t*, int64_t, const int8_t*, int64_t, int64_
                          int64_t, int32_t*, int64_t, const int32_t*, bool, bool, const float*,
                          const float*, float*, int64_t, int64_t);
 
-// tile<MR, NZ, KS> for MR = 1 .. max_tile_rows, NZ = 1, 2; KS as the rows need.
-template<int MR, int NZ>
+// tile<MR, NZ, KS, Prefetch> for MR = 1 .. max_tile_rows, NZ = 1, 2; KS as the rows need.
+template<int MR, int NZ, bool Prefetch = true>
 constexpr tile_fn tile_with_latency_cover() {
-  return tile < MR, NZ, MR == 1 ? 4 : MR == 2 ? 2 : 1 > ;
+  return tile < MR, NZ, MR == 1 ? 4 : MR == 2 ? 2 : 1, Prefetch > ;
 }
 template<int... R>
 constexpr auto tile_table(std::integer_sequence<int, R...>) {
@@ -158,7 +158,9 @@ constexpr auto tile_table(std::integer_sequence<int, R...>) {
 constexpr auto tiles = tile_table(std::make_integer_sequence<int, max_tile_rows>{});
 
 tile_fn pick_tile(int64_t mr, int64_t nz) {
-  if (mr == 1 && !single_row_prefetch) return nz == 1 ? tile<1, 1, 4, false> : tile<1, 2, 4, false>;
+  if (mr == 1 && !single_row_prefetch)
+    return nz == 1 ? tile_with_latency_cover<1, 1, false>()
+                   : tile_with_latency_cover<1, 2, false>();
   return tiles.by_rows[nz - 1][mr - 1];
 }
 
