@@ -11,6 +11,24 @@ namespace {
 bool contains(const std::vector<std::string>& names, const std::string& name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
+
+class endpoint_member_view final : public ep_member_view {
+public:
+  explicit endpoint_member_view(const transport::endpoint& out) : out_(out) {}
+  const std::string& self() const override { return out_.self(); }
+  uint64_t incarnation() const override { return out_.incarnation(); }
+  std::vector<std::string> names() const override {
+    std::vector<std::string> names;
+    for (auto& [name, m] : out_.members()) names.push_back(name);
+    return names;
+  }
+  std::optional<uint64_t> live_incarnation(const std::string& name) const override {
+    return out_.live_incarnation(name);
+  }
+
+private:
+  const transport::endpoint& out_;
+};
 } // namespace
 
 ep_rank::ep_rank(std::shared_ptr<const model::model_weights> weights, ep_membership membership)
@@ -30,21 +48,30 @@ ep_rank::~ep_rank() {
 }
 
 void ep_rank::watch(const transport::endpoint& out) {
-  out_ = &out;
+  view_ = std::make_unique<endpoint_member_view>(out);
+}
+
+void ep_rank::watch(std::unique_ptr<const ep_member_view> view) {
+  view_ = std::move(view);
+}
+
+std::vector<std::string> ep_rank::formation_members() const {
+  std::lock_guard lock(mutex_);
+  return formation_members_;
 }
 
 std::optional<std::vector<std::pair<std::string, uint64_t>>> ep_rank::alive_view() const {
   std::vector<std::pair<std::string, uint64_t>> view;
   std::vector<std::string> names = configured_.members;
-  if (out_ && configured_.takes_joined_shards)
-    for (auto& [name, m] : out_->members())
+  if (view_ && configured_.takes_joined_shards)
+    for (auto& name : view_->names())
       if (is_expert_shard_name(name) && !contains(names, name)) names.push_back(name);
   for (const auto& name : names) {
-    if (!out_) {
+    if (!view_) {
       view.emplace_back(name, 1);
-    } else if (name == out_->self()) {
-      view.emplace_back(name, out_->incarnation());
-    } else if (const auto incarnation = out_->live_incarnation(name)) {
+    } else if (name == view_->self()) {
+      view.emplace_back(name, view_->incarnation());
+    } else if (const auto incarnation = view_->live_incarnation(name)) {
       if (*incarnation == 0) return std::nullopt; // alive but not heard from: wait for it
       view.emplace_back(name, *incarnation);
     }
@@ -96,17 +123,22 @@ bool ep_rank::next_formation_ready() {
 
 bool ep_rank::form(const std::function<bool()>& give_up, std::chrono::milliseconds patience) {
   using clock = std::chrono::steady_clock;
+  // Every look at the membership view below clears the wish to re-form *before* it reads the
+  // view: a change that lands after the read sets it again and is looked at, where clearing
+  // after the read would drop a change that landed in between (a member down that the attempt
+  // counted alive: it waited for the dead rank's region until its patience ran out).
   if (connected_ && !broken_) {
     // The members and incarnations the formation in service has (a member heard from again
     // after a late heartbeat): nothing to re-form. Re-making the same epoch would re-create
     // regions of the same names, which peers still mapping the old ones take for a rank leaving,
     // and re-form in turn, on and on.
-    if (same_formation()) {
-      reform_wanted_ = false;
-      return true;
-    }
+    reform_wanted_ = false;
+    if (same_formation()) return true;
     // Growing while serving over shared memory: make before break.
-    if (configured_.fabric_kind == "shm" && !next_formation_ready()) return false;
+    if (configured_.fabric_kind == "shm" && !next_formation_ready()) {
+      reform_wanted_ = true; // look again at the next boundary
+      return false;
+    }
   }
   const auto deadline = clock::now() + patience;
   std::string why = "the members' incarnations are not known yet";
@@ -119,6 +151,8 @@ bool ep_rank::form(const std::function<bool()>& give_up, std::chrono::millisecon
       reform_wanted_ = true; // the next round tries again
       return false;
     }
+    // From here a membership change asks for the next formation and ends this attempt.
+    reform_wanted_ = false;
     const auto view = alive_view();
     if (!view) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5)); // heartbeats bring them
@@ -132,8 +166,6 @@ bool ep_rank::form(const std::function<bool()>& give_up, std::chrono::millisecon
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       continue;
     }
-    // From here a membership change asks for the next formation and ends this attempt.
-    reform_wanted_ = false;
     {
       std::lock_guard lock(mutex_);
       formation_members_ = f.membership.members;
@@ -301,7 +333,13 @@ void ep_rank::on_member_event(const transport::membership_event& event) {
     reform_wanted_ = true;
     return ring();
   }
-  if (!in_formation) return;
+  if (!in_formation) {
+    // Not in the formation made or being made, but perhaps in the view an attempt has read and
+    // not yet recorded as its members: that attempt looks again (a formation in service that
+    // lacks the member anyway finds nothing to change).
+    reform_wanted_ = true;
+    return;
+  }
   if (event.what == transport::membership_event::kind::left)
     fail(event.peer + " left (" + event.reason + ")", /*planned=*/true);
   else

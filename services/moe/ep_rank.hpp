@@ -28,12 +28,28 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
 
 namespace supernode::transport {
 class endpoint;
 }
 
 namespace supernode::services {
+
+// Who is alive, and in which incarnation, as the group forms: the instance's endpoint in a
+// process (ep_rank::watch(endpoint)); tests give their own.
+class ep_member_view {
+public:
+  virtual ~ep_member_view() = default;
+  virtual const std::string& self() const = 0;
+  virtual uint64_t incarnation() const = 0;
+  // Every member known by name: the config's, and those that joined.
+  virtual std::vector<std::string> names() const = 0;
+  // The incarnation of a live member (0: not heard from yet); nothing when it is not alive.
+  virtual std::optional<uint64_t> live_incarnation(const std::string& name) const = 0;
+};
 
 // It is also the transformer's routed_experts: until the group is formed, and while it is
 // broken, a forward throws ep_failure.
@@ -44,9 +60,11 @@ public:
 
   // The configured group (every member, this instance's configured rank).
   const ep_membership& membership() const { return configured_; }
-  // Where the alive members and their incarnations come from (its membership). Without one
-  // (tests), every configured member counts as alive. Before the compute thread starts.
+  // Where the alive members and their incarnations come from: the instance's endpoint, or a
+  // view of the test's. Without one, every configured member counts as alive. Before the
+  // compute thread starts.
   void watch(const transport::endpoint& out);
+  void watch(std::unique_ptr<const ep_member_view> view);
 
   // Compute thread: forms the group over the members alive now (waiting for their
   // incarnations to be known), replacing any earlier formation. False when `give_up` turns
@@ -58,6 +76,8 @@ public:
   // A next formation is being made beside the one in service: look again soon, not at the next
   // doorbell (compute thread).
   bool forming_next() const { return next_fabric_ != nullptr; }
+  // The members of the formation made or being made, by rank.
+  std::vector<std::string> formation_members() const;
 
   void forward(int64_t layer, const model::moe_weights& w, const float* x, int64_t rows,
                float* out) override;
@@ -104,7 +124,7 @@ private:
 
   std::shared_ptr<const model::model_weights> weights_;
   const ep_membership configured_;
-  const transport::endpoint* out_ = nullptr;
+  std::unique_ptr<const ep_member_view> view_;
   // The fabric and expert_parallel change only on the compute thread, under fabric_mutex_;
   // other threads (ring, fail) take the mutex to use them.
   mutable std::mutex fabric_mutex_;
