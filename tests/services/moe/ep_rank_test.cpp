@@ -57,67 +57,69 @@ ep_membership two_ranks() {
   return m;
 }
 
+// decode-0's seat, watching a scripted view.
+class ep_rank_test : public ::testing::Test {
+protected:
+  void SetUp() override {
+    auto view = std::make_unique<scripted_view>();
+    script = view.get();
+    script->me = "decode-0";
+    rank.watch(std::move(view));
+  }
+  // decode-1 turns `next` (alive in that incarnation, or gone) and the rank hears of it
+  // (`what`), the first time the rank reads it as anything else.
+  void after_a_read_decode_1_turns(std::optional<uint64_t> next,
+                                   transport::membership_event::kind what) {
+    script->after_read = [this, next, what](const std::string& name) {
+      if (name != "decode-1" || script->alive["decode-1"] == next) return;
+      script->alive["decode-1"] = next;
+      rank.on_member_event({what, "decode-1", "scripted"});
+    };
+  }
+  // Patience far past what forming takes: a lost "down" means waiting all of it for decode-1's
+  // region, and failing.
+  bool form(std::chrono::milliseconds patience = std::chrono::seconds(20)) {
+    return rank.form([] { return false; }, patience);
+  }
+
+  ep_rank rank{supernode::testing::tiny_weights(model::precision::int8), two_ranks()};
+  scripted_view* script = nullptr;
+  const std::vector<std::string> alone{"decode-0"};
+};
+
 } // namespace
 
-TEST(ep_rank, a_member_going_down_just_after_the_rank_read_it_alive_is_not_lost) {
-  ep_rank rank(supernode::testing::tiny_weights(model::precision::int8), two_ranks());
-  auto view = std::make_unique<scripted_view>();
-  auto* script = view.get();
-  script->me = "decode-0";
-  script->alive["decode-1"] = 22;
+TEST_F(ep_rank_test, a_member_going_down_just_after_the_rank_read_it_alive_is_not_lost) {
   // decode-1 dies the moment the rank has read it alive: its down event arrives before the
   // rank has even begun to connect the formation that counts it.
-  script->after_read = [&](const std::string& name) {
-    if (name != "decode-1" || !script->alive["decode-1"]) return;
-    script->alive["decode-1"] = std::nullopt;
-    rank.on_member_event({transport::membership_event::kind::down, "decode-1", "killed"});
-  };
-  rank.watch(std::move(view));
-  // Patience far past what the fixed path takes: losing the event means waiting all of it for
-  // decode-1's region, and failing.
-  EXPECT_TRUE(rank.form([] { return false; }, std::chrono::seconds(20)));
-  EXPECT_EQ(rank.formation_members(), std::vector<std::string>{"decode-0"});
+  script->alive["decode-1"] = 22;
+  after_a_read_decode_1_turns(std::nullopt, transport::membership_event::kind::down);
+  EXPECT_TRUE(form());
+  EXPECT_EQ(rank.formation_members(), alone);
   EXPECT_FALSE(rank.broken());
 }
 
-TEST(ep_rank, a_member_coming_back_while_the_rank_forms_is_taken_in) {
-  ep_rank rank(supernode::testing::tiny_weights(model::precision::int8), two_ranks());
-  auto view = std::make_unique<scripted_view>();
-  auto* script = view.get();
-  script->me = "decode-0";
+TEST_F(ep_rank_test, a_member_coming_back_while_the_rank_forms_is_taken_in) {
   script->alive["decode-1"] = std::nullopt;
-  rank.watch(std::move(view));
-  ASSERT_TRUE(rank.form([] { return false; }, std::chrono::seconds(20)));
-  ASSERT_EQ(rank.formation_members(), std::vector<std::string>{"decode-0"});
+  ASSERT_TRUE(form());
+  ASSERT_EQ(rank.formation_members(), alone);
   EXPECT_FALSE(rank.wants_reform());
   // decode-1 comes back just after a look that found it absent: the rank wants to re-form.
-  script->after_read = [&](const std::string& name) {
-    if (name != "decode-1" || script->alive["decode-1"]) return;
-    script->alive["decode-1"] = 23;
-    rank.on_member_event({transport::membership_event::kind::joined, "decode-1", "restarted"});
-  };
-  rank.form([] { return false; }, std::chrono::milliseconds(200));
+  after_a_read_decode_1_turns(23, transport::membership_event::kind::joined);
+  form(std::chrono::milliseconds(200));
   EXPECT_TRUE(rank.wants_reform()) << "decode-1's return was lost";
 }
 
-TEST(ep_rank, a_member_outside_the_formation_going_down_as_an_attempt_counts_it_is_not_lost) {
-  ep_rank rank(supernode::testing::tiny_weights(model::precision::int8), two_ranks());
-  auto view = std::make_unique<scripted_view>();
-  auto* script = view.get();
-  script->me = "decode-0";
+TEST_F(ep_rank_test,
+       a_member_outside_the_formation_going_down_as_an_attempt_counts_it_is_not_lost) {
   script->alive["decode-1"] = std::nullopt;
-  rank.watch(std::move(view));
-  ASSERT_TRUE(rank.form([] { return false; }, std::chrono::seconds(20)));
+  ASSERT_TRUE(form());
   // The formation of one breaks; decode-1 is back, and dies again just after the next attempt
   // read it alive, before that attempt recorded it among its members.
   rank.fail("the fabric broke");
   script->alive["decode-1"] = 24;
-  script->after_read = [&](const std::string& name) {
-    if (name != "decode-1" || !script->alive["decode-1"]) return;
-    script->alive["decode-1"] = std::nullopt;
-    rank.on_member_event({transport::membership_event::kind::down, "decode-1", "killed"});
-  };
-  EXPECT_TRUE(rank.form([] { return false; }, std::chrono::seconds(20)));
-  EXPECT_EQ(rank.formation_members(), std::vector<std::string>{"decode-0"});
+  after_a_read_decode_1_turns(std::nullopt, transport::membership_event::kind::down);
+  EXPECT_TRUE(form());
+  EXPECT_EQ(rank.formation_members(), alone);
   EXPECT_FALSE(rank.broken());
 }
