@@ -84,26 +84,17 @@ bool ep_rank::is_member(const std::string& peer) const {
          (configured_.takes_joined_shards && is_expert_shard_name(peer));
 }
 
-bool ep_rank::same_formation() const {
+std::optional<ep_formation> ep_rank::formation_now() const {
   const auto view = alive_view();
-  if (!view) return false;
+  if (!view) return std::nullopt;
   try {
-    return formed_over(configured_, *view, weights_->config, weights_->prec).epoch == epoch_;
+    return formed_over(configured_, *view, weights_->config, weights_->prec);
   } catch (const std::exception&) {
-    return false;
+    return std::nullopt; // no expert host alive: the broken path waits for one
   }
 }
 
-bool ep_rank::next_formation_ready() {
-  const auto view = alive_view();
-  if (!view) return false;
-  ep_formation f;
-  try {
-    f = formed_over(configured_, *view, weights_->config, weights_->prec);
-  } catch (const std::exception&) {
-    return false; // no expert host alive: the broken path waits for one
-  }
-  if (f.epoch == epoch_) return true; // the same members: nothing to make beside it
+bool ep_rank::next_formation_ready(const ep_formation& f) {
   try {
     if (next_epoch_ != f.epoch) {
       if (next_fabric_) next_fabric_->leave();
@@ -133,9 +124,10 @@ bool ep_rank::form(const std::function<bool()>& give_up, std::chrono::millisecon
     // regions of the same names, which peers still mapping the old ones take for a rank leaving,
     // and re-form in turn, on and on.
     reform_wanted_ = false;
-    if (same_formation()) return true;
+    const auto now = formation_now();
+    if (now && now->epoch == epoch_) return true;
     // Growing while serving over shared memory: make before break.
-    if (configured_.fabric_kind == "shm" && !next_formation_ready()) {
+    if (configured_.fabric_kind == "shm" && (!now || !next_formation_ready(*now))) {
       reform_wanted_ = true; // look again at the next boundary
       return false;
     }

@@ -114,11 +114,13 @@ private:
   std::optional<std::vector<std::pair<std::string, uint64_t>>> alive_view() const;
   // A configured member, or a joined expert shard the group takes.
   bool is_member(const std::string& peer) const;
-  // Compute thread, while the formation in service serves over shared memory: makes the next
-  // formation's region (once per epoch) and says whether every rank of it has made its own.
-  bool next_formation_ready();
-  // Whether the members alive now make the formation in service (compute thread).
-  bool same_formation() const;
+  // The formation the members alive now make; nothing while an incarnation is unknown or no
+  // expert host is alive.
+  std::optional<ep_formation> formation_now() const;
+  // Compute thread, while the formation in service serves over shared memory: makes the region
+  // of `f`, a formation other than it (once per epoch), and says whether every rank of `f` has
+  // made its own.
+  bool next_formation_ready(const ep_formation& f);
   bool connect_formation(const ep_formation& f, const std::function<bool()>& stop,
                          std::string& why);
 
