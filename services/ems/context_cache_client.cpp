@@ -35,17 +35,22 @@ context_lookup context_cache_client::counted_load(context_lookup hit, size_t loo
                                                   std::chrono::steady_clock::time_point start,
                                                   const model::kv_block_table& table,
                                                   model::kv_block_pool& pool) {
-  ++counters_->lookups;
-  counters_->lookup_tokens += lookup_tokens;
-  if (!hit.error.empty()) ++counters_->read_errors;
-  if (hit.hit_blocks > 0) {
-    cache_.load_into(hit, table, pool);
-    counters_->hit_tokens += hit.hit_tokens(cache_.block_tokens());
-    counters_->loaded_bytes += static_cast<uint64_t>(hit.hit_blocks) * cache_.cache_block_bytes();
+  if (hit.hit_blocks > 0) cache_.load_into(hit, table, pool);
+  const auto took = std::chrono::steady_clock::now() - start;
+  {
+    // Counted once loaded, all at once.
+    std::lock_guard lock(counters_->mutex);
+    auto& c = counters_->totals;
+    ++c.lookups;
+    c.lookup_tokens += lookup_tokens;
+    c.read_errors += hit.error.empty() ? 0 : 1;
+    if (hit.hit_blocks > 0) {
+      c.hit_tokens += static_cast<uint64_t>(hit.hit_tokens(cache_.block_tokens()));
+      c.loaded_bytes += static_cast<uint64_t>(hit.hit_blocks) * cache_.cache_block_bytes();
+    }
+    counters_->load_ns +=
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(took).count());
   }
-  counters_->load_ns += static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
-          .count());
   hit.kv.clear(); // in the KV pool now
   return hit;
 }
@@ -53,8 +58,9 @@ context_lookup context_cache_client::counted_load(context_lookup hit, size_t loo
 context_cache::put_fn context_cache_client::putter() {
   return [this](const std::string& ns, std::span<const pool_put> items) {
     auto count = [c = counters_](size_t stored, size_t failed, const std::string&) {
-      c->stored_blocks += stored;
-      c->store_failures += failed;
+      std::lock_guard lock(c->mutex);
+      c->totals.stored_blocks += stored;
+      c->totals.store_failures += failed;
     };
     if (client_) {
       std::vector<std::pair<std::string, std::vector<std::byte>>> blocks;
@@ -88,15 +94,9 @@ void context_cache_client::store_generated_async(std::span<const int32_t> tokens
 }
 
 protocol::cache_stats context_cache_client::stats() const {
-  protocol::cache_stats c;
-  c.lookups = counters_->lookups.load();
-  c.lookup_tokens = counters_->lookup_tokens.load();
-  c.hit_tokens = counters_->hit_tokens.load();
-  c.stored_blocks = counters_->stored_blocks.load();
-  c.store_failures = counters_->store_failures.load();
-  c.read_errors = counters_->read_errors.load();
-  c.load_seconds = static_cast<double>(counters_->load_ns.load()) / 1e9;
-  c.loaded_bytes = counters_->loaded_bytes.load();
+  std::lock_guard lock(counters_->mutex);
+  auto c = counters_->totals;
+  c.load_seconds = static_cast<double>(counters_->load_ns) / 1e9;
   return c;
 }
 

@@ -12,9 +12,9 @@
 #include "services/protocol/serving_messages.hpp"
 #include "services/serving/serial_executor.hpp"
 
-#include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 
 namespace supernode::services::protocol {
 struct ems_ring_view;
@@ -56,9 +56,13 @@ public:
   protocol::cache_stats stats() const;
 
 private:
+  // Under one lock, so that a reading never shows a lookup without its hit tokens (a test or
+  // a dashboard that waits for N lookups then reads the hits would see too few) or a put
+  // without its outcome.
   struct counters {
-    std::atomic<uint64_t> lookups{0}, lookup_tokens{0}, hit_tokens{0}, stored_blocks{0},
-        store_failures{0}, read_errors{0}, load_ns{0}, loaded_bytes{0};
+    std::mutex mutex;
+    protocol::cache_stats totals; // lookups, hits and stores; load_seconds is load_ns's
+    uint64_t load_ns = 0;
   };
   // Loads a lookup's blocks into `table` and counts it.
   context_lookup counted_load(context_lookup hit, size_t lookup_tokens,

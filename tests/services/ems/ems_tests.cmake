@@ -25,3 +25,7 @@ supernode_add_test(mp_controller_restart_test
 # phases against scripted servers, and a pool 2 -> 3 -> 1 over the inproc plane.
 supernode_add_test(ems_handover_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/ems_handover_test.cpp
                    LIBS supernode_services LABEL unit)
+# The context cache client's counters as load reports read them while lookups run.
+supernode_add_test(context_cache_client_test
+                   SOURCES ${CMAKE_CURRENT_LIST_DIR}/context_cache_client_test.cpp
+                   LIBS supernode_services LABEL unit)
