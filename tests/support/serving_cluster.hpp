@@ -75,15 +75,16 @@ public:
       // Owned by this test process: a test killed at its timeout takes its cluster with it.
       child_process up({binary(), "cluster", "up", "--config", config_.string(), "--model", model_,
                         "--owner-pid", std::to_string(::getpid())});
-      auto line = up.wait_for_line("listening gateway-0 ", std::chrono::seconds(120));
-      auto status = up.wait(std::chrono::seconds(60));
+      // Eleven TSan processes of lep took 128 s to come up on two cores.
+      auto line = up.wait_for_line("listening gateway-0 ", scaled(std::chrono::seconds(120)));
+      auto status = up.wait(scaled(std::chrono::seconds(60)));
       up_ok_ = line && status && status->success();
       if (line) port_ = port_of(*line);
     } else {
       server_ = std::make_unique<child_process>(std::vector<std::string>{
           binary(), "serve", "--config", config_.string(), "--model", model_});
-      auto line = server_->wait_for_line("listening gateway-0 ", std::chrono::seconds(120));
-      up_ok_ = line && server_->wait_for_line("ready", std::chrono::seconds(60));
+      auto line = server_->wait_for_line("listening gateway-0 ", scaled(std::chrono::seconds(120)));
+      up_ok_ = line && server_->wait_for_line("ready", scaled(std::chrono::seconds(60)));
       if (line) port_ = port_of(*line);
     }
   }
