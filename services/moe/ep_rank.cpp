@@ -84,14 +84,21 @@ bool ep_rank::is_member(const std::string& peer) const {
          (configured_.takes_joined_shards && is_expert_shard_name(peer));
 }
 
+std::optional<ep_formation>
+ep_rank::formation_of(const std::vector<std::pair<std::string, uint64_t>>& view,
+                      std::string& why) const {
+  try {
+    return formed_over(configured_, view, weights_->config, weights_->prec);
+  } catch (const std::exception& e) {
+    why = e.what(); // no expert host alive
+    return std::nullopt;
+  }
+}
+
 std::optional<ep_formation> ep_rank::formation_now() const {
   const auto view = alive_view();
-  if (!view) return std::nullopt;
-  try {
-    return formed_over(configured_, *view, weights_->config, weights_->prec);
-  } catch (const std::exception&) {
-    return std::nullopt; // no expert host alive: the broken path waits for one
-  }
+  std::string why;
+  return view ? formation_of(*view, why) : std::nullopt;
 }
 
 bool ep_rank::next_formation_ready(const ep_formation& f) {
@@ -150,14 +157,12 @@ bool ep_rank::form(const std::function<bool()>& give_up, std::chrono::millisecon
       std::this_thread::sleep_for(std::chrono::milliseconds(5)); // heartbeats bring them
       continue;
     }
-    ep_formation f;
-    try {
-      f = formed_over(configured_, *view, weights_->config, weights_->prec);
-    } catch (const std::exception& e) {
-      why = e.what(); // no expert host alive: wait for one to come back
+    const auto formed = formation_of(*view, why);
+    if (!formed) { // no expert host alive: wait for one to come back
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       continue;
     }
+    const ep_formation& f = *formed;
     {
       std::lock_guard lock(mutex_);
       formation_members_ = f.membership.members;

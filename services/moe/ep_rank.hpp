@@ -114,8 +114,11 @@ private:
   std::optional<std::vector<std::pair<std::string, uint64_t>>> alive_view() const;
   // A configured member, or a joined expert shard the group takes.
   bool is_member(const std::string& peer) const;
+  // The formation the members of `view` make; nothing, and `why`, when no expert host is in it.
+  std::optional<ep_formation>
+  formation_of(const std::vector<std::pair<std::string, uint64_t>>& view, std::string& why) const;
   // The formation the members alive now make; nothing while an incarnation is unknown or no
-  // expert host is alive.
+  // expert host is alive (the broken path waits for one).
   std::optional<ep_formation> formation_now() const;
   // Compute thread, while the formation in service serves over shared memory: makes the region
   // of `f`, a formation other than it (once per epoch), and says whether every rank of `f` has

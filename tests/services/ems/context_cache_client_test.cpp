@@ -31,7 +31,7 @@ ems::ems_config config() {
 
 TEST(context_cache_client, a_reading_never_shows_a_lookup_without_its_hit_tokens) {
   const auto layout = model::transformer(supernode::testing::tiny_weights(model::precision::int8))
-                          .kv_layout(16, false);
+                          .kv_layout(block_tokens, false);
   ems::context_cache_memory_pool pool;
   ems::context_cache_client cache(pool, config(), "tiny@test", layout);
   std::vector<int32_t> prompt(prompt_tokens);
