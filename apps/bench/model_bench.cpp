@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <sys/resource.h>
@@ -135,9 +136,13 @@ nlohmann::json decode_row(const weights_ptr& weights, int64_t batch, int64_t ste
 
 // Prefill: one prompt of `n` tokens, timed end to end (matmuls, attention, lm_head of the
 // last), against the INT8 peak of all threads; the fastest of `repeats` runs (on a shared
-// machine the slower ones measure the neighbours), and the least CPU time of them.
-nlohmann::json prefill_row(const weights_ptr& weights, int64_t n, double int8_peak,
-                           int64_t repeats) {
+// machine the slower ones measure the neighbours), and the least CPU time of them. Each run
+// also gets its own peak probe just before it (`peak_now`), and the run's rate over that
+// probe is its paired fraction: the host's clock and neighbours swing both alike within a
+// fraction of a second, where the single probe of the whole bench may have caught another
+// phase (it moved 1,740-1,920 GOPS between runs of a minute apart on the Zen 5 guest).
+nlohmann::json prefill_row(const weights_ptr& weights, int64_t n, double int8_peak, int64_t repeats,
+                           const std::function<double()>& peak_now) {
   const auto& c = weights->config;
   model::engine_options pe;
   pe.block_size = 16;
@@ -151,13 +156,16 @@ nlohmann::json prefill_row(const weights_ptr& weights, int64_t n, double int8_pe
   std::vector<float> hidden, logits;
   double secs = 0.0, cpu_secs = 0.0, first_secs = 0.0;
   int64_t first_faults = 0, faults = 0;
+  std::vector<double> run_seconds, run_peaks;
   for (int64_t r = 0; r < repeats; ++r) {
+    run_peaks.push_back(peak_now());
     m.reset_counters();
     const process_usage before = usage_now();
     auto t0 = clock_type::now();
     m.forward(prompt, st, engine.pool(), hidden);
     m.logits(hidden.data() + (n - 1) * c.hidden_size, 1, logits);
     const double t = std::chrono::duration<double>(clock_type::now() - t0).count();
+    run_seconds.push_back(t);
     const process_usage after = usage_now();
     const double cpu = after.cpu_seconds - before.cpu_seconds;
     const int64_t run_faults = after.page_faults - before.page_faults;
@@ -173,20 +181,30 @@ nlohmann::json prefill_row(const weights_ptr& weights, int64_t n, double int8_pe
   // spinning included) against one core's peak: what the wall clock would show on an idle
   // machine, as far as the neighbours leave our caches alone.
   const double per_core_peak = int8_peak / kernels::thread_pool::shared().size();
+  std::vector<double> paired; // none without an INT8 path to probe (the portable kernels)
+  for (size_t r = 0; r < run_seconds.size(); ++r)
+    if (run_peaks[r] > 0.0) paired.push_back(ops / run_seconds[r] / 1e9 / run_peaks[r]);
   // The first run of a fresh engine (its scratch and KV cache touched for the first time: what
   // a new prefill instance's first prompt of this length costs) apart from the best run.
-  return {{"prompt_tokens", n},
-          {"first_run_seconds", first_secs},
-          {"first_run_tokens_per_s", n / first_secs},
-          {"first_run_page_faults", first_faults},
-          {"page_faults", faults},
-          {"seconds", secs},
-          {"cpu_seconds", cpu_secs},
-          {"runs", repeats},
-          {"tokens_per_s", n / secs},
-          {"matmul_gops", gops},
-          {"fraction_of_int8_peak", gops / int8_peak},
-          {"fraction_of_int8_peak_by_cpu_time", ops / cpu_secs / 1e9 / per_core_peak}};
+  nlohmann::json row = {
+      {"prompt_tokens", n},
+      {"first_run_seconds", first_secs},
+      {"first_run_tokens_per_s", n / first_secs},
+      {"first_run_page_faults", first_faults},
+      {"page_faults", faults},
+      {"seconds", secs},
+      {"cpu_seconds", cpu_secs},
+      {"runs", repeats},
+      {"tokens_per_s", n / secs},
+      {"matmul_gops", gops},
+      {"fraction_of_int8_peak", gops / int8_peak},
+      {"fraction_of_int8_peak_by_cpu_time", ops / cpu_secs / 1e9 / per_core_peak}};
+  if (!paired.empty())
+    row["paired_fraction_of_int8_peak"] = {
+        {"median", median(paired)},
+        {"best", *std::max_element(paired.begin(), paired.end())},
+        {"worst", *std::min_element(paired.begin(), paired.end())}};
+  return row;
 }
 
 } // namespace
@@ -284,7 +302,8 @@ int run_model_bench(cli_args& args) {
   const auto lengths = quick ? std::vector<int64_t>{512} : std::vector<int64_t>{512, 2048};
   for (int64_t n : lengths)
     out["prefill"].push_back(
-        prefill_row(weights, n, int8_peak, std::max<int64_t>(1, prefill_repeats)));
+        prefill_row(weights, n, int8_peak, std::max<int64_t>(1, prefill_repeats),
+                    [&] { return kernel_bench::exact_int8_peak_gops(isa, threads); }));
   std::printf("%s\n", out.dump(2).c_str());
   return 0;
 }

@@ -278,6 +278,25 @@ TEST(cli, cluster_keys_makes_the_missing_pairs_privately_and_only_once) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(cli, bench_model_pairs_each_prefill_run_with_its_own_peak_probe) {
+  const auto r = run({"bench", "model", "--model", tiny(), "--prefill-only", "3"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto json_start = r.out.find("\n{\n");
+  ASSERT_NE(json_start, std::string::npos) << r.out;
+  const auto report = nlohmann::json::parse(r.out.substr(json_start + 1));
+  const auto& row = report.at("prefill").at(0);
+  if (report.at("int8_peak_gops_all_threads").get<double>() <= 0.0) {
+    // The portable kernels have no INT8 instruction to probe, so there is nothing to pair with.
+    EXPECT_FALSE(row.contains("paired_fraction_of_int8_peak")) << row.dump();
+    return;
+  }
+  const auto& paired = row.at("paired_fraction_of_int8_peak");
+  const double worst = paired.at("worst"), median = paired.at("median"), best = paired.at("best");
+  EXPECT_GT(worst, 0.0) << paired.dump();
+  EXPECT_LE(worst, median) << paired.dump();
+  EXPECT_LE(median, best) << paired.dump();
+}
+
 TEST(cli, the_heap_asks_glibc_for_huge_pages_unless_turned_off) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "a sanitizer's allocator ignores glibc's tunables";
