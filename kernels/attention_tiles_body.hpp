@@ -269,11 +269,17 @@ inline int weigh_step(const prefill_operands& o, int64_t i, int64_t b0, const v1
   }
   const vn max = splat(st.max);
   for (int r = 0; r < parts; ++r) {
+    vn p[step_blocks];
+    for (int j = 0; j < used; ++j) p[j] = x[j].p[r] - max;
+    if (used == step_blocks) { // a whole step: its exps interleave (vector_exp.hpp)
+      vector_math::exp_nonpositive_n(p);
+    } else {
+      for (int j = 0; j < used; ++j) p[j] = exp_nonpositive(p[j]);
+    }
     vn sum = load(st.sum + r * width);
     for (int j = 0; j < used; ++j) {
-      const vn p = exp_nonpositive(x[j].p[r] - max);
-      store(weights + j * lanes + r * width, p);
-      sum = sum + p;
+      store(weights + j * lanes + r * width, p[j]);
+      sum = sum + p[j];
     }
     store(st.sum + r * width, sum);
   }
