@@ -71,6 +71,15 @@ enum class expert_schedule { automatic, grouped, one_per_thread };
 // The MLP a batch runs through (expert_batch::weights).
 const mlp_weights& weights_of(const moe_weights& w, const expert_batch& b);
 
+// The order in which the one_per_thread schedule hands `batches` to a pool of `shares`
+// participants: most rows first, dealt in turn into the pool's contiguous shares
+// (thread_pool::parallel_for runs each participant's share front to back, then takes what is
+// left of the others' from their far ends). Every thread starts on a large expert and the
+// tasks left to take at the end are the smallest, so the end of the layer, where one thread
+// waits for the other, is short. Equal rows keep their order.
+std::vector<expert_batch*> largest_first_in_shares(std::span<expert_batch* const> batches,
+                                                   int shares);
+
 // Runs every batch through its expert (gate_up, SiLU·up, down). Batches with no rows are
 // skipped.
 void run_experts(const model_config& config, const moe_weights& w, precision prec,

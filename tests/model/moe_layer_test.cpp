@@ -105,6 +105,40 @@ TEST_P(moe_layer_test, a_batch_with_its_own_mlp_gets_that_mlps_bits_among_the_ex
   }
 }
 
+// The one_per_thread schedule hands the pool its experts largest first, dealt in turn into the
+// pool's contiguous shares, so each thread starts on a large one and ends on small ones.
+TEST(largest_first_in_shares, deals_the_largest_batches_first_into_each_share) {
+  std::vector<model::expert_batch> batches(6);
+  const int64_t rows[] = {5, 100, 30, 7, 60, 1};
+  std::vector<model::expert_batch*> pointers;
+  for (int i = 0; i < 6; ++i) {
+    batches[i].expert = i;
+    batches[i].rows = rows[i];
+    pointers.push_back(&batches[i]);
+  }
+  auto rows_in_order = [](std::span<model::expert_batch* const> p, int shares) {
+    std::vector<int64_t> r;
+    for (auto* b : model::largest_first_in_shares(p, shares)) r.push_back(b->rows);
+    return r;
+  };
+  // Two shares of three: [100, 30, 5] and [60, 7, 1].
+  EXPECT_EQ(rows_in_order(pointers, 2), (std::vector<int64_t>{100, 30, 5, 60, 7, 1}));
+  EXPECT_EQ(rows_in_order(pointers, 3), (std::vector<int64_t>{100, 7, 60, 5, 30, 1}));
+  EXPECT_EQ(rows_in_order(pointers, 1), (std::vector<int64_t>{100, 60, 30, 7, 5, 1}));
+  // More shares than batches: one each, largest first.
+  EXPECT_EQ(rows_in_order(pointers, 8), (std::vector<int64_t>{100, 60, 30, 7, 5, 1}));
+  // Five into shares of two and three (the pool's cut): the first share fills, the rest go on.
+  EXPECT_EQ(rows_in_order(std::span(pointers).first(5), 2),
+            (std::vector<int64_t>{100, 30, 60, 7, 5}));
+  EXPECT_TRUE(model::largest_first_in_shares({}, 2).empty());
+
+  // Equal rows keep their order.
+  batches[2].rows = batches[4].rows = 60;
+  const auto order = model::largest_first_in_shares(pointers, 1);
+  EXPECT_EQ(order[1]->expert, 2);
+  EXPECT_EQ(order[2]->expert, 4);
+}
+
 INSTANTIATE_TEST_SUITE_P(precisions, moe_layer_test,
                          ::testing::Values(model::precision::int8, model::precision::fp32),
                          [](const auto& info) {
