@@ -142,10 +142,12 @@ void thread_pool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn
   }
   if (n > int64_t{0xffffffff}) throw std::length_error("thread_pool::parallel_for: too many tasks");
   const int64_t count = static_cast<int64_t>(shares_.size());
-  for (int64_t i = 0; i < count; ++i)
+  for (int64_t i = 0; i < count; ++i) {
+    const share_bounds share = share_of(n, i, count);
     shares_[i].bounds.store(
-        pack(static_cast<uint64_t>(n * i / count), static_cast<uint64_t>(n * (i + 1) / count)),
+        pack(static_cast<uint64_t>(share.first), static_cast<uint64_t>(share.end)),
         std::memory_order_relaxed);
+  }
   // The shares and fn reach each worker with its mailbox's generation (a release).
   const uint64_t generation = ++generation_;
   for (auto& l : lines_) {

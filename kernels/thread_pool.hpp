@@ -38,6 +38,16 @@ public:
   // skipped), as if the loop had run inline.
   void parallel_for(int64_t n, const std::function<void(int64_t)>& fn);
 
+  // The share of [0, n) parallel_for gives participant `i` of `participants` (the caller is 0):
+  // [first, end), contiguous, in participant order. Callers that order their tasks for the pool
+  // (largest first in each share) cut by this.
+  struct share_bounds {
+    int64_t first, end;
+  };
+  static share_bounds share_of(int64_t n, int64_t i, int64_t participants) {
+    return {n * i / participants, n * (i + 1) / participants};
+  }
+
   // The process-wide pool: SUPERNODE_THREADS if set, else the hardware concurrency.
   static thread_pool& shared();
   // Resizes the shared pool; call before the first kernel runs (the CLI's --threads).

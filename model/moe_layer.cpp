@@ -105,32 +105,6 @@ bool experts_fill_the_pool(std::span<expert_batch* const> batches, int threads) 
          rows >= min_mean_rows * static_cast<int64_t>(batches.size());
 }
 
-} // namespace
-
-std::vector<expert_batch*> largest_first_in_shares(std::span<expert_batch* const> batches,
-                                                   int shares) {
-  std::vector<expert_batch*> by_rows(batches.begin(), batches.end());
-  std::stable_sort(by_rows.begin(), by_rows.end(),
-                   [](const expert_batch* a, const expert_batch* b) { return a->rows > b->rows; });
-  const auto n = static_cast<int64_t>(by_rows.size());
-  const int64_t count = std::clamp<int64_t>(shares, 1, std::max<int64_t>(n, 1));
-  // Share s is [n s / count, n (s + 1) / count), as the pool cuts it.
-  std::vector<int64_t> next(count), end(count);
-  for (int64_t s = 0; s < count; ++s) {
-    next[s] = n * s / count;
-    end[s] = n * (s + 1) / count;
-  }
-  std::vector<expert_batch*> order(by_rows.size());
-  int64_t s = 0;
-  for (auto* b : by_rows) {
-    while (next[s] == end[s]) s = (s + 1) % count;
-    order[next[s]++] = b;
-    s = (s + 1) % count;
-  }
-  return order;
-}
-
-namespace {
 // INT8, one expert per task: gate_up, SwiGLU, quantization and down run back to back on one
 // thread, so the expert's intermediates (a quarter of a megabyte for 64 rows) stay in that
 // core's L2, in buffers the thread reuses for each of its experts, instead of every expert's
@@ -162,6 +136,30 @@ void run_experts_one_per_thread(const model_config& c, const moe_weights& w,
   });
 }
 } // namespace
+
+std::vector<expert_batch*> largest_first_in_shares(std::span<expert_batch* const> batches,
+                                                   int shares) {
+  std::vector<expert_batch*> by_rows(batches.begin(), batches.end());
+  std::stable_sort(by_rows.begin(), by_rows.end(),
+                   [](const expert_batch* a, const expert_batch* b) { return a->rows > b->rows; });
+  const auto n = static_cast<int64_t>(by_rows.size());
+  const int64_t count = std::max(shares, 1);
+  std::vector<int64_t> next(count), end(count);
+  for (int64_t s = 0; s < count; ++s) {
+    const auto share = kernels::thread_pool::share_of(n, s, count);
+    next[s] = share.first;
+    end[s] = share.end;
+  }
+  // Deal in turn, passing over the shares already full (the pool's cut is uneven by one).
+  std::vector<expert_batch*> order(by_rows.size());
+  int64_t s = 0;
+  for (auto* b : by_rows) {
+    while (next[s] == end[s]) s = (s + 1) % count;
+    order[next[s]++] = b;
+    s = (s + 1) % count;
+  }
+  return order;
+}
 
 void run_experts(const model_config& c, const moe_weights& w, precision prec,
                  std::span<expert_batch* const> all, expert_schedule schedule) {
