@@ -156,16 +156,16 @@ nlohmann::json prefill_row(const weights_ptr& weights, int64_t n, double int8_pe
   std::vector<float> hidden, logits;
   double secs = 0.0, cpu_secs = 0.0, first_secs = 0.0;
   int64_t first_faults = 0, faults = 0;
-  std::vector<double> run_seconds, run_peaks;
+  std::vector<double> paired; // none without an INT8 path to probe (the portable kernels)
   for (int64_t r = 0; r < repeats; ++r) {
-    run_peaks.push_back(peak_now());
+    const double peak = peak_now();
     m.reset_counters();
     const process_usage before = usage_now();
     auto t0 = clock_type::now();
     m.forward(prompt, st, engine.pool(), hidden);
     m.logits(hidden.data() + (n - 1) * c.hidden_size, 1, logits);
     const double t = std::chrono::duration<double>(clock_type::now() - t0).count();
-    run_seconds.push_back(t);
+    if (peak > 0.0) paired.push_back(2.0 * static_cast<double>(m.matmul_macs()) / t / 1e9 / peak);
     const process_usage after = usage_now();
     const double cpu = after.cpu_seconds - before.cpu_seconds;
     const int64_t run_faults = after.page_faults - before.page_faults;
@@ -181,9 +181,6 @@ nlohmann::json prefill_row(const weights_ptr& weights, int64_t n, double int8_pe
   // spinning included) against one core's peak: what the wall clock would show on an idle
   // machine, as far as the neighbours leave our caches alone.
   const double per_core_peak = int8_peak / kernels::thread_pool::shared().size();
-  std::vector<double> paired; // none without an INT8 path to probe (the portable kernels)
-  for (size_t r = 0; r < run_seconds.size(); ++r)
-    if (run_peaks[r] > 0.0) paired.push_back(ops / run_seconds[r] / 1e9 / run_peaks[r]);
   // The first run of a fresh engine (its scratch and KV cache touched for the first time: what
   // a new prefill instance's first prompt of this length costs) apart from the best run.
   nlohmann::json row = {
