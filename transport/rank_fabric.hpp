@@ -59,6 +59,9 @@ public:
   // ZeroMQ with keys: handshakes refused and messages dropped because their connection proved
   // another instance than the rank they name (nobody else can make them). Any thread.
   uint64_t trust_rejections() const { return trust_rejections_.load(); }
+  // ZeroMQ: messages dropped because they named a rank but did not come on the connection that
+  // rank introduced itself on (an earlier fabric of that rank, reconnected). Any thread.
+  uint64_t stale_messages() const { return stale_messages_.load(); }
   // Who the group's lines name: the rank's instance (rank_fabric_options::log).
   const log::logger& log() const { return log_; }
 
@@ -70,6 +73,7 @@ protected:
   size_t bytes_, flags_;
   uint64_t bytes_sent_ = 0;
   std::atomic<uint64_t> trust_rejections_{0};
+  std::atomic<uint64_t> stale_messages_{0};
   log::logger log_;
 };
 

@@ -20,10 +20,12 @@
 //     writes   apply the parts (a batch flushed early, before its add, to bound memory)
 //     add      apply the parts, then flag a += b
 //     leaving  no write parts
-// The sender is named by its routing id ("rank<N>#<nonce>", zmq_curve.hpp), which the ROUTER takes
-// from the connection, not from the payload, so even a garbage frame can be attributed. With the
-// cluster's keys every connection is CurveZMQ: only instances of the cluster get in, and a message
-// whose connection proved another instance's key than that of the rank it names is dropped.
+// The sender is named by its routing id ("rank<N>@<group>#<nonce>", zmq_curve.hpp), which the
+// ROUTER takes from the connection, not from the payload, so even a garbage frame can be
+// attributed. A rank is heard only on the connection its first hello came on (the nonce tells
+// connections apart). With the cluster's keys every connection is CurveZMQ: only instances of the
+// cluster get in, and a message whose connection proved another instance's key than that of the
+// rank it names is dropped.
 //
 // Handshake. connect() sends hello(ack = heard from that peer) to every peer until each peer has
 // both said hello and acknowledged ours. A peer that acknowledged us has bound its ROUTER and
@@ -358,6 +360,7 @@ private:
     std::atomic<bool> heard{false};      // receiver: its hello arrived
     std::atomic<bool> acked{false};      // receiver: it has had our hello
     std::atomic<bool> left{false};       // receiver: it said "leaving"
+    std::string connection;              // receiver: the routing id its first good hello came on
     std::string config_error;            // failure_mutex_
   };
 
@@ -510,6 +513,7 @@ private:
       return;
     }
     auto& p = *peers_[from];
+    if (!from_introduced_connection(p, from, parts[0], t)) return;
     switch (static_cast<kind>(t.kind)) {
     case kind::hello:
       if (t.a != static_cast<uint64_t>(ranks_) || t.b != bytes_ || t.c != flags_) {
@@ -557,6 +561,26 @@ private:
                  "zmq rank fabric {} rank {}: dropped a message from routing id '{}' (rank {}, {}) "
                  "whose connection proved the key of {}",
                  group_, rank_, printable(id.to_string()), from, instances_[from], key);
+    return false;
+  }
+
+  // Whether a valid message naming rank `from` came on the connection that rank introduced
+  // itself on; its first hello introduces it (one of another shape too: that one fails connect).
+  // Every message of a rank travels its one DEALER, so its hello precedes the rest. Anything else
+  // naming the rank is another socket: typically the rank's previous fabric, whose DEALER
+  // reconnected when this fabric re-bound the address of a group re-formed under the same name. Its
+  // "leaving" or writes must not touch the new group, and are not a failure of it either.
+  bool from_introduced_connection(peer& p, int from, const zmq::message_t& id, const tail& t) {
+    const std::string_view routing = id.to_string_view();
+    if (p.connection.empty() && static_cast<kind>(t.kind) == kind::hello) p.connection = routing;
+    if (p.connection == routing) return true;
+    stale_messages_.fetch_add(1);
+    log_.limited(peer_lines_, log::level::warn, "stale connection of rank " + std::to_string(from),
+                 "zmq rank fabric {} rank {}: dropped a message from routing id '{}': rank {} "
+                 "introduced itself on {}",
+                 group_, rank_, printable(id.to_string()), from,
+                 p.connection.empty() ? std::string("no connection yet")
+                                      : "'" + printable(p.connection) + "'");
     return false;
   }
 

@@ -346,11 +346,14 @@ void ep_rank::on_member_event(const transport::membership_event& event) {
 void ep_rank::add_to(protocol::load_report& report) const {
   if (broken_) report.unavailable = {protocol::ep_errc::group_broken, broken_reason()};
   report.ep_stage_seconds = stage_seconds(report.ep_forwards);
-  // Fabric messages from a rank that proved another identity (zmq fabric under CURVE).
+  // Fabric messages from a rank that proved another identity (zmq fabric under CURVE), and from
+  // a socket naming a rank that is not the connection the rank said hello on.
   std::lock_guard lock(fabric_mutex_);
-  if (fabric_)
-    if (const auto n = fabric_->trust_rejections())
-      report.rejected_messages["ep_identity_mismatch"] += n;
+  if (!fabric_) return;
+  if (const auto n = fabric_->trust_rejections())
+    report.rejected_messages["ep_identity_mismatch"] += n;
+  if (const auto n = fabric_->stale_messages())
+    report.rejected_messages["ep_stale_connection"] += n;
 }
 
 std::vector<double> ep_rank::stage_seconds(uint64_t& forwards) const {
