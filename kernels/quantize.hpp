@@ -3,8 +3,9 @@
 // scale = max|x| / 127, q = round(x / scale) clamped to [-127, 127]. -128 is never produced,
 // which keeps the AVX2 sign trick (|a| as u8 times sign-adjusted w) free of int16 saturation.
 
+#include "kernels/scratch_vector.hpp"
+
 #include <cstdint>
-#include <vector>
 
 namespace supernode::kernels {
 
@@ -14,9 +15,12 @@ inline constexpr int64_t quantize_k_step = 4;
 struct quantized_rows {
   int64_t rows = 0;
   int64_t cols = 0;
-  int64_t stride = 0;       // cols rounded up to the kernel's K step; the padding is zero
-  std::vector<int8_t> q;    // rows * stride
-  std::vector<float> scale; // per row; 0 for an all-zero row
+  int64_t stride = 0; // cols rounded up to the kernel's K step; the padding is zero
+  // Whoever sizes these writes every row in full, padding included (quantize_rows, the MoE
+  // gathers): an expert's rows change from layer to layer, and growing a std::vector would
+  // zero-fill what is about to be overwritten.
+  scratch_vector<int8_t> q;    // rows * stride
+  scratch_vector<float> scale; // per row; 0 for an all-zero row
 
   const int8_t* row(int64_t r) const { return q.data() + r * stride; }
 };
