@@ -148,18 +148,23 @@ struct listed_rows {
 };
 
 // The weighted row sum over R registers of y, floats e .. e + R * width - 1, which stay in them
-// while every row is added in.
+// while every row is added in: from `start`'s floats (zero when null), then + `then_add`'s (when
+// not null).
 template<int R, class Rows>
-void weighted_rows_chunk(const Rows& row_at, int64_t rows, int64_t e, const float* coef, float* y) {
+void weighted_rows_chunk(const Rows& row_at, int64_t rows, int64_t e, const float* coef,
+                         const float* start, const float* then_add, float* y) {
   vn acc[R];
 #pragma GCC unroll 16
-  for (int j = 0; j < R; ++j) acc[j] = load(y + e + j * width);
+  for (int j = 0; j < R; ++j) acc[j] = start ? load(start + e + j * width) : vn{};
   for (int64_t r = 0; r < rows; ++r) {
     const float c = coef[r];
     const float* wr = row_at(r) + e;
 #pragma GCC unroll 16
     for (int j = 0; j < R; ++j) acc[j] = acc[j] + load(wr + j * width) * c;
   }
+  if (then_add)
+#pragma GCC unroll 16
+    for (int j = 0; j < R; ++j) acc[j] = acc[j] + load(then_add + e + j * width);
 #pragma GCC unroll 16
   for (int j = 0; j < R; ++j) store(y + e + j * width, acc[j]);
 }
@@ -170,24 +175,28 @@ constexpr int chunk_regs = width == 16 ? 16 : 12;
 
 template<class Rows, int... R>
 constexpr auto chunk_table(std::integer_sequence<int, R...>) {
-  using fn = void (*)(const Rows&, int64_t, int64_t, const float*, float*);
+  using fn =
+      void (*)(const Rows&, int64_t, int64_t, const float*, const float*, const float*, float*);
   return std::array<fn, sizeof...(R)>{weighted_rows_chunk<R + 1, Rows>...};
 }
 template<class Rows>
 constexpr auto chunk_by_regs = chunk_table<Rows>(std::make_integer_sequence<int, chunk_regs>{});
 
-// y += coef[r] * row r for r = 0 .. rows - 1 in order, element by element.
+// y = (start + coef[r] * row r for r = 0 .. rows - 1 in order) + then_add, element by element;
+// a null start is zero, a null then_add adds nothing.
 template<class Rows>
-void weighted_rows(const Rows& row_at, int64_t rows, int64_t len, const float* coef, float* y) {
+void weighted_rows(const Rows& row_at, int64_t rows, int64_t len, const float* coef,
+                   const float* start, const float* then_add, float* y) {
   int64_t e = 0;
   while (e + width <= len) {
     const int64_t fit = (len - e) / width, regs = fit < chunk_regs ? fit : chunk_regs;
-    chunk_by_regs<Rows>[regs - 1](row_at, rows, e, coef, y);
+    chunk_by_regs<Rows>[regs - 1](row_at, rows, e, coef, start, then_add, y);
     e += regs * width;
   }
   for (; e < len; ++e) {
-    float acc = y[e];
+    float acc = start ? start[e] : 0.0f;
     for (int64_t r = 0; r < rows; ++r) acc = acc + row_at(r)[e] * coef[r];
+    if (then_add) acc = acc + then_add[e];
     y[e] = acc;
   }
 }
@@ -217,12 +226,12 @@ void mla_decode(const mla_decode_args& a) {
 }
 
 void add_weighted_rows(const float* w, int64_t rows, int64_t len, const float* coef, float* y) {
-  weighted_rows(contiguous_rows{w, len}, rows, len, coef, y);
+  weighted_rows(contiguous_rows{w, len}, rows, len, coef, y, nullptr, y);
 }
 
-void add_weighted_rows(const float* const* rows, int64_t count, int64_t len, const float* coef,
-                       float* y) {
-  weighted_rows(listed_rows{rows}, count, len, coef, y);
+void weighted_sum_of_rows(const float* const* rows, int64_t count, int64_t len, const float* coef,
+                          const float* then_add, float* y) {
+  weighted_rows(listed_rows{rows}, count, len, coef, nullptr, then_add, y);
 }
 
 void axpy(float alpha, const float* x, float* y, int64_t n) {

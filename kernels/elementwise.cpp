@@ -102,9 +102,10 @@ void add_weighted_rows(const float* w, int64_t rows, int64_t len, const float* c
   SUPERNODE_ON_ACTIVE_UNIT(attention_decode, add_weighted_rows(w, rows, len, coef, y));
 }
 
-void add_weighted_rows(const float* const* rows, int64_t count, int64_t len, const float* coef,
-                       float* y) {
-  SUPERNODE_ON_ACTIVE_UNIT(attention_decode, add_weighted_rows(rows, count, len, coef, y));
+void weighted_sum_of_rows(const float* const* rows, int64_t count, int64_t len, const float* coef,
+                          const float* then_add, float* y) {
+  SUPERNODE_ON_ACTIVE_UNIT(attention_decode,
+                           weighted_sum_of_rows(rows, count, len, coef, then_add, y));
 }
 
 } // namespace supernode::kernels

@@ -25,9 +25,11 @@ void axpy(float alpha, const float* x, float* y, int64_t n);
 // order: the bits of axpy(coef[r], w + r * len, y, len) row after row, with y held in registers
 // over all the rows instead of loaded and stored for each (a weight-absorbed GEMV).
 void add_weighted_rows(const float* w, int64_t rows, int64_t len, const float* coef, float* y);
-// The same over `count` rows anywhere in memory (rows[r], len floats each): the bits of
-// axpy(coef[r], rows[r], y, len) for r = 0, 1, ... (the MoE combine of a token's routes).
-void add_weighted_rows(const float* const* rows, int64_t count, int64_t len, const float* coef,
-                       float* y);
+// y = Σ coef[r] * rows[r] over `count` rows anywhere in memory (len floats each), then
+// + then_add when it is not null: the bits of zeroing y, axpy(coef[r], rows[r], y, len) for
+// r = 0, 1, ... and adding then_add, in one pass (the MoE combine of a token's routes, and its
+// shared expert's output).
+void weighted_sum_of_rows(const float* const* rows, int64_t count, int64_t len, const float* coef,
+                          const float* then_add, float* y);
 
 } // namespace supernode::kernels

@@ -87,9 +87,12 @@ void run_experts(const model_config& config, const moe_weights& w, precision pre
                  expert_schedule schedule = expert_schedule::automatic);
 
 // out[r] = Σ_j weight[r,j] · routed[r,j] in route-slot order, where routed(r, j) points at the
-// expert output for route slot j of token r. The fixed order keeps the sum batch-invariant.
+// expert output for route slot j of token r, then + shared[r] when `shared` (rows of `hidden`
+// floats: the shared expert's output) is not null. The fixed order keeps the sum
+// batch-invariant.
 template<class RoutedRow>
-void combine_routes(const moe_routing& routing, int64_t hidden, RoutedRow routed, float* out);
+void combine_routes(const moe_routing& routing, int64_t hidden, RoutedRow routed,
+                    const float* shared, float* out);
 
 // Multiply-accumulates and weight bytes the routed experts of one step cost, for bench figures.
 struct expert_cost {
@@ -107,17 +110,19 @@ expert_cost cost_of(const moe_weights& w, std::span<expert_batch* const> batches
 namespace supernode::model {
 
 template<class RoutedRow>
-void combine_routes(const moe_routing& routing, int64_t hidden, RoutedRow routed, float* out) {
+void combine_routes(const moe_routing& routing, int64_t hidden, RoutedRow routed,
+                    const float* shared, float* out) {
   // Tokens are independent (each its own fixed order of slots), so they go to the pool.
   kernels::parallel_for_ranges(routing.rows, 16, [&](int64_t r0, int64_t r1) {
-    std::fill(out + r0 * hidden, out + r1 * hidden, 0.0f);
-    // One pass over each output row, held in registers while its routes are added.
+    // One pass over each output row, held in registers while its routes and the shared
+    // expert's row are added.
     thread_local std::vector<const float*> route_rows;
     route_rows.resize(static_cast<size_t>(routing.k));
     for (int64_t r = r0; r < r1; ++r) {
       for (int64_t j = 0; j < routing.k; ++j) route_rows[j] = routed(r, j);
-      kernels::add_weighted_rows(route_rows.data(), routing.k, hidden,
-                                 routing.weight.data() + r * routing.k, out + r * hidden);
+      kernels::weighted_sum_of_rows(route_rows.data(), routing.k, hidden,
+                                    routing.weight.data() + r * routing.k,
+                                    shared ? shared + r * hidden : nullptr, out + r * hidden);
     }
   });
 }

@@ -382,8 +382,7 @@ void transformer::local_experts(const moe_weights& w, const float* x,
       [&](int64_t r, int64_t j) {
         return batches[routing.expert[r * k + j]].out.data() + route_row[r * k + j] * h;
       },
-      out);
-  if (w.has_shared) add_rows(out, shared.out.data(), routing.rows, h);
+      w.has_shared ? shared.out.data() : nullptr, out);
 }
 
 } // namespace supernode::model

@@ -467,7 +467,7 @@ void expert_parallel::combine(int slot, uint64_t op, int64_t moe_layer,
         return reinterpret_cast<const float*>(base + layout_.combine_offset(slot, r, j) +
                                               sizeof(ep_combine_header));
       },
-      out);
+      nullptr, out);
   record(moe_layer, ep_stage_times::combine, since);
 }
 

@@ -1,7 +1,7 @@
-// Absorbed MLA decode (mla_decode_step), axpy and add_weighted_rows on every kernel path the CPU
-// has: close to the expanded attention in double precision, the portable path's bits on every
-// SIMD path, the bits of axpy row after row for add_weighted_rows, and the same bits for a token
-// whatever else is in its step and however many threads run it (which changes how many heads
+// Absorbed MLA decode (mla_decode_step), axpy and the weighted row sums on every kernel path the
+// CPU has: close to the expanded attention in double precision, the portable path's bits on every
+// SIMD path, the bits of axpy row after row for the weighted row sums, and the same bits for a
+// token whatever else is in its step and however many threads run it (which changes how many heads
 // share a pass over the cache).
 
 #include "kernels/attention.hpp"
@@ -154,10 +154,21 @@ TEST_P(mla_decode_isa, weighted_rows_contiguous_or_listed_give_the_bits_of_axpy_
       std::copy_n(w.data() + r * len, len, reversed.data() + (rows - 1 - r) * len);
       listed[r] = reversed.data() + (rows - 1 - r) * len;
     }
-    auto by_list = random_floats(len, 7);
-    add_weighted_rows(listed.data(), rows, len, coef.data(), by_list.data());
-    expect_bitwise_equal(by_axpy, by_list.data(), by_list.size(),
+    // Listed rows make a sum from zero (y's old floats unread), then add another row or not.
+    std::vector<float> from_zero(len, 0.0f);
+    for (int64_t r = 0; r < rows; ++r) axpy(coef[r], w.data() + r * len, from_zero.data(), len);
+    const auto then_add = random_floats(len, 8);
+    auto and_then = from_zero;
+    for (int64_t e = 0; e < len; ++e) and_then[e] = and_then[e] + then_add[e];
+    auto by_list = random_floats(len, 9);
+    weighted_sum_of_rows(listed.data(), rows, len, coef.data(), nullptr, by_list.data());
+    expect_bitwise_equal(from_zero, by_list.data(), by_list.size(),
                          std::to_string(rows) + " listed rows of " + std::to_string(len));
+    by_list = random_floats(len, 10);
+    weighted_sum_of_rows(listed.data(), rows, len, coef.data(), then_add.data(), by_list.data());
+    expect_bitwise_equal(and_then, by_list.data(), by_list.size(),
+                         std::to_string(rows) + " listed rows of " + std::to_string(len) +
+                             " and one more row");
   }
 }
 

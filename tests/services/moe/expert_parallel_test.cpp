@@ -55,7 +55,7 @@ std::vector<float> local_moe(const model::model_weights& weights, const model::m
       [&](int64_t r, int64_t j) {
         return batches[routing.expert[r * k + j]].out.data() + row_of[r * k + j] * h;
       },
-      out.data());
+      nullptr, out.data());
   return out;
 }
 
