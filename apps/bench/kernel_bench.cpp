@@ -49,6 +49,7 @@ struct options {
   bool expert_stream = false;        // only the expert-stream comparison (--expert-stream)
   bool rms_norm = false;             // only RMSNorm on every path (--rms-norm)
   int rounds = 9;                    // alternations of --expert-stream or --rms-norm (--rounds)
+  int pairs = 1; // > 1: each row also alternates ours and oneDNN native this often (--pairs)
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -99,13 +100,16 @@ options parse(int argc, char** argv) {
       o.rms_norm = true;
     } else if (a == "--rounds" && i + 1 < argc) {
       o.rounds = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--pairs" && i + 1 < argc) {
+      o.pairs = std::clamp(std::atoi(argv[++i]), 1, 99);
     } else if (a == "--onednn-worker" && i + 1 < argc) {
       o.onednn_worker = argv[++i];
     } else {
-      throw std::invalid_argument("unknown option '" + a +
-                                  "' (expected --threads N, --quick, --isa avx512_vnni,avx2, "
-                                  "--int8-only, --shapes a,b, --m 1,8, --onednn-isa native, "
-                                  "--expert-stream [--rounds N], --rms-norm [--rounds N])");
+      throw std::invalid_argument(
+          "unknown option '" + a +
+          "' (expected --threads N, --quick, --isa avx512_vnni,avx2, "
+          "--int8-only, --shapes a,b, --m 1,8, --onednn-isa native, --pairs N, "
+          "--expert-stream [--rounds N], --rms-norm [--rounds N])");
     }
   }
   return o;
@@ -124,6 +128,30 @@ struct onednn_baselines {
         capped[isa] = std::make_unique<kb::onednn_worker>(cap, opt.threads, opt.quick);
   }
 };
+
+// The headline path and oneDNN native timed back to back opt.pairs times: the median of the
+// rounds' ratios, and their spread. A ratio of two runs taken seconds apart moves with this
+// shared host's phases (by up to a fifth at one row between two runs); each round's two
+// figures share their phase.
+template<class Ours>
+json paired_speedup(const options& opt, onednn_baselines& onednn, const shape& s, int64_t m,
+                    const Ours& ours, double budget) {
+  const auto saved_isa = k::active_kernel_isa();
+  k::set_kernel_isa(opt.isas.front());
+  std::vector<double> ratios;
+  for (int r = 0; r < opt.pairs; ++r) {
+    const double t_ours = kb::median_seconds(ours, budget);
+    const json native = onednn.native->time(s, m);
+    if (native.is_null()) break;
+    ratios.push_back(native["ms"].get<double>() / 1e3 / t_ours);
+  }
+  k::set_kernel_isa(saved_isa);
+  if (ratios.empty()) return nullptr;
+  for (double& v : ratios) v = round3(v);
+  json out = kb::spread(ratios);
+  out["ratios"] = ratios;
+  return out;
+}
 
 void log_row(const shape& s, int64_t m, const options& opt, const json& row) {
   for (auto isa : opt.isas) {
@@ -164,14 +192,13 @@ json bench_shape(const shape& s, const std::vector<int64_t>& ms, const options& 
 
     std::map<k::kernel_isa, double> t_isa;
     const auto saved_isa = k::active_kernel_isa();
+    const auto ours = [&] {
+      k::quantize_rows(x.data(), m, s.k, s.k, xq);
+      k::gemm_int8(xq, w8, y.data(), s.n, pool);
+    };
     for (auto isa : opt.isas) {
       k::set_kernel_isa(isa);
-      t_isa[isa] = kb::median_seconds(
-          [&] {
-            k::quantize_rows(x.data(), m, s.k, s.k, xq);
-            k::gemm_int8(xq, w8, y.data(), s.n, pool);
-          },
-          budget);
+      t_isa[isa] = kb::median_seconds(ours, budget);
       row["ours_int8_by_isa"][k::kernel_isa_name(isa)] =
           kb::figures(t_isa[isa], m, s, static_cast<double>(w8.bytes()));
     }
@@ -190,6 +217,8 @@ json bench_shape(const shape& s, const std::vector<int64_t>& ms, const options& 
           row["ours_int8_by_isa"][k::kernel_isa_name(isa)]["speedup_vs_onednn"] =
               round3(t / t_isa[isa]);
       }
+      if (opt.pairs > 1)
+        row["int8_speedup_vs_onednn_paired"] = paired_speedup(opt, onednn, s, m, ours, budget);
       for (auto& [isa, worker] : onednn.capped) {
         const json capped = worker->time(s, m);
         if (capped.is_null()) continue;
@@ -288,6 +317,22 @@ json summarize(const options& opt, const std::vector<int64_t>& ms, const json& r
         if (count) summary[key][m_key] = round3(std::exp(log_sum / count));
       }
     }
+  }
+  // With --pairs: the rows' paired medians (the headline path against oneDNN native).
+  for (int64_t m : ms) {
+    double log_sum = 0;
+    int count = 0;
+    for (auto& r : results)
+      if (r["m"] == m && r.contains("int8_speedup_vs_onednn_paired") &&
+          r["int8_speedup_vs_onednn_paired"].is_object()) {
+        log_sum += std::log(r["int8_speedup_vs_onednn_paired"]["median"].get<double>());
+        ++count;
+      }
+    char m_key[32];
+    std::snprintf(m_key, sizeof m_key, "m%lld", static_cast<long long>(m));
+    if (count)
+      summary["int8_speedup_vs_onednn_paired_median_geomean"][m_key] =
+          round3(std::exp(log_sum / count));
   }
   return summary;
 }

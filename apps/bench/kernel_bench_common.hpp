@@ -70,6 +70,13 @@ inline double round3(double v) {
   return std::round(v * 1000.0) / 1000.0;
 }
 
+// {median, best, worst} of repeated figures where larger is better; v must not be empty.
+inline nlohmann::json spread(const std::vector<double>& v) {
+  return {{"median", median(v)},
+          {"best", *std::max_element(v.begin(), v.end())},
+          {"worst", *std::min_element(v.begin(), v.end())}};
+}
+
 // Median of repeated runs after one warm-up; the repetitions fill about `budget` seconds.
 inline double median_seconds(const auto& fn, double budget) {
   const double first = seconds(fn);

@@ -196,11 +196,7 @@ nlohmann::json prefill_row(const weights_ptr& weights, int64_t n, double int8_pe
       {"matmul_gops", gops},
       {"fraction_of_int8_peak", gops / int8_peak},
       {"fraction_of_int8_peak_by_cpu_time", ops / cpu_secs / 1e9 / per_core_peak}};
-  if (!paired.empty())
-    row["paired_fraction_of_int8_peak"] = {
-        {"median", median(paired)},
-        {"best", *std::max_element(paired.begin(), paired.end())},
-        {"worst", *std::min_element(paired.begin(), paired.end())}};
+  if (!paired.empty()) row["paired_fraction_of_int8_peak"] = kernel_bench::spread(paired);
   return row;
 }
 

@@ -297,6 +297,29 @@ TEST(cli, bench_model_pairs_each_prefill_run_with_its_own_peak_probe) {
   EXPECT_LE(median, best) << paired.dump();
 }
 
+TEST(cli, bench_kernels_pairs_ours_and_onednn_round_by_round) {
+  const auto r = run({"bench", "kernels", "--quick", "--int8-only", "--shapes", "kv_b", "--m", "8",
+                      "--pairs", "3"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto json_start = r.out.find("\n{\n");
+  ASSERT_NE(json_start, std::string::npos) << r.out;
+  const auto report = nlohmann::json::parse(r.out.substr(json_start + 1));
+  const auto& row = report.at("results").at(0);
+  if (!row.contains("onednn_int8")) {
+    // Without oneDNN (not built in, or no ISA it runs) there is nothing to pair with.
+    EXPECT_FALSE(row.contains("int8_speedup_vs_onednn_paired")) << row.dump();
+    return;
+  }
+  const auto& paired = row.at("int8_speedup_vs_onednn_paired");
+  ASSERT_EQ(paired.at("ratios").size(), 3u) << paired.dump();
+  const double worst = paired.at("worst"), median = paired.at("median"), best = paired.at("best");
+  EXPECT_GT(worst, 0.0) << paired.dump();
+  EXPECT_LE(worst, median) << paired.dump();
+  EXPECT_LE(median, best) << paired.dump();
+  EXPECT_EQ(report.at("summary").at("int8_speedup_vs_onednn_paired_median_geomean").at("m8"),
+            median);
+}
+
 TEST(cli, the_heap_asks_glibc_for_huge_pages_unless_turned_off) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "a sanitizer's allocator ignores glibc's tunables";
