@@ -297,43 +297,37 @@ void add_fractions(const options& opt, const json& machine, json& results) {
 // its ISA.
 json summarize(const options& opt, const std::vector<int64_t>& ms, const json& results) {
   json summary = json::object();
+  // summary[key]["m<M>"]: the geometric mean over the rows of M of value_of(row), where positive.
+  const auto geomean_per_m = [&](const std::string& key, const auto& value_of) {
+    for (int64_t m : ms) {
+      double log_sum = 0;
+      int count = 0;
+      for (auto& r : results)
+        if (r["m"] == m)
+          if (const double v = value_of(r); v > 0) {
+            log_sum += std::log(v);
+            ++count;
+          }
+      char m_key[32];
+      std::snprintf(m_key, sizeof m_key, "m%lld", static_cast<long long>(m));
+      if (count) summary[key][m_key] = round3(std::exp(log_sum / count));
+    }
+  };
   for (auto isa : opt.isas) {
     const std::string name = k::kernel_isa_name(isa);
     for (const char* versus : {"speedup_vs_onednn", "speedup_vs_onednn_same_isa"}) {
       // Built without operator+ on a literal: GCC 12 raises a false -Wrestrict on it.
       std::string key = "int8_";
       key.append(name).append("_").append(versus).append("_geomean");
-      for (int64_t m : ms) {
-        double log_sum = 0;
-        int count = 0;
-        for (auto& r : results)
-          if (r["m"] == m)
-            if (const double v = r["ours_int8_by_isa"][name].value(versus, 0.0); v > 0) {
-              log_sum += std::log(v);
-              ++count;
-            }
-        char m_key[32];
-        std::snprintf(m_key, sizeof m_key, "m%lld", static_cast<long long>(m));
-        if (count) summary[key][m_key] = round3(std::exp(log_sum / count));
-      }
+      geomean_per_m(key,
+                    [&](const json& r) { return r["ours_int8_by_isa"][name].value(versus, 0.0); });
     }
   }
   // With --pairs: the rows' paired medians (the headline path against oneDNN native).
-  for (int64_t m : ms) {
-    double log_sum = 0;
-    int count = 0;
-    for (auto& r : results)
-      if (r["m"] == m && r.contains("int8_speedup_vs_onednn_paired") &&
-          r["int8_speedup_vs_onednn_paired"].is_object()) {
-        log_sum += std::log(r["int8_speedup_vs_onednn_paired"]["median"].get<double>());
-        ++count;
-      }
-    char m_key[32];
-    std::snprintf(m_key, sizeof m_key, "m%lld", static_cast<long long>(m));
-    if (count)
-      summary["int8_speedup_vs_onednn_paired_median_geomean"][m_key] =
-          round3(std::exp(log_sum / count));
-  }
+  geomean_per_m("int8_speedup_vs_onednn_paired_median_geomean", [](const json& r) {
+    const auto it = r.find("int8_speedup_vs_onednn_paired");
+    return it != r.end() && it->is_object() ? it->value("median", 0.0) : 0.0;
+  });
   return summary;
 }
 } // namespace
