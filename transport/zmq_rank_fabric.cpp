@@ -506,6 +506,11 @@ private:
     const int from = sender_rank(parts[0]);
     const auto body = parts.subspan(1);
     if (from >= 0 && !sender_proven(from, parts[0], body.front())) return;
+    // Another socket naming an introduced rank is dropped before its frames are even read:
+    // whatever it sends, garbage included, is no failure of this group.
+    if (from >= 0 && !peers_[from]->connection.empty() &&
+        peers_[from]->connection != parts[0].to_string_view())
+      return drop_stale(from, parts[0]);
     tail t;
     std::string why = from < 0 ? "not a rank of this group" : validate(body, t);
     if (!why.empty()) {
@@ -513,7 +518,11 @@ private:
       return;
     }
     auto& p = *peers_[from];
-    if (!from_introduced_connection(p, from, parts[0], t)) return;
+    if (p.connection.empty()) {
+      // Its first hello introduces the rank (one of another shape too: that one fails connect).
+      if (static_cast<kind>(t.kind) != kind::hello) return drop_stale(from, parts[0]);
+      p.connection = parts[0].to_string_view();
+    }
     switch (static_cast<kind>(t.kind)) {
     case kind::hello:
       if (t.a != static_cast<uint64_t>(ranks_) || t.b != bytes_ || t.c != flags_) {
@@ -564,24 +573,21 @@ private:
     return false;
   }
 
-  // Whether a valid message naming rank `from` came on the connection that rank introduced
-  // itself on; its first hello introduces it (one of another shape too: that one fails connect).
-  // Every message of a rank travels its one DEALER, so its hello precedes the rest. Anything else
-  // naming the rank is another socket: typically the rank's previous fabric, whose DEALER
-  // reconnected when this fabric re-bound the address of a group re-formed under the same name. Its
-  // "leaving" or writes must not touch the new group, and are not a failure of it either.
-  bool from_introduced_connection(peer& p, int from, const zmq::message_t& id, const tail& t) {
-    const std::string_view routing = id.to_string_view();
-    if (p.connection.empty() && static_cast<kind>(t.kind) == kind::hello) p.connection = routing;
-    if (p.connection == routing) return true;
+  // A message naming rank `from` that did not come on the connection the rank introduced itself
+  // on with its first hello. Every message of a rank travels its one DEALER, so its hello
+  // precedes the rest; anything else naming the rank is another socket: typically the rank's
+  // previous fabric, whose DEALER reconnected when this fabric re-bound the address of a group
+  // re-formed under the same name. Its "leaving" or writes must not touch the new group, and are
+  // not a failure of it either: counted and logged only.
+  void drop_stale(int from, const zmq::message_t& id) {
+    const std::string& introduced = peers_[from]->connection;
     stale_messages_.fetch_add(1);
     log_.limited(peer_lines_, log::level::warn, "stale connection of rank " + std::to_string(from),
                  "zmq rank fabric {} rank {}: dropped a message from routing id '{}': rank {} "
                  "introduced itself on {}",
                  group_, rank_, printable(id.to_string()), from,
-                 p.connection.empty() ? std::string("no connection yet")
-                                      : "'" + printable(p.connection) + "'");
-    return false;
+                 introduced.empty() ? std::string("no connection yet")
+                                    : "'" + printable(introduced) + "'");
   }
 
   void malformed(int from, const std::string& id, const std::string& why) {

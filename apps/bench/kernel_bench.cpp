@@ -132,7 +132,8 @@ struct onednn_baselines {
 // The headline path and oneDNN native timed back to back opt.pairs times: the median of the
 // rounds' ratios, and their spread. A ratio of two runs taken seconds apart moves with this
 // shared host's phases (by up to a fifth at one row between two runs); each round's two
-// figures share their phase.
+// figures share their phase. (The headline figures above are no round of these: the other
+// paths' timings stand between ours and oneDNN's.)
 template<class Ours>
 json paired_speedup(const options& opt, onednn_baselines& onednn, const shape& s, int64_t m,
                     const Ours& ours, double budget) {

@@ -157,6 +157,8 @@ nlohmann::json prefill_row(const weights_ptr& weights, int64_t n, double int8_pe
   double secs = 0.0, cpu_secs = 0.0, first_secs = 0.0;
   int64_t first_faults = 0, faults = 0;
   std::vector<double> paired; // none without an INT8 path to probe (the portable kernels)
+  // The INT8 matmul operations of the run just made (the same for every run).
+  const auto ops_of_run = [&] { return 2.0 * static_cast<double>(m.matmul_macs()); };
   for (int64_t r = 0; r < repeats; ++r) {
     const double peak = peak_now();
     m.reset_counters();
@@ -165,7 +167,7 @@ nlohmann::json prefill_row(const weights_ptr& weights, int64_t n, double int8_pe
     m.forward(prompt, st, engine.pool(), hidden);
     m.logits(hidden.data() + (n - 1) * c.hidden_size, 1, logits);
     const double t = std::chrono::duration<double>(clock_type::now() - t0).count();
-    if (peak > 0.0) paired.push_back(2.0 * static_cast<double>(m.matmul_macs()) / t / 1e9 / peak);
+    if (peak > 0.0) paired.push_back(ops_of_run() / t / 1e9 / peak);
     const process_usage after = usage_now();
     const double cpu = after.cpu_seconds - before.cpu_seconds;
     const int64_t run_faults = after.page_faults - before.page_faults;
@@ -175,7 +177,7 @@ nlohmann::json prefill_row(const weights_ptr& weights, int64_t n, double int8_pe
     cpu_secs = r == 0 ? cpu : std::min(cpu_secs, cpu);
   }
   table.release(engine.pool());
-  const double ops = 2.0 * static_cast<double>(m.matmul_macs());
+  const double ops = ops_of_run();
   const double gops = ops / secs / 1e9;
   // The same work per CPU-second of this process (its threads' user + system time, the pool's
   // spinning included) against one core's peak: what the wall clock would show on an idle

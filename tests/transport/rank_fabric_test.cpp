@@ -495,8 +495,8 @@ TEST_P(rank_fabric_test, a_group_re_formed_under_the_same_name_connects_only_the
 }
 
 // Once a rank has said hello, another socket claiming that rank (an earlier fabric of it, or one
-// that guessed the name) is not heard: not its hello, writes, adds nor "leaving". The real rank
-// is, down to its own "leaving".
+// that guessed the name) is not heard: not its hello, writes, adds, "leaving" nor garbage. The
+// real rank is, down to its own "leaving".
 TEST_P(rank_fabric_test, a_rank_is_heard_only_on_the_connection_it_said_hello_on) {
   if (!is_zmq()) GTEST_SKIP() << "shared memory has no connections";
   constexpr size_t bytes = 256, flags = 1;
@@ -530,8 +530,9 @@ TEST_P(rank_fabric_test, a_rank_is_heard_only_on_the_connection_it_said_hello_on
     return m;
   }());
   wire::send_one(other, wire::tail_part(wire::leaving));
-  ASSERT_TRUE(eventually([&] { return a->stale_messages() >= 3; }));
-  EXPECT_EQ(a->stale_messages(), 3u);
+  wire::send_one(other, zmq::message_t(std::string("garbage")));
+  ASSERT_TRUE(eventually([&] { return a->stale_messages() >= 4; }));
+  EXPECT_EQ(a->stale_messages(), 4u);
   EXPECT_EQ(a->peer_failure(), "");
   EXPECT_EQ(a->load(0), 0u);
   EXPECT_TRUE(all_zero(a->local(), bytes));
@@ -544,7 +545,7 @@ TEST_P(rank_fabric_test, a_rank_is_heard_only_on_the_connection_it_said_hello_on
   b->leave();
   ASSERT_TRUE(eventually([&] { return !a->peer_failure().empty(); }));
   EXPECT_EQ(a->peer_failure(), "rank 1 left the group");
-  EXPECT_EQ(a->stale_messages(), 3u);
+  EXPECT_EQ(a->stale_messages(), 4u);
 }
 
 TEST_P(rank_fabric_test, wait_times_out_and_self_adds_wake_it) {
