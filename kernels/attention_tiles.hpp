@@ -8,8 +8,9 @@
 // rescaling of its output are paid once per 128 keys rather than per 16. A query's result
 // therefore depends only on its own position, query and keys: not on the tile, batch, chunk or
 // thread.
-// The FP32 paths use plain IEEE multiplies and adds (no FMA contraction) and one exp of their
-// own, so portable, AVX2 and AVX-512 give the same bits.
+// The FP32 paths sum scores and values with fused multiply-adds (explicit, one rounding each),
+// use plain IEEE operations everywhere else (no contraction by the compiler) and one exp of
+// their own, so portable, AVX2 and AVX-512 give the same bits.
 //
 // As in avx2_kernels.hpp, the units see plain pointers and sizes only.
 

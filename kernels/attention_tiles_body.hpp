@@ -3,8 +3,9 @@
 // SUPERNODE_ATTENTION_GROUP (queries scored together), SUPERNODE_ATTENTION_SCORE_BLOCKS (key
 // blocks scored together: group x score blocks accumulators, as many as its registers hold)
 // and, for the BF16 scores, SUPERNODE_ATTENTION_BF16. None of these changes a result: every key
-// lane and output element is its own chain of operations. Units are built with -ffp-contract=off:
-// every a * b + c below is a rounded multiply then a rounded add.
+// lane and output element is its own chain of operations. The score and value sums step with
+// madd (one rounding); units are built with -ffp-contract=off, so every other a * b + c below is
+// a rounded multiply then a rounded add, on every unit alike.
 
 namespace {
 
@@ -39,6 +40,22 @@ inline vn splat(float x) {
 // exp(x) for x <= 0, the same bits everywhere (vector_exp.hpp).
 inline vn exp_nonpositive(vn x) {
   return vector_math::exp_nonpositive(x);
+}
+
+// a + b * c rounded once (a fused multiply-add) in every lane: one instruction where the unit has
+// FMA, the C library's fmaf per lane in the portable unit, and the same bits either way. The
+// score and value sums take it; every other step is a plain rounded operation.
+inline vn madd(vn a, vn b, float c) {
+#if SUPERNODE_ATTENTION_WIDTH == 16
+  return __builtin_bit_cast(vn, _mm512_fmadd_ps(__builtin_bit_cast(__m512, b), _mm512_set1_ps(c),
+                                                __builtin_bit_cast(__m512, a)));
+#elif SUPERNODE_ATTENTION_WIDTH == 8
+  return __builtin_bit_cast(vn, _mm256_fmadd_ps(__builtin_bit_cast(__m256, b), _mm256_set1_ps(c),
+                                                __builtin_bit_cast(__m256, a)));
+#else
+  for (int i = 0; i < width; ++i) a[i] = __builtin_fmaf(b[i], c, a[i]);
+  return a;
+#endif
 }
 
 inline vn vmax(vn a, vn b) {
@@ -131,7 +148,7 @@ inline void scores(const prefill_operands& o, const int64_t* query, int64_t b, v
 #pragma GCC unroll 4
       for (int j = 0; j < NB; ++j)
 #pragma GCC unroll 4
-        for (int i = 0; i < parts; ++i) acc[j][g][i] = acc[j][g][i] + k[j][i] * qg;
+        for (int i = 0; i < parts; ++i) acc[j][g][i] = madd(acc[j][g][i], k[j][i], qg);
     }
   }
   for (int j = 0; j < NB; ++j)
@@ -198,7 +215,7 @@ inline void accumulate_values(const prefill_operands& op, const float* vb, const
 #pragma GCC unroll 4
       for (int q = 0; q < Q; ++q)
 #pragma GCC unroll 4
-        for (int r = 0; r < 4; ++r) a[q][r] = a[q][r] + vv[r] * p[q][j];
+        for (int r = 0; r < 4; ++r) a[q][r] = madd(a[q][r], vv[r], p[q][j]);
     }
 #pragma GCC unroll 4
     for (int q = 0; q < Q; ++q)
@@ -212,7 +229,7 @@ inline void accumulate_values(const prefill_operands& op, const float* vb, const
     for (int j = 0; j < count; ++j) {
       const vn v = load(vb + j * vd + c);
 #pragma GCC unroll 4
-      for (int q = 0; q < Q; ++q) a[q] = a[q] + v * p[q][j];
+      for (int q = 0; q < Q; ++q) a[q] = madd(a[q], v, p[q][j]);
     }
 #pragma GCC unroll 4
     for (int q = 0; q < Q; ++q) store(o[q] + c, a[q]);
@@ -220,7 +237,7 @@ inline void accumulate_values(const prefill_operands& op, const float* vb, const
   for (; c < vd; ++c)
     for (int q = 0; q < Q; ++q) {
       float acc = o[q][c];
-      for (int j = 0; j < count; ++j) acc = acc + vb[j * vd + c] * p[q][j];
+      for (int j = 0; j < count; ++j) acc = __builtin_fmaf(vb[j * vd + c], p[q][j], acc);
       o[q][c] = acc;
     }
 }

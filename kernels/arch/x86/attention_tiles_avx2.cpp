@@ -2,6 +2,8 @@
 // accumulators fit the sixteen registers).
 #include "kernels/attention_tiles.hpp"
 
+#include <immintrin.h>
+
 namespace supernode::kernels::attention_tiles::avx2 {
 #define SUPERNODE_ATTENTION_WIDTH 8
 #define SUPERNODE_ATTENTION_GROUP 4

@@ -3,6 +3,8 @@
 // operations).
 #include "kernels/attention_tiles.hpp"
 
+#include <immintrin.h>
+
 namespace supernode::kernels::attention_tiles::avx512 {
 #define SUPERNODE_ATTENTION_WIDTH 16
 #define SUPERNODE_ATTENTION_GROUP 8
