@@ -49,7 +49,7 @@ struct options {
   bool expert_stream = false;        // only the expert-stream comparison (--expert-stream)
   bool rms_norm = false;             // only RMSNorm on every path (--rms-norm)
   int rounds = 9;                    // alternations of --expert-stream or --rms-norm (--rounds)
-  int pairs = 1; // > 1: each row also alternates ours and oneDNN native this often (--pairs)
+  int pairs = 1; // > 1: each row also alternates ours, oneDNN native and the peak probe (--pairs)
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -129,28 +129,36 @@ struct onednn_baselines {
   }
 };
 
-// The headline path and oneDNN native timed back to back opt.pairs times: the median of the
-// rounds' ratios, and their spread. A ratio of two runs taken seconds apart moves with this
-// shared host's phases (by up to a fifth at one row between two runs); each round's two
-// figures share their phase. (The headline figures above are no round of these: the other
-// paths' timings stand between ours and oneDNN's.)
+// The headline path timed opt.pairs times, each round beside oneDNN native (where it runs) and
+// the exact-step peak probe of the path's ISA: the rounds' ratios, their median and spread. A
+// ratio of two runs taken seconds apart moves with this shared host's phases (by up to a fifth
+// at one row between two runs, and the probe from 0.7 to 0.95 of a kernel's rate); each
+// round's figures share their phase. (The headline figures above are no round of these: the
+// other paths' timings stand between ours and oneDNN's.)
 template<class Ours>
-json paired_speedup(const options& opt, onednn_baselines& onednn, const shape& s, int64_t m,
-                    const Ours& ours, double budget) {
+json paired_rounds(const options& opt, onednn_baselines& onednn, const shape& s, int64_t m,
+                   const Ours& ours, double budget) {
   const auto saved_isa = k::active_kernel_isa();
-  k::set_kernel_isa(opt.isas.front());
-  std::vector<double> ratios;
+  const auto isa = opt.isas.front();
+  k::set_kernel_isa(isa);
+  const double ops = 2.0 * static_cast<double>(m * s.n * s.k);
+  std::vector<double> speedups, fractions;
   for (int r = 0; r < opt.pairs; ++r) {
     const double t_ours = kb::median_seconds(ours, budget);
-    const json native = onednn.native->time(s, m);
-    if (native.is_null()) break;
-    ratios.push_back(native["ms"].get<double>() / 1e3 / t_ours);
+    if (const double peak = kb::exact_int8_peak_gops(isa, opt.threads); peak > 0.0)
+      fractions.push_back(round3(ops / t_ours / 1e9 / peak));
+    const json native = onednn.native ? onednn.native->time(s, m) : json();
+    if (!native.is_null()) speedups.push_back(round3(native["ms"].get<double>() / 1e3 / t_ours));
   }
   k::set_kernel_isa(saved_isa);
-  if (ratios.empty()) return nullptr;
-  for (double& v : ratios) v = round3(v);
-  json out = kb::spread(ratios);
-  out["ratios"] = ratios;
+  json out = json::object();
+  auto add = [&out](const char* key, const std::vector<double>& values) {
+    if (values.empty()) return;
+    out[key] = kb::spread(values);
+    out[key]["ratios"] = values;
+  };
+  add("int8_speedup_vs_onednn_paired", speedups);
+  add("fraction_of_exact_peak_paired", fractions);
   return out;
 }
 
@@ -218,8 +226,6 @@ json bench_shape(const shape& s, const std::vector<int64_t>& ms, const options& 
           row["ours_int8_by_isa"][k::kernel_isa_name(isa)]["speedup_vs_onednn"] =
               round3(t / t_isa[isa]);
       }
-      if (opt.pairs > 1)
-        row["int8_speedup_vs_onednn_paired"] = paired_speedup(opt, onednn, s, m, ours, budget);
       for (auto& [isa, worker] : onednn.capped) {
         const json capped = worker->time(s, m);
         if (capped.is_null()) continue;
@@ -228,6 +234,8 @@ json bench_shape(const shape& s, const std::vector<int64_t>& ms, const options& 
             round3(capped["ms"].get<double>() / 1e3 / t_isa[isa]);
       }
     }
+
+    if (opt.pairs > 1) row.update(paired_rounds(opt, onednn, s, m, ours, budget));
 
     if (!opt.int8_only) {
       const auto w32 = k::fp32_weight::pack(wf.data(), s.n, s.k);
@@ -324,11 +332,14 @@ json summarize(const options& opt, const std::vector<int64_t>& ms, const json& r
                     [&](const json& r) { return r["ours_int8_by_isa"][name].value(versus, 0.0); });
     }
   }
-  // With --pairs: the rows' paired medians (the headline path against oneDNN native).
-  geomean_per_m("int8_speedup_vs_onednn_paired_median_geomean", [](const json& r) {
-    const auto it = r.find("int8_speedup_vs_onednn_paired");
-    return it != r.end() && it->is_object() ? it->value("median", 0.0) : 0.0;
-  });
+  // With --pairs: the rows' paired medians (the headline path against oneDNN native and
+  // against the peak probe).
+  for (const std::string paired :
+       {"int8_speedup_vs_onednn_paired", "fraction_of_exact_peak_paired"})
+    geomean_per_m(paired + "_median_geomean", [&paired](const json& r) {
+      const auto it = r.find(paired);
+      return it != r.end() && it->is_object() ? it->value("median", 0.0) : 0.0;
+    });
   return summary;
 }
 } // namespace

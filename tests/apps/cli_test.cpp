@@ -297,7 +297,7 @@ TEST(cli, bench_model_pairs_each_prefill_run_with_its_own_peak_probe) {
   EXPECT_LE(median, best) << paired.dump();
 }
 
-TEST(cli, bench_kernels_pairs_ours_and_onednn_round_by_round) {
+TEST(cli, bench_kernels_pairs_ours_with_onednn_and_the_peak_probe_round_by_round) {
   const auto r = run({"bench", "kernels", "--quick", "--int8-only", "--shapes", "kv_b", "--m", "8",
                       "--pairs", "3"});
   ASSERT_EQ(r.exit_code, 0) << r.out;
@@ -305,6 +305,15 @@ TEST(cli, bench_kernels_pairs_ours_and_onednn_round_by_round) {
   ASSERT_NE(json_start, std::string::npos) << r.out;
   const auto report = nlohmann::json::parse(r.out.substr(json_start + 1));
   const auto& row = report.at("results").at(0);
+  if (report.at("machine").at("int8_exact_peak_gops_per_core").size() > 0) {
+    // Each round's rate against the probe run beside it.
+    const auto& fraction = row.at("fraction_of_exact_peak_paired");
+    ASSERT_EQ(fraction.at("ratios").size(), 3u) << fraction.dump();
+    EXPECT_GT(fraction.at("worst").get<double>(), 0.0) << fraction.dump();
+    EXPECT_LE(fraction.at("median").get<double>(), fraction.at("best").get<double>());
+    EXPECT_EQ(report.at("summary").at("fraction_of_exact_peak_paired_median_geomean").at("m8"),
+              fraction.at("median"));
+  }
   if (!row.contains("onednn_int8")) {
     // Without oneDNN (not built in, or no ISA it runs) there is nothing to pair with.
     EXPECT_FALSE(row.contains("int8_speedup_vs_onednn_paired")) << row.dump();
