@@ -141,7 +141,7 @@ json paired_rounds(const options& opt, onednn_baselines& onednn, const shape& s,
   const auto saved_isa = k::active_kernel_isa();
   const auto isa = opt.isas.front();
   k::set_kernel_isa(isa);
-  const double ops = 2.0 * static_cast<double>(m * s.n * s.k);
+  const double ops = kb::gemm_ops(m, s);
   std::vector<double> speedups, fractions;
   for (int r = 0; r < opt.pairs; ++r) {
     const double t_ours = kb::median_seconds(ours, budget);

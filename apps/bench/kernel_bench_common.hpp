@@ -90,8 +90,13 @@ inline double timing_budget(bool quick) {
   return quick ? 0.12 : 0.3;
 }
 
+// Multiplies and adds of one GEMM of M rows on shape s.
+inline double gemm_ops(int64_t m, const shape& s) {
+  return 2.0 * static_cast<double>(m) * static_cast<double>(s.n) * static_cast<double>(s.k);
+}
+
 inline nlohmann::json figures(double secs, int64_t m, const shape& s, double weight_bytes) {
-  const double ops = 2.0 * m * s.n * s.k;
+  const double ops = gemm_ops(m, s);
   return {
       {"ms", secs * 1e3}, {"gops", ops / secs / 1e9}, {"weight_gbs", weight_bytes / secs / 1e9}};
 }
